@@ -1,0 +1,75 @@
+# gb10.dspark: a newcomer needs two targets, `make demo` and `make test`.
+# Both install what they need (apt packages, the virtualenv, collections, the stand-in image).
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+VENV   ?= $(CURDIR)/.venv
+PY     := $(VENV)/bin/python
+PAIRS  ?= 1
+STAMPS := $(CURDIR)/.deps
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export PATH := $(VENV)/bin:$(PATH)
+SIM    := PYTHONPATH=$(CURDIR)/sim $(PY) -m dspark_sim
+
+.PHONY: help deps sim-image sim-up sim-down sim-status demo test test-unit test-integration bench
+
+help:
+	@echo "make demo   bring one simulated GB10 pair up and serve the stand-in engine on it"
+	@echo "make test   unit and integration tests (installs what they need)"
+	@echo "make sim-up PAIRS=N | sim-down | sim-status | sim-image | deps | bench"
+
+# ---- dependencies -----------------------------------------------------------------------
+deps: $(STAMPS)/venv $(STAMPS)/collections
+	@bash tools/deps/apt.sh
+
+$(STAMPS)/apt: tools/deps/apt.sh
+	@mkdir -p $(STAMPS) && bash tools/deps/apt.sh && touch $@
+
+$(STAMPS)/venv: requirements.txt $(STAMPS)/apt
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@echo "[deps] venv: installing requirements.txt into $(VENV)"
+	@$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	@touch $@
+
+$(STAMPS)/collections: requirements.yml tools/deps/install_collections.py $(STAMPS)/venv
+	@$(PY) tools/deps/install_collections.py
+	@touch $@
+
+# ---- simulator --------------------------------------------------------------------------
+sim-image: deps
+	@$(SIM) image
+
+sim-up: deps
+	@$(SIM) up --pairs $(PAIRS)
+
+sim-down:
+	@if [ -x $(PY) ]; then $(SIM) down; else PYTHONPATH=$(CURDIR)/sim python3 -m dspark_sim down; fi
+
+sim-status: deps
+	@$(SIM) status
+
+# ---- the two commands of the README -----------------------------------------------------
+demo: sim-up
+	@ansible-playbook -i inventories/sim playbooks/sim_smoke.yml
+	@$(SIM) status >/dev/null
+	@echo
+	@echo "The simulated pair serves the OpenAI API on its head:"
+	@head=$$(ansible-inventory -i inventories/sim --host sim01-head | $(PY) -c 'import json,sys;print(json.load(sys.stdin)["ansible_host"])'); \
+	  echo "  curl http://$$head:8888/v1/models"; \
+	  echo "  curl http://$$head:8888/v1/completions -H 'Content-Type: application/json' -d '{\"model\":\"deepseek-v4-flash-dspark\",\"prompt\":\"Compute 7 multiplied by 19.\",\"max_tokens\":8}'"; \
+	  echo "  ansible -i inventories/sim all -m ansible.builtin.ping"; \
+	  echo "  make sim-status | make sim-down"
+
+test: deps
+	@$(PY) -m pytest tests/unit
+	@$(PY) -m pytest tests/integration
+
+test-unit: deps
+	@$(PY) -m pytest tests/unit
+
+test-integration: deps
+	@$(PY) -m pytest tests/integration
+
+bench: deps
+	@echo "no benchmarks yet (the 'prove it' issue adds them)"

@@ -1,0 +1,122 @@
+"""Fleet-level verbs: up, down, status."""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+from . import checkpoint, image, inventory, layout, network, rank
+from .proc import SimError, ok, run, say
+
+STATE_FILE = layout.STATE_DIR / "sim.json"
+
+
+def _state() -> dict:
+    try:
+        return json.loads(STATE_FILE.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def up(count: int) -> dict:
+    """Bring ``count`` pairs up. Re-running with the same count on a healthy fleet changes nothing."""
+    wanted = layout.pairs(count)
+    current = _state()
+    if current and current.get("pairs") != count:
+        say(f"simulator has {current.get('pairs')} pair(s); resizing to {count}")
+        down()
+    layout.STATE_DIR.mkdir(parents=True, exist_ok=True)
+    meta = image.build(checkpoint.MODEL_REVISION)
+    model_src = layout.CACHE_DIR / "model"
+    if not (model_src / checkpoint.MODEL_DIRNAME / checkpoint.REVISION_MARKER).exists():
+        checkpoint.write(model_src)
+    model_src = model_src / checkpoint.MODEL_DIRNAME
+    network.bridge_up()
+    for pair in wanted:
+        for r in pair.ranks:
+            network.rank_net_up(r)
+        network.pair_fabric_up(pair)
+    ranks = [r for p in wanted for r in p.ranks]
+    for r in ranks:
+        rank.prepare(r, model_src)
+        rank.start(r)
+    (layout.STATE_DIR / "ssh" / "known_hosts").write_text("".join(rank.host_key_line(r) for r in ranks))
+    for r in ranks:
+        rank.wait_ready(r)
+    inv = inventory.write(count, meta)
+    state = {"pairs": count, "ranks": [r.name for r in ranks], "image": meta, "inventory": str(inv),
+             "up_since": _state().get("up_since") or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    STATE_FILE.write_text(json.dumps(state, indent=2) + "\n")
+    return state
+
+
+def _remove_cgroups() -> int:
+    removed = 0
+    root = Path("/sys/fs/cgroup")
+    for parent in root.glob(f"*/{layout.PREFIX}-*"):
+        for d in sorted((p for p in parent.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+        try:
+            parent.rmdir()
+            removed += 1
+        except OSError:
+            pass
+    return removed
+
+
+def down() -> None:
+    """Tear everything down, from the state file or, after a crash, from the names alone."""
+    for ns in network.list_netns():
+        left = rank.kill_netns_processes(ns)
+        if left:
+            raise SimError(f"could not stop {left} process(es) in {ns}; nothing else removed")
+    network.teardown_net()
+    _remove_cgroups()
+    if (layout.STATE_DIR / "ranks").exists():
+        shutil.rmtree(layout.STATE_DIR / "ranks")
+    STATE_FILE.unlink(missing_ok=True)
+    if layout.INVENTORY_DIR.exists():
+        shutil.rmtree(layout.INVENTORY_DIR)
+    rank.remove_created_mountpoints()
+
+
+def leftovers() -> list[str]:
+    """Everything of the simulator still present on the host (empty after a clean sim-down)."""
+    found = [f"netns {n}" for n in network.list_netns()]
+    found += [f"link {l}" for l in network.list_links()]
+    if ok(["iptables", "-w", "-S", "FORWARD"]):
+        found += [f"iptables {l}" for l in run(["iptables", "-w", "-S", "FORWARD"]).stdout.splitlines()
+                  if network.IPT_COMMENT in l]
+    found += [f"cgroup {p}" for p in Path("/sys/fs/cgroup").glob(f"*/{layout.PREFIX}-*")]
+    mounts = Path("/proc/self/mountinfo").read_text()
+    found += [f"mount {l.split()[4]}" for l in mounts.splitlines() if str(layout.STATE_DIR) in l or "/run/netns/dsim" in l]
+    for pid_dir in Path("/proc").glob("[0-9]*"):
+        try:
+            cmd = (pid_dir / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(layout.STATE_DIR / "ranks") in cmd:
+            found.append(f"process {pid_dir.name}: {cmd[:120]}")
+    if layout.CREATED_MOUNTPOINTS.exists():
+        found += [f"mount point {d}" for d in layout.CREATED_MOUNTPOINTS.read_text().split() if Path(d).exists()]
+    return found
+
+
+def status() -> dict:
+    st = _state()
+    out = {"up": bool(st), "pairs": st.get("pairs", 0), "inventory": st.get("inventory"), "ranks": []}
+    for r in layout.all_ranks(st["pairs"]) if st else []:
+        alive = bool(rank._pid_alive(r.sub("run") / "init.pid"))
+        docker = alive and rank.ssh(r, ["docker", "info", "--format", "{{.ID}}"], check=False, timeout=15)
+        out["ranks"].append({
+            "name": r.name, "rank": r.rank, "netns": r.netns, "mgmt_ip": r.mgmt_ip, "fabric_ip": r.fabric_ip,
+            "sshd": alive, "dockerd": bool(docker and docker.returncode == 0),
+            "engine_id": docker.stdout.strip() if docker and docker.returncode == 0 else None,
+        })
+    if st:
+        out["image"] = {k: st["image"][k] for k in ("image_tag", "image_id", "image_archive")}
+    return out

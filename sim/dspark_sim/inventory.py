@@ -1,0 +1,96 @@
+"""Write ``inventories/sim/``: the simulated fleet as a real fleet inventory would describe it."""
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import yaml
+
+from . import checkpoint, image, layout
+
+MANIFEST_SRC = layout.REPO_ROOT / "sim" / "engine" / "runtime-manifest.vllm-sim.3.json"
+HEADER = "# Written by the gb10.dspark pair simulator (`make sim-up`). Do not edit: sim-up rewrites it.\n"
+
+
+def _dump(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(HEADER + yaml.safe_dump(data, sort_keys=False, default_flow_style=False))
+
+
+def hosts(count: int) -> dict:
+    pair_groups = {}
+    for pair in layout.pairs(count):
+        pair_hosts = {}
+        for r in pair.ranks:
+            pair_hosts[r.name] = {
+                "ansible_host": r.mgmt_ip,
+                "dspark_rank": r.rank,
+                "dspark_fabric_ip": r.fabric_ip,
+                "dspark_eth_if": r.port["netdev"],
+                "dspark_ib_hca": r.port["hca"],
+                "dspark_ib_hca_twin": r.port["twin_hca"],
+            }
+        pair_groups[pair.group] = {"hosts": pair_hosts, "vars": {"dspark_pair": f"sim{pair.index:02d}"}}
+    return {
+        "all": {
+            "children": {
+                "dspark_pairs": {"children": pair_groups},
+                "dspark_heads": {"hosts": {p.head.name: None for p in layout.pairs(count)}},
+                "dspark_workers": {"hosts": {p.worker.name: None for p in layout.pairs(count)}},
+            }
+        }
+    }
+
+
+def pin(meta: dict) -> dict:
+    manifest_sha = hashlib.sha256(MANIFEST_SRC.read_bytes()).hexdigest()
+    lab = meta["labels"]
+    return {
+        "dspark_pin": {
+            "release": "sim-v026",
+            "image_tag": meta["image_tag"],
+            "image_id": meta["image_id"],
+            "image_manifest_digest": None,
+            "image_architecture": meta["image_architecture"],
+            "image_archive_sha256": meta["image_archive_sha256"],
+            "vllm_version": lab["io.r0b0tlab.vllm.package.version"],
+            "integrated_vllm_commit": lab["io.r0b0tlab.vllm.integrated.commit"],
+            "source_revision": lab["org.opencontainers.image.revision"],
+            "cudagraph_selector": lab["io.r0b0tlab.cudagraph.selector"],
+            "model_id": checkpoint.MODEL_ID,
+            "model_revision": checkpoint.MODEL_REVISION,
+            "runtime_manifest_path": "/opt/r0b0tlab/runtime-manifest.json",
+            "runtime_manifest_sha256": manifest_sha,
+            "kv_cache_dtype": lab["io.r0b0tlab.kv-cache.dtype"],
+            "speculative_method": lab["io.r0b0tlab.speculative.method"],
+            "speculative_tokens": int(lab["io.r0b0tlab.speculative.tokens"]),
+        }
+    }
+
+
+def write(count: int, meta: dict) -> Path:
+    inv = layout.INVENTORY_DIR
+    if inv.exists():
+        shutil.rmtree(inv)
+    _dump(inv / "hosts.yml", hosts(count))
+    key = layout.STATE_DIR / "ssh" / "id_ed25519"
+    known = layout.STATE_DIR / "ssh" / "known_hosts"
+    _dump(inv / "group_vars" / "all" / "connection.yml", {
+        "ansible_user": "root",
+        "ansible_ssh_private_key_file": str(key),
+        "ansible_ssh_common_args": f"-o UserKnownHostsFile={known} -o StrictHostKeyChecking=yes -o ConnectTimeout=10",
+        "ansible_python_interpreter": "/usr/bin/python3",
+    })
+    _dump(inv / "group_vars" / "all" / "pin.yml", pin(meta))
+    _dump(inv / "group_vars" / "all" / "site.yml", {
+        "dspark_image_archive": meta["image_archive"],
+        "dspark_runtime_manifest_src": str(MANIFEST_SRC),
+        "dspark_model_dir": f"{layout.RANK_MOUNTS['models']}/{checkpoint.MODEL_DIRNAME}",
+        "dspark_served_model_name": "deepseek-v4-flash-dspark",
+        "dspark_api_port": 8888,
+        "dspark_master_port": 25000,
+        "dspark_container_name": "dspark_vllm",
+        "dspark_simulated": True,
+    })
+    return inv

@@ -1,0 +1,185 @@
+"""Bring one simulated rank up (folders, keys, fake hardware, dockerd, sshd) and down."""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import layout, network
+from .proc import SimError, run, say
+
+INIT = layout.REPO_ROOT / "sim" / "rank" / "init.sh"
+FAKEBIN = layout.REPO_ROOT / "sim" / "fakehw" / "bin"
+
+
+def control_key() -> Path:
+    key = layout.STATE_DIR / "ssh" / "id_ed25519"
+    if not key.exists():
+        key.parent.mkdir(parents=True, exist_ok=True)
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gb10-dspark-sim-control", "-f", str(key)])
+    return key
+
+
+def prepare(rank: layout.Rank, model_src: Path) -> None:
+    """Lay out the rank's private folders. Safe to call on a running rank (changes nothing then)."""
+    for sub in (*layout.RANK_MOUNTS, "run", "log", "ssh"):
+        rank.sub(sub).mkdir(parents=True, exist_ok=True)
+    rank.sub("tmp").chmod(0o1777)
+    (rank.dir / "mounts").write_text("".join(f"{rank.sub(s)} {t}\n" for s, t in layout.RANK_MOUNTS.items()))
+    daemon = {
+        "data-root": "/var/lib/docker",
+        "exec-root": "/run/docker",
+        "pidfile": "/run/docker.pid",
+        "hosts": ["unix:///run/docker.sock"],
+        "iptables": False,
+        "ip-masq": False,
+        "bridge": "none",
+        "cgroup-parent": f"{layout.PREFIX}-{rank.name}",
+        "log-driver": "json-file",
+        "log-opts": {"max-size": "50m", "max-file": "2"},
+    }
+    (rank.sub("etc-docker") / "daemon.json").write_text(json.dumps(daemon, indent=2) + "\n")
+    hostkey = rank.sub("ssh") / "ssh_host_ed25519_key"
+    if not hostkey.exists():
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", rank.name, "-f", str(hostkey)])
+    pub = Path(str(control_key()) + ".pub").read_text()
+    (rank.sub("ssh") / "authorized_keys").write_text(pub)
+    for tool in ("nvidia-smi", "ibdev2netdev"):
+        link = rank.sub("fakebin") / tool
+        if not link.is_symlink():
+            link.symlink_to(FAKEBIN / tool)
+    if not (rank.sub("hw") / "gpu.json").exists():
+        _fakehw_init(rank)
+    dest = rank.sub("models") / model_src.name
+    if not dest.exists():
+        shutil.copytree(model_src, dest, symlinks=False)
+
+
+def _fakehw_init(rank: layout.Rank) -> None:
+    port = rank.port
+    env = dict(os.environ, PYTHONPATH=str(layout.REPO_ROOT / "sim"))
+    subprocess.run([sys.executable, "-m", "fakehw", "--hw-dir", str(rank.sub("hw")), "init",
+                    "--hca", port["hca"], "--netdev", port["netdev"],
+                    "--twin-hca", port["twin_hca"], "--twin-netdev", port["twin_netdev"],
+                    "--seed", str(rank.pair * 2 + rank.rank)], check=True, env=env, timeout=30)
+
+
+def _pid_alive(pidfile: Path) -> int | None:
+    try:
+        pid = int(pidfile.read_text().strip())
+        os.kill(pid, 0)
+        return pid
+    except (OSError, ValueError):
+        return None
+
+
+def ensure_mountpoints() -> None:
+    for target in layout.RANK_MOUNTS.values():
+        missing = []
+        p = Path(target)
+        while not p.exists():
+            missing.append(p)
+            p = p.parent
+        for d in reversed(missing):
+            d.mkdir()
+            with layout.CREATED_MOUNTPOINTS.open("a") as f:
+                f.write(f"{d}\n")
+
+
+def remove_created_mountpoints() -> None:
+    try:
+        created = layout.CREATED_MOUNTPOINTS.read_text().split()
+    except OSError:
+        return
+    for d in reversed(created):
+        try:
+            Path(d).rmdir()
+        except OSError:
+            pass
+    layout.CREATED_MOUNTPOINTS.unlink(missing_ok=True)
+
+
+def start(rank: layout.Rank) -> None:
+    if _pid_alive(rank.sub("run") / "init.pid"):
+        return
+    ensure_mountpoints()
+    log = open(rank.sub("log") / "init.log", "ab")
+    subprocess.Popen(
+        ["nsenter", f"--net=/var/run/netns/{rank.netns}", "unshare", "--mount", "--uts", "--propagation", "private",
+         str(INIT), str(rank.dir), rank.mgmt_ip, rank.name],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True)
+
+
+def wait_ready(rank: layout.Rank, timeout: float = 90) -> None:
+    """Ready = sshd answers on the management address and the rank's dockerd answers over SSH."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((rank.mgmt_ip, 22), timeout=2):
+                break
+        except OSError:
+            if not _pid_alive(rank.sub("run") / "init.pid") and time.monotonic() > deadline - timeout + 5:
+                tail = (rank.sub("log") / "init.log").read_text(errors="replace")[-600:]
+                raise SimError(f"rank {rank.name}: its init exited during start-up:\n{tail}")
+            time.sleep(0.3)
+    else:
+        raise SimError(f"rank {rank.name}: sshd not reachable on {rank.mgmt_ip}:22 after {timeout}s "
+                       f"(see {rank.sub('log')}/init.log, sshd.log)")
+    while time.monotonic() < deadline:
+        if ssh(rank, ["docker", "info", "--format", "{{.ID}}"], check=False).returncode == 0:
+            return
+        time.sleep(0.5)
+    raise SimError(f"rank {rank.name}: dockerd did not answer within {timeout}s (see {rank.sub('log')}/dockerd.log)")
+
+
+def ssh_argv(rank: layout.Rank) -> list[str]:
+    return ["ssh", "-i", str(control_key()), "-o", f"UserKnownHostsFile={layout.STATE_DIR / 'ssh' / 'known_hosts'}",
+            "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5",
+            f"root@{rank.mgmt_ip}", "--"]
+
+
+def ssh(rank: layout.Rank, argv: list[str], check: bool = True, timeout: float = 60):
+    return run([*ssh_argv(rank), shlex.join(argv)], check=check, timeout=timeout)
+
+
+def host_key_line(rank: layout.Rank) -> str:
+    pub = (rank.sub("ssh") / "ssh_host_ed25519_key.pub").read_text().split()
+    return f"{rank.mgmt_ip} {pub[0]} {pub[1]}\n"
+
+
+def kill_netns_processes(netns: str, grace: float = 10) -> int:
+    """Stop every process living in the rank's network namespace: sshd, dockerd, containerd,
+    shims and engine containers (host networking puts them all there). TERM first, then KILL."""
+    pids = network.netns_pids(netns)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + (grace if sig == signal.SIGTERM else 5)
+        while time.monotonic() < deadline:
+            pids = [p for p in network.netns_pids(netns)]
+            if not pids:
+                return 0
+            time.sleep(0.2)
+    left = network.netns_pids(netns)
+    if left:
+        say(f"processes still alive in {netns}: {left}")
+    return len(left)
+
+
+def stop_dockerd_gracefully(rank: layout.Rank) -> None:
+    pid = _pid_alive(rank.sub("run") / "dockerd.pid")
+    if pid:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and _pid_alive(rank.sub("run") / "dockerd.pid"):
+            time.sleep(0.2)
