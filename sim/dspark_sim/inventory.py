@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import resource
 import shutil
 from pathlib import Path
 
@@ -69,6 +70,13 @@ def pin(meta: dict) -> dict:
     }
 
 
+def memlock_limit() -> str:
+    """What the engines may lock: unlimited on a real GB10, the machine's hard limit here
+    (runc cannot raise RLIMIT_MEMLOCK above it, and the container would not start)."""
+    _, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    return "-1:-1" if hard == resource.RLIM_INFINITY else f"{hard}:{hard}"
+
+
 def write(count: int, meta: dict) -> Path:
     inv = layout.INVENTORY_DIR
     if inv.exists():
@@ -91,6 +99,7 @@ def write(count: int, meta: dict) -> Path:
         "dspark_api_port": 8888,
         "dspark_master_port": 25000,
         "dspark_container_name": "dspark_vllm",
+        "dspark_engine_memlock": memlock_limit(),
         "dspark_simulated": True,
     })
     return inv

@@ -65,7 +65,10 @@ def prepare(rank: layout.Rank, model_src: Path) -> None:
 def _fakehw_init(rank: layout.Rank) -> None:
     port = rank.port
     env = dict(os.environ, PYTHONPATH=str(layout.REPO_ROOT / "sim"))
-    subprocess.run([sys.executable, "-m", "fakehw", "--hw-dir", str(rank.sub("hw")), "init",
+    # Inside the rank's netns, so the InfiniBand tree sees the rank's own links.
+    subprocess.run(["nsenter", f"--net=/var/run/netns/{rank.netns}",
+                    sys.executable, "-m", "fakehw", "--hw-dir", str(rank.sub("hw")),
+                    "--sysfs-root", str(rank.sub("hw")), "init",
                     "--hca", port["hca"], "--netdev", port["netdev"],
                     "--twin-hca", port["twin_hca"], "--twin-netdev", port["twin_netdev"],
                     "--seed", str(rank.pair * 2 + rank.rank)], check=True, env=env, timeout=30)

@@ -360,7 +360,7 @@ def _gpu_tree(top, g):
         ("inforom_version", na(["img_version", "oem_object", "ecc_object", "pwr_object"])),
         ("inforom_bbx_flush", na(["latest_timestamp", "latest_duration"])),
         ("gpu_operation_mode", na(["current_gom", "pending_gom"])),
-        
+        ("c2c_mode", "N/A"),
         ("gpu_virtualization_mode", [("virtualization_mode", "None"), ("host_vgpu_mode", "N/A"),
                                      ("vgpu_heterogeneous_mode", "N/A")]),
         ("gpu_recovery_action", "None"),

@@ -1,0 +1,78 @@
+"""Simulator settings and fault injection, read from the environment of one rank.
+
+``DSPARK_SIM_FAULT`` is a comma-separated list of FAULTS; an unknown name refuses start-up.
+Numeric knobs (all optional): ``DSPARK_SIM_STARTUP_DELAY_S`` (0), ``DSPARK_SIM_TOKEN_DELAY_S``
+(0, or 0.25 under ``slow_tokens``), ``DSPARK_SIM_JOIN_TIMEOUT_S`` (600),
+``DSPARK_SIM_HEARTBEAT_TIMEOUT_S`` (5), ``DSPARK_SIM_DIE_AFTER_REQUESTS`` (3, used by
+``die_after_requests``), ``DSPARK_SIM_KV_TOKENS`` (overrides the KV capacity).
+"""
+import os
+from dataclasses import dataclass
+
+FAULTS = {
+    "crash_on_start": "exit 1 with a traceback after the first start-up log lines",
+    "worker_never_joins": "a headless worker that never connects to the head",
+    "wrong_usage": "usage.prompt_tokens is one too many and total_tokens is not the sum",
+    "forbidden_marker": "log a line containing 'Marlin' and 'fallback to eager'",
+    "wrong_cudagraph_mode": "the Worker_TP CUDA_GRAPH_RUNTIME line reports mode=PIECEWISE",
+    "slow_tokens": "each generated token takes DSPARK_SIM_TOKEN_DELAY_S (default 0.25 s)",
+    "die_after_requests": "the engine dies after DSPARK_SIM_DIE_AFTER_REQUESTS generation requests",
+}
+DEATH_GRACE_S = 1.0          # /health answers 503 this long before a dead engine exits
+SLOW_TOKEN_DELAY_S = 0.25
+
+
+class SettingsError(ValueError):
+    """A DSPARK_SIM_* variable is invalid."""
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    faults: frozenset = frozenset()
+    startup_delay_s: float = 0.0
+    token_delay_s: float = 0.0
+    join_timeout_s: float = 600.0
+    heartbeat_timeout_s: float = 5.0
+    die_after_requests: int = 3
+    kv_tokens: int = None
+
+    def has(self, fault):
+        return fault in self.faults
+
+    @property
+    def heartbeat_interval_s(self):
+        return min(0.5, self.heartbeat_timeout_s / 4)
+
+
+def _number(env, name, default, cast, minimum):
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = cast(raw.strip())
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r} is not a valid {cast.__name__}") from None
+    if value != value or value < minimum or value == float("inf"):
+        raise SettingsError(f"{name}={raw!r} must be a finite number >= {minimum}")
+    return value
+
+
+def load(env=None):
+    """SimSettings from ``env`` (default ``os.environ``); SettingsError when invalid."""
+    env = os.environ if env is None else env
+    names = [n.strip() for n in env.get("DSPARK_SIM_FAULT", "").split(",") if n.strip()]
+    unknown = sorted(set(names) - set(FAULTS))
+    if unknown:
+        raise SettingsError(f"DSPARK_SIM_FAULT: unknown fault name(s) {', '.join(unknown)}; "
+                            f"known faults: {', '.join(FAULTS)}")
+    faults = frozenset(names)
+    slow_default = SLOW_TOKEN_DELAY_S if "slow_tokens" in faults else 0.0
+    return SimSettings(
+        faults=faults,
+        startup_delay_s=_number(env, "DSPARK_SIM_STARTUP_DELAY_S", 0.0, float, 0),
+        token_delay_s=_number(env, "DSPARK_SIM_TOKEN_DELAY_S", slow_default, float, 0),
+        join_timeout_s=_number(env, "DSPARK_SIM_JOIN_TIMEOUT_S", 600.0, float, 0),
+        heartbeat_timeout_s=_number(env, "DSPARK_SIM_HEARTBEAT_TIMEOUT_S", 5.0, float, 0.1),
+        die_after_requests=_number(env, "DSPARK_SIM_DIE_AFTER_REQUESTS", 3, int, 1),
+        kv_tokens=_number(env, "DSPARK_SIM_KV_TOKENS", None, int, 0),
+    )

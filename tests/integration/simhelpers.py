@@ -1,0 +1,74 @@
+"""Helpers for the integration tests: the simulator CLI, Ansible, SSH to a rank, HTTP polling."""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "sim"))
+
+from dspark_sim import fleet, layout  # noqa: E402
+from dspark_sim import rank as sim_rank  # noqa: E402
+
+INVENTORY = ROOT / "inventories" / "sim"
+PAIRS = 2
+
+
+def sim_cli(*args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "sim"))
+    res = subprocess.run([sys.executable, "-m", "dspark_sim", *args], env=env, text=True,
+                         capture_output=True, timeout=timeout)
+    if check and res.returncode != 0:
+        raise AssertionError(f"dspark_sim {' '.join(args)} exited {res.returncode}:\n{res.stdout}\n{res.stderr}")
+    return res
+
+
+def ansible(*args: str, tool: str = "ansible", check: bool = True, timeout: float = 900) -> subprocess.CompletedProcess:
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0")
+    exe = str(Path(sys.executable).with_name(tool))
+    res = subprocess.run([exe, "-i", str(INVENTORY), *args], cwd=ROOT, env=env, text=True,
+                         capture_output=True, timeout=timeout)
+    if check and res.returncode != 0:
+        raise AssertionError(f"{tool} {' '.join(args)} exited {res.returncode}:\n{res.stdout[-6000:]}\n{res.stderr[-3000:]}")
+    return res
+
+
+def on_rank(rank: layout.Rank, argv: list[str], check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+    """Run argv on a rank over the simulator's real SSH."""
+    res = subprocess.run([*sim_rank.ssh_argv(rank), shlex.join(argv)], text=True, capture_output=True, timeout=timeout)
+    if check and res.returncode != 0:
+        raise AssertionError(f"{rank.name}: {argv} exited {res.returncode}: {res.stderr}")
+    return res
+
+
+def http_get(url: str, timeout: float = 5) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def wait_for(pred, timeout: float, interval: float = 0.5, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = pred()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+def container_state(rank: layout.Rank, name: str = "dspark_vllm") -> dict:
+    out = on_rank(rank, ["docker", "container", "inspect", name]).stdout
+    return json.loads(out)[0]["State"]
+
+

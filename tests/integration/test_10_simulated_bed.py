@@ -1,0 +1,127 @@
+"""The simulated bed: real SSH, one engine per rank, fake GPU/fabric, the stand-in pair."""
+from __future__ import annotations
+
+import json
+import re
+import socket
+
+from simhelpers import PAIRS, ansible, container_state, http_get, on_rank, sim_cli, wait_for
+from dspark_sim import layout
+
+
+def test_ansible_pings_every_rank_over_ssh(sim):
+    res = ansible("all", "-m", "ansible.builtin.ping", "-o")
+    answered = re.findall(r"^(\S+) \| SUCCESS", res.stdout, re.M)
+    assert sorted(answered) == sorted(r.name for p in sim for r in p.ranks)
+    assert len(answered) == 2 * PAIRS
+
+
+def test_inventory_forms_pairs_with_head_rank0(sim):
+    inv = json.loads(ansible("--list", tool="ansible-inventory").stdout)
+    for pair in sim:
+        hosts = inv[pair.group]["hosts"]
+        assert sorted(hosts) == sorted([pair.head.name, pair.worker.name])
+        hv = inv["_meta"]["hostvars"]
+        assert hv[pair.head.name]["dspark_rank"] == 0 and hv[pair.worker.name]["dspark_rank"] == 1
+        assert hv[pair.head.name]["dspark_eth_if"] != hv[pair.worker.name]["dspark_eth_if"]
+    assert inv["dspark_heads"]["hosts"] == [p.head.name for p in sim]
+
+
+def test_each_rank_is_a_host_of_its_own(sim):
+    head, worker = sim[0].ranks
+    ids = {r.name: on_rank(r, ["docker", "info", "--format", "{{.ID}}"]).stdout.strip() for p in sim for r in p.ranks}
+    assert len(set(ids.values())) == 2 * PAIRS, ids
+    assert on_rank(head, ["hostname"]).stdout.strip() == head.name
+    # /etc/dspark is private to each rank: a file written on the head is absent on the worker and on the host.
+    on_rank(head, ["sh", "-c", "echo head-only > /etc/dspark/probe"])
+    try:
+        assert on_rank(worker, ["test", "-e", "/etc/dspark/probe"], check=False).returncode == 1
+        assert not __import__("os").path.exists("/etc/dspark/probe")
+    finally:
+        on_rank(head, ["rm", "-f", "/etc/dspark/probe"])
+    # Each rank sees only its own links, named like a GB10's ports.
+    links = on_rank(head, ["ip", "-br", "link"]).stdout
+    assert "enP7s7" in links and "enp1s0f0np0" in links and "enp1s0f1np1" not in links
+
+
+def test_ranks_reach_each_other_over_the_fabric_link(sim):
+    head, worker = sim[0].ranks
+    # The worker's sshd listens on the management port only, so the fabric answers with a refusal:
+    # the packet crossed the 'cable' and came back.
+    res = on_rank(head, ["bash", "-c", f"exec 3<>/dev/tcp/{worker.fabric_ip}/22"], check=False)
+    assert "Connection refused" in res.stderr
+    res = on_rank(head, ["bash", "-c", f"exec 3<>/dev/tcp/{worker.mgmt_ip}/22 && echo open"], check=False)
+    assert res.stdout.strip() == "open"
+
+
+def test_fake_gpu_answers_as_a_gb10(sim):
+    head = sim[0].head
+    out = on_rank(head, ["nvidia-smi", "--query-gpu=name,compute_cap,memory.total", "--format=csv,noheader"]).stdout
+    assert out.strip() == "NVIDIA GB10, 12.1, [N/A]"
+
+
+def test_ibdev2netdev_follows_the_link_state(sim):
+    head = sim[1].head
+    hca, netdev = layout.HEAD_PORT["hca"], layout.HEAD_PORT["netdev"]
+    line = lambda: next(l for l in on_rank(head, ["ibdev2netdev"]).stdout.splitlines() if l.startswith(hca + " "))
+    assert line() == f"{hca} port 1 ==> {netdev} (Up)"
+    on_rank(head, ["ip", "link", "set", netdev, "down"])
+    try:
+        assert line() == f"{hca} port 1 ==> {netdev} (Down)"
+    finally:
+        on_rank(head, ["ip", "link", "set", netdev, "up"])
+    wait_for(lambda: line().endswith("(Up)"), 10, what="link up again")
+
+
+def test_smoke_playbook_serves_the_pair_and_is_idempotent(sim):
+    res = ansible("playbooks/sim_smoke.yml", tool="ansible-playbook")
+    assert "failed=0" in res.stdout
+    for pair in sim:
+        status, body = http_get(f"http://{pair.head.mgmt_ip}:8888/v1/models")
+        assert status == 200, body
+        card = json.loads(body)["data"][0]
+        assert card["id"] == "deepseek-v4-flash-dspark" and card["max_model_len"] == 327680
+        # The worker is headless: nothing listens on 8888 there.
+        with socket.socket() as s:
+            s.settimeout(2)
+            assert s.connect_ex((pair.worker.mgmt_ip, 8888)) != 0
+    started = {r.name: container_state(r)["StartedAt"] for p in sim for r in p.ranks}
+    again = ansible("playbooks/sim_smoke.yml", tool="ansible-playbook")
+    assert re.search(r"changed=0\s", again.stdout), again.stdout[-3000:]
+    assert started == {r.name: container_state(r)["StartedAt"] for p in sim for r in p.ranks}
+
+
+def test_head_serves_only_after_the_worker_joined_and_dies_with_it(sim):
+    head, worker = sim[1].ranks
+    url = f"http://{head.mgmt_ip}:8888/v1/models"
+    if not container_state(head)["Running"]:
+        ansible("playbooks/sim_smoke.yml", tool="ansible-playbook")
+    # Killing the worker makes the head exit non-zero.
+    on_rank(worker, ["docker", "kill", "dspark_vllm"])
+    st = wait_for(lambda: (lambda s: s if not s["Running"] else None)(container_state(head)), 60, what="head exit")
+    assert st["ExitCode"] != 0
+    # A head alone never serves: its API stays closed while it waits for rank 1.
+    on_rank(head, ["docker", "start", "dspark_vllm"])
+    for _ in range(6):
+        assert container_state(head)["Running"]
+        with socket.socket() as s:
+            s.settimeout(1)
+            assert s.connect_ex((head.mgmt_ip, 8888)) != 0
+        __import__("time").sleep(0.5)
+    on_rank(worker, ["docker", "start", "dspark_vllm"])
+    wait_for(lambda: http_get(url)[0] == 200 if _port_open(head.mgmt_ip) else False, 90, what="head ready")
+    logs = on_rank(worker, ["docker", "logs", "dspark_vllm"]).stdout + on_rank(worker, ["docker", "logs", "dspark_vllm"]).stderr
+    assert "headless" in logs
+
+
+def _port_open(ip: str) -> bool:
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex((ip, 8888)) == 0
+
+
+def test_sim_up_again_changes_nothing(sim):
+    pids = {r.name: (r.sub("run") / "dockerd.pid").read_text() for p in sim for r in p.ranks}
+    res = sim_cli("up", "--pairs", str(PAIRS))
+    assert "simulator up" in res.stdout
+    assert pids == {r.name: (r.sub("run") / "dockerd.pid").read_text() for p in sim for r in p.ranks}

@@ -1,0 +1,68 @@
+"""The stand-in image archive: docker-save layout, ID = config digest, cached by its inputs."""
+import hashlib
+import io
+import json
+import tarfile
+
+import pytest
+
+from dspark_sim import image, layout
+
+
+@pytest.fixture
+def tiny_rootfs(tmp_path, monkeypatch):
+    base = tmp_path / "rootfs.tar"
+    with tarfile.open(base, "w") as t:
+        for name, data in (("./etc/os-release", b"ID=debian\n"), ("./usr/bin/python3", b"#!fake\n")):
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            t.addfile(ti, io.BytesIO(data))
+    monkeypatch.setattr(layout, "CACHE_DIR", tmp_path / "cache")
+    (tmp_path / "cache").mkdir()
+    monkeypatch.setattr(image, "rootfs", lambda: base)
+    return base
+
+
+def _members(path):
+    with tarfile.open(path) as t:
+        return {m.name: (t.extractfile(m).read() if m.isreg() else None) for m in t.getmembers()}
+
+
+def test_archive_has_docker_save_layout_and_config_digest_id(tiny_rootfs):
+    meta = image.build("9e165c30e2704aec5d9d593cce3eebd58bbef1cb")
+    files = _members(meta["image_archive"])
+    manifest = json.loads(files["manifest.json"])
+    assert len(manifest) == 1 and manifest[0]["RepoTags"] == [image.IMAGE_TAG]
+    config_bytes = files[manifest[0]["Config"]]
+    assert meta["image_id"] == "sha256:" + hashlib.sha256(config_bytes).hexdigest()
+    assert manifest[0]["Config"] == meta["image_id"].split(":")[1] + ".json"
+    layer = files[manifest[0]["Layers"][0]]
+    config = json.loads(config_bytes)
+    assert config["rootfs"]["diff_ids"] == ["sha256:" + hashlib.sha256(layer).hexdigest()]
+    assert config["config"]["Entrypoint"] == ["/usr/local/bin/dspark-entrypoint.sh"]
+    labels = config["config"]["Labels"]
+    for key in ("org.opencontainers.image.revision", "io.r0b0tlab.model.revision", "io.r0b0tlab.vllm.package.version",
+                "io.r0b0tlab.vllm.integrated.commit", "io.r0b0tlab.cudagraph.selector", "io.r0b0tlab.kv-cache.dtype",
+                "io.r0b0tlab.speculative.method", "io.r0b0tlab.speculative.tokens"):
+        assert labels[key], key
+    with tarfile.open(fileobj=io.BytesIO(layer)) as t:
+        names = set(t.getnames())
+    assert {"etc/os-release", "usr/local/bin/vllm", "usr/local/bin/dspark-entrypoint.sh",
+            "opt/dspark-engine/dspark_engine/cli.py"} <= names
+
+
+def test_archive_is_reused_then_rebuilt_when_an_input_changes(tiny_rootfs):
+    first = image.build("a" * 40)
+    again = image.build("a" * 40)
+    assert again == first
+    other = image.build("b" * 40)
+    assert other["image_id"] != first["image_id"]
+    # the superseded archive is removed from the cache
+    assert [p.name for p in layout.CACHE_DIR.glob("dspark-standin-*.tar")] == [other["image_archive"].rsplit("/", 1)[1]]
+
+
+def test_rebuilding_gives_the_same_id(tiny_rootfs):
+    first = image.build("c" * 40)
+    for p in layout.CACHE_DIR.glob("dspark-standin-*"):
+        p.unlink()
+    assert image.build("c" * 40)["image_id"] == first["image_id"]
