@@ -12,7 +12,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(VENV)/bin:$(PATH)
 SIM    := PYTHONPATH=$(CURDIR)/sim $(PY) -m dspark_sim
 
-.PHONY: help deps sim-image sim-up sim-down sim-status demo test test-unit test-integration bench
+.PHONY: help deps sim-image sim-up sim-down sim-status demo test test-unit test-integration test-molecule bench
 
 help:
 	@echo "make demo   bring one simulated GB10 pair up and serve the stand-in engine on it"
@@ -64,12 +64,16 @@ demo: sim-up
 test: deps
 	@$(PY) -m pytest tests/unit
 	@$(PY) -m pytest tests/integration
+	@$(VENV)/bin/molecule test -s sim
 
 test-unit: deps
 	@$(PY) -m pytest tests/unit
 
 test-integration: deps
 	@$(PY) -m pytest tests/integration
+
+test-molecule: deps
+	@$(VENV)/bin/molecule test -s sim
 
 bench: deps
 	@echo "no benchmarks yet (the 'prove it' issue adds them)"

@@ -18,7 +18,6 @@ import zipfile
 from pathlib import Path
 
 import yaml
-from ansible.module_utils.compat.version import LooseVersion
 from ansible.galaxy.dependency_resolution.versioning import meets_requirements
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,11 +46,18 @@ def installed_version(name: str) -> str | None:
 
 
 def missing() -> list[tuple[str, str]]:
+    """Required collections absent or at a version outside their range, then absent dependencies."""
     out = []
     for name, spec in wanted():
         v = installed_version(name)
         if v is None or not meets_requirements(v, spec):
             out.append((name, spec))
+            continue
+        manifest = json.loads((AC.joinpath(*name.split(".")) / "MANIFEST.json").read_text())
+        for dep, dep_spec in (manifest["collection_info"].get("dependencies") or {}).items():
+            dv = installed_version(dep)
+            if dv is None or not meets_requirements(dv, dep_spec):
+                out.append((dep, dep_spec))
     return out
 
 
@@ -85,13 +91,20 @@ def from_offline_dir(path: Path) -> bool:
     return subprocess.run(cmd, capture_output=True, text=True).returncode == 0 and not missing()
 
 
-def from_community_package(names: list[str]) -> None:
+def from_community_package(names: list[str]) -> list[str]:
+    """Unpack the named collections and, recursively, the collections they depend on.
+    Returns every collection unpacked."""
+    done: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
                         "-d", tmp, ANSIBLE_PACKAGE], check=True)
         wheel = next(Path(tmp).glob("ansible-*.whl"))
         with zipfile.ZipFile(wheel) as z:
-            for name in names:
+            queue = list(names)
+            while queue:
+                name = queue.pop(0)
+                if name in done:
+                    continue
                 ns, coll = name.split(".")
                 prefix = f"ansible_collections/{ns}/{coll}/"
                 members = [m for m in z.namelist() if m.startswith(prefix)]
@@ -101,6 +114,10 @@ def from_community_package(names: list[str]) -> None:
                 if target.exists():
                     subprocess.run(["rm", "-rf", str(target)], check=True)
                 z.extractall(DEST, members)
+                done.append(name)
+                deps = json.loads((target / "MANIFEST.json").read_text())["collection_info"].get("dependencies") or {}
+                queue.extend(d for d in deps if installed_version(d) is None)
+    return done
 
 
 def main() -> int:
@@ -117,7 +134,8 @@ def main() -> int:
         say("installed from Ansible Galaxy")
     else:
         say(f"Galaxy unreachable; taking {', '.join(n for n, _ in todo)} from the community package {ANSIBLE_PACKAGE}")
-        from_community_package([n for n, _ in todo])
+        unpacked = from_community_package([n for n, _ in todo])
+        say("unpacked " + ", ".join(f"{n} {installed_version(n)}" for n in unpacked))
         still = missing()
         if still:
             say(f"versions do not satisfy requirements.yml: {still}")
