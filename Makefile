@@ -12,12 +12,12 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(VENV)/bin:$(PATH)
 SIM    := PYTHONPATH=$(CURDIR)/sim $(PY) -m dspark_sim
 
-.PHONY: help deps sim-image sim-up sim-down sim-status demo test test-unit test-integration test-molecule bench
+.PHONY: help deps sim-image sim-up sim-down sim-status demo test test-unit test-integration test-molecule
 
 help:
 	@echo "make demo   bring one simulated GB10 pair up and serve the stand-in engine on it"
 	@echo "make test   unit and integration tests (installs what they need)"
-	@echo "make sim-up PAIRS=N | sim-down | sim-status | sim-image | deps | bench"
+	@echo "make sim-up PAIRS=N | sim-down | sim-status | sim-image | deps | test-unit | test-integration | test-molecule"
 
 # ---- dependencies -----------------------------------------------------------------------
 deps: $(STAMPS)/venv $(STAMPS)/collections
@@ -74,6 +74,3 @@ test-integration: deps
 
 test-molecule: deps
 	@$(VENV)/bin/molecule test -s sim
-
-bench: deps
-	@echo "no benchmarks yet (the 'prove it' issue adds them)"

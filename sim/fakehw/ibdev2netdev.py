@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 
+from ._tool import run_tool
 from . import state as hwstate
 
 DEFAULT_FW = "28.45.1200"
@@ -148,25 +149,13 @@ def _run(argv, out, err, environ=None, probe=probe_netdev):
     return 0
 
 
+def _internal_error(exc):
+    sys.stderr.write("ibdev2netdev: internal error (dspark simulator: %s: %s)\n" % (type(exc).__name__, exc))
+    return 1
+
+
 def main(argv=None):
-    if argv is None:
-        argv = sys.argv[1:]
-    try:
-        code = _run(list(argv), sys.stdout, sys.stderr)
-        sys.stdout.flush()
-        return code
-    except BrokenPipeError:
-        try:
-            sys.stdout = open("/dev/null", "w")
-        except OSError:
-            pass
-        return 0
-    except KeyboardInterrupt:
-        return 130
-    except Exception as exc:  # never show a traceback to callers
-        sys.stderr.write("ibdev2netdev: internal error (dspark simulator: %s: %s)\n"
-                         % (type(exc).__name__, exc))
-        return 1
+    return run_tool(_run, argv, _internal_error)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import hashlib
 import sys
 import time
 
+from ._tool import run_tool
 from . import state as hwstate
 
 EXIT_OK = 0
@@ -827,24 +828,13 @@ def _run(argv, out, err, environ=None):
     return EXIT_OK
 
 
+def _internal_error(exc):
+    sys.stderr.write("Unknown Error (dspark simulator: %s: %s)\n" % (type(exc).__name__, exc))
+    return EXIT_UNKNOWN
+
+
 def main(argv=None):
-    if argv is None:
-        argv = sys.argv[1:]
-    try:
-        code = _run(list(argv), sys.stdout, sys.stderr)
-        sys.stdout.flush()
-        return code
-    except BrokenPipeError:
-        try:
-            sys.stdout = open("/dev/null", "w")
-        except OSError:
-            pass
-        return EXIT_OK
-    except KeyboardInterrupt:
-        return 130
-    except Exception as exc:  # never show a traceback to callers
-        sys.stderr.write("Unknown Error (dspark simulator: %s: %s)\n" % (type(exc).__name__, exc))
-        return EXIT_UNKNOWN
+    return run_tool(_run, argv, _internal_error)
 
 
 if __name__ == "__main__":

@@ -497,19 +497,18 @@ def _load_json(path):
         raise StateError("%s: invalid JSON: %s" % (path, exc)) from None
 
 
-def atomic_write_json(path, obj):
-    """Write *obj* as JSON to *path* atomically (temp file in the same dir + rename)."""
+def atomic_write_text(path, text, mode=0o644):
+    """Write *text* to *path* atomically: temp file in the same dir, fsync, chmod, rename."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
                                dir=directory)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(obj, fh, indent=2, sort_keys=False)
-            fh.write("\n")
+            fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -517,6 +516,11 @@ def atomic_write_json(path, obj):
         except OSError:
             pass
         raise
+
+
+def atomic_write_json(path, obj):
+    """Write *obj* as JSON to *path* atomically."""
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
 def gpu_path(directory=None):

@@ -20,7 +20,6 @@ mount of ``sys/class/infiniband`` keeps working across regenerations.
 
 import os
 import shutil
-import tempfile
 
 from . import ibdev2netdev
 from . import state as hwstate
@@ -34,19 +33,7 @@ def infiniband_dir(root):
 
 
 def _write(path, text):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(path))
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text + "\n")
-        os.chmod(tmp, 0o444)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    hwstate.atomic_write_text(path, text + "\n", mode=0o444)
 
 
 def _prune(directory, keep):

@@ -15,6 +15,9 @@ from . import VERSION
 from .cudagraph import normalize_compilation_config
 from .strict_json import StrictJSONError, loads_object
 
+# Arguments whose values never reach the logs.
+SECRET_ARGS = frozenset({"api_key"})
+REDACTED = "<redacted>"
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4_ds_mla")
 
 
@@ -163,7 +166,8 @@ def parse_args(argv):
         serve.error(f"--node-rank ({args.node_rank}) must be smaller than --nnodes ({args.nnodes})")
     if args.node_rank > 0 and not args.headless:
         serve.error(f"--node-rank {args.node_rank} requires --headless (only rank 0 serves the API)")
-    args.non_default = {("model_tag" if k == "model" else k): v for k, v in vars(args).items()
+    args.non_default = {("model_tag" if k == "model" else k): (REDACTED if k in SECRET_ARGS else v)
+                        for k, v in vars(args).items()
                         if not k.startswith("_") and k != "subcommand" and v != serve.get_default(k)}
     return args
 

@@ -154,3 +154,12 @@ def test_kv_capacity_error_exits_1(engines, model_dir):
     assert "larger than the available KV cache memory" in logs
     assert "estimated maximum model length is 1000" in logs
     assert "Starting vLLM API server" not in logs
+
+
+def test_api_key_is_redacted_from_the_non_default_args_log():
+    from dspark_engine.cli import parse_args
+
+    args = parse_args(["serve", "/model", "--api-key", "sk-sim-secret-123"])
+    assert args.api_key == "sk-sim-secret-123"
+    assert "sk-sim-secret-123" not in repr(args.non_default)
+    assert args.non_default["api_key"] == "<redacted>"
