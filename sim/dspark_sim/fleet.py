@@ -22,6 +22,10 @@ def _state() -> dict:
 def up(count: int) -> dict:
     """Bring ``count`` pairs up. Re-running with the same count on a healthy fleet changes nothing."""
     wanted = layout.pairs(count)
+    for var, path in (("DSPARK_SIM_STATE", layout.STATE_DIR), ("DSPARK_SIM_CACHE", layout.CACHE_DIR)):
+        for target in map(Path, layout.RANK_MOUNTS.values()):
+            if path == target or target in path.parents:
+                raise SimError(f"{var}={path} lies under {target}, which every rank mounts over")
     current = _state()
     if current and current.get("pairs") != count:
         say(f"simulator has {current.get('pairs')} pair(s); resizing to {count}")

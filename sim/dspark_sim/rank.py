@@ -16,7 +16,7 @@ from . import layout, network
 from .proc import SimError, run, say
 
 INIT = layout.REPO_ROOT / "sim" / "rank" / "init.sh"
-FAKEBIN = layout.REPO_ROOT / "sim" / "fakehw" / "bin"
+FAKEHW = layout.REPO_ROOT / "sim" / "fakehw"
 
 
 def control_key() -> Path:
@@ -29,7 +29,7 @@ def control_key() -> Path:
 
 def prepare(rank: layout.Rank, model_src: Path) -> None:
     """Lay out the rank's private folders. Safe to call on a running rank (changes nothing then)."""
-    for sub in (*layout.RANK_MOUNTS, "run", "log", "ssh"):
+    for sub in (*layout.RANK_MOUNTS, "run", "log", "ssh", "tools"):
         rank.sub(sub).mkdir(parents=True, exist_ok=True)
     rank.sub("tmp").chmod(0o1777)
     (rank.dir / "mounts").write_text("".join(f"{rank.sub(s)} {t}\n" for s, t in layout.RANK_MOUNTS.items()))
@@ -51,10 +51,13 @@ def prepare(rank: layout.Rank, model_src: Path) -> None:
         run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", rank.name, "-f", str(hostkey)])
     pub = Path(str(control_key()) + ".pub").read_text()
     (rank.sub("ssh") / "authorized_keys").write_text(pub)
+    # The fake tools are copied into the rank: inside it, the checkout may be hidden (e.g. under /tmp).
+    tools = rank.sub("tools") / "fakehw"
+    shutil.copytree(FAKEHW, tools, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
     for tool in ("nvidia-smi", "ibdev2netdev"):
         link = rank.sub("fakebin") / tool
         if not link.is_symlink():
-            link.symlink_to(FAKEBIN / tool)
+            link.symlink_to(tools / "bin" / tool)
     if not (rank.sub("hw") / "gpu.json").exists():
         _fakehw_init(rank)
     dest = rank.sub("models") / model_src.name
