@@ -64,7 +64,7 @@ demo: sim-up
 test: deps
 	@$(PY) -m pytest tests/unit
 	@$(PY) -m pytest tests/integration
-	@$(VENV)/bin/molecule test -s sim
+	@$(VENV)/bin/molecule test
 
 test-unit: deps
 	@$(PY) -m pytest tests/unit
@@ -73,4 +73,4 @@ test-integration: deps
 	@$(PY) -m pytest tests/integration
 
 test-molecule: deps
-	@$(VENV)/bin/molecule test -s sim
+	@$(VENV)/bin/molecule test
