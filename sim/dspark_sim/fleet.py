@@ -116,10 +116,14 @@ def status() -> dict:
     for r in layout.all_ranks(st["pairs"]) if st else []:
         alive = bool(rank._pid_alive(r.sub("run") / "init.pid"))
         docker = alive and rank.ssh(r, ["docker", "info", "--format", "{{.ID}}"], check=False, timeout=15)
+        engine_up = bool(docker and docker.returncode == 0)
+        serving = engine_up and rank.ssh(r, ["docker", "ps", "--all", "--filter", "label=io.gb10.dspark.rank",
+                                             "--format", "{{.Names}} {{.State}}"], check=False, timeout=15)
         out["ranks"].append({
             "name": r.name, "rank": r.rank, "netns": r.netns, "mgmt_ip": r.mgmt_ip, "fabric_ip": r.fabric_ip,
-            "sshd": alive, "dockerd": bool(docker and docker.returncode == 0),
-            "engine_id": docker.stdout.strip() if docker and docker.returncode == 0 else None,
+            "sshd": alive, "dockerd": engine_up,
+            "engine_id": docker.stdout.strip() if engine_up else None,
+            "containers": serving.stdout.split("\n")[:-1] if serving and serving.returncode == 0 else [],
         })
     if st:
         out["image"] = {k: st["image"][k] for k in ("image_tag", "image_id", "image_archive")}

@@ -85,6 +85,9 @@ def test_smoke_playbook_serves_the_pair_and_is_idempotent(sim):
         with socket.socket() as s:
             s.settimeout(2)
             assert s.connect_ex((pair.worker.mgmt_ip, 8888)) != 0
+    status = json.loads(sim_cli("status").stdout)
+    assert status["up"] and status["pairs"] == PAIRS
+    assert all(r["sshd"] and r["dockerd"] and r["containers"] == ["dspark_vllm running"] for r in status["ranks"])
     started = {r.name: container_state(r)["StartedAt"] for p in sim for r in p.ranks}
     again = ansible("playbooks/sim_smoke.yml", tool="ansible-playbook")
     assert re.search(r"changed=0\s", again.stdout), again.stdout[-3000:]
