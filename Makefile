@@ -12,7 +12,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(VENV)/bin:$(PATH)
 SIM    := PYTHONPATH=$(CURDIR)/sim $(PY) -m dspark_sim
 
-.PHONY: help deps sim-image sim-up sim-down sim-status demo test test-unit test-integration test-molecule
+.PHONY: help deps sim-image sim-up sim-down sim-status demo test test-unit test-integration test-molecule lint
 
 help:
 	@echo "make demo   bring one simulated GB10 pair up and serve the stand-in engine on it"
@@ -61,10 +61,13 @@ demo: sim-up
 	  echo "  ansible -i inventories/sim all -m ansible.builtin.ping"; \
 	  echo "  make sim-status | make sim-down"
 
-test: deps
+test: deps lint
 	@$(PY) -m pytest tests/unit
 	@$(PY) -m pytest tests/integration
 	@$(VENV)/bin/molecule test
+
+lint: deps
+	@$(VENV)/bin/ruff check sim tools tests molecule
 
 test-unit: deps
 	@$(PY) -m pytest tests/unit

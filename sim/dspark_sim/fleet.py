@@ -49,8 +49,9 @@ def up(count: int) -> dict:
     for r in ranks:
         rank.wait_ready(r)
     inv = inventory.write(count, meta)
+    up_since = current.get("up_since") if current.get("pairs") == count else None
     state = {"pairs": count, "ranks": [r.name for r in ranks], "image": meta, "inventory": str(inv),
-             "up_since": _state().get("up_since") or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+             "up_since": up_since or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     STATE_FILE.write_text(json.dumps(state, indent=2) + "\n")
     return state
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from . import checkpoint, image, layout
+from . import checkpoint, layout
 
 MANIFEST_SRC = layout.REPO_ROOT / "sim" / "engine" / "runtime-manifest.vllm-sim.3.json"
 HEADER = "# Written by the gb10.dspark pair simulator (`make sim-up`). Do not edit: sim-up rewrites it.\n"

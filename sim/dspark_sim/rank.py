@@ -133,7 +133,7 @@ def wait_ready(rank: layout.Rank, timeout: float = 90) -> None:
         except OSError:
             if not _pid_alive(rank.sub("run") / "init.pid") and time.monotonic() > deadline - timeout + 5:
                 tail = (rank.sub("log") / "init.log").read_text(errors="replace")[-600:]
-                raise SimError(f"rank {rank.name}: its init exited during start-up:\n{tail}")
+                raise SimError(f"rank {rank.name}: its init exited during start-up:\n{tail}") from None
             time.sleep(0.3)
     else:
         raise SimError(f"rank {rank.name}: sshd not reachable on {rank.mgmt_ip}:22 after {timeout}s "
@@ -172,7 +172,7 @@ def kill_netns_processes(netns: str, grace: float = 10) -> int:
                 pass
         deadline = time.monotonic() + (grace if sig == signal.SIGTERM else 5)
         while time.monotonic() < deadline:
-            pids = [p for p in network.netns_pids(netns)]
+            pids = network.netns_pids(netns)
             if not pids:
                 return 0
             time.sleep(0.2)
@@ -180,12 +180,3 @@ def kill_netns_processes(netns: str, grace: float = 10) -> int:
     if left:
         say(f"processes still alive in {netns}: {left}")
     return len(left)
-
-
-def stop_dockerd_gracefully(rank: layout.Rank) -> None:
-    pid = _pid_alive(rank.sub("run") / "dockerd.pid")
-    if pid:
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and _pid_alive(rank.sub("run") / "dockerd.pid"):
-            time.sleep(0.2)

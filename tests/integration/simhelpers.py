@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "sim"))
 
-from dspark_sim import fleet, layout  # noqa: E402
+from dspark_sim import layout  # noqa: E402
 from dspark_sim import rank as sim_rank  # noqa: E402
 
 INVENTORY = ROOT / "inventories" / "sim"

@@ -1,6 +1,4 @@
 """testinfra checks of a converged simulated pair, run by molecule over the rank's real SSH."""
-import json
-
 
 def _rank(host):
     return int(host.ansible.get_variables()["dspark_rank"])

@@ -332,7 +332,7 @@ def test_api_key_and_multiple_names(engines, model_dir):
 
 def test_keep_alive_survives_early_answers(engines, model_dir):
     port = free_port()
-    proc = engines([model_dir, "--port", str(port), "--host", "127.0.0.1", "--api-key", "k"], port=port).wait_ready()
+    engines([model_dir, "--port", str(port), "--host", "127.0.0.1", "--api-key", "k"], port=port).wait_ready()
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     for path, expected in (("/v1/completions", 401), ("/nope", 404), ("/health", 405)):
         conn.request("POST", path, body=json.dumps({"prompt": "x" * 5000}))
