@@ -1,5 +1,6 @@
 """testinfra checks of a converged simulated pair, run by molecule over the rank's real SSH."""
 
+
 def _rank(host):
     return int(host.ansible.get_variables()["dspark_rank"])
 
