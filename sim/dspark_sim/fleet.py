@@ -44,6 +44,9 @@ def up(count: int) -> dict:
     ranks = [r for p in wanted for r in p.ranks]
     for r in ranks:
         rank.prepare(r, model_src)
+    for pair in wanted:
+        rank.link_pair_ssh(pair)
+    for r in ranks:
         rank.start(r)
     (layout.STATE_DIR / "ssh" / "known_hosts").write_text("".join(rank.host_key_line(r) for r in ranks))
     for r in ranks:

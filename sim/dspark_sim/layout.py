@@ -31,6 +31,7 @@ RANK_MOUNTS = {
     "hw": "/var/lib/dspark-sim/hw",
     "fakebin": "/usr/local/sbin",
     "tmp": "/tmp",
+    "home": "/root",
 }
 # Mount points the simulator creates on the host when missing; it records them there and
 # sim-down removes exactly those again (when empty).

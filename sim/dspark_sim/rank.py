@@ -32,6 +32,8 @@ def prepare(rank: layout.Rank, model_src: Path) -> None:
     for sub in (*layout.RANK_MOUNTS, "run", "log", "ssh", "tools"):
         rank.sub(sub).mkdir(parents=True, exist_ok=True)
     rank.sub("tmp").chmod(0o1777)
+    (rank.sub("home") / ".ssh").mkdir(mode=0o700, exist_ok=True)
+    rank.sub("home").chmod(0o700)
     (rank.dir / "mounts").write_text("".join(f"{rank.sub(s)} {t}\n" for s, t in layout.RANK_MOUNTS.items()))
     daemon = {
         "data-root": "/var/lib/docker",
@@ -49,8 +51,6 @@ def prepare(rank: layout.Rank, model_src: Path) -> None:
     hostkey = rank.sub("ssh") / "ssh_host_ed25519_key"
     if not hostkey.exists():
         run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", rank.name, "-f", str(hostkey)])
-    pub = Path(str(control_key()) + ".pub").read_text()
-    (rank.sub("ssh") / "authorized_keys").write_text(pub)
     # The fake tools are copied into the rank: inside it, the checkout may be hidden (e.g. under /tmp).
     tools = rank.sub("tools") / "fakehw"
     shutil.copytree(FAKEHW, tools, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
@@ -63,6 +63,22 @@ def prepare(rank: layout.Rank, model_src: Path) -> None:
     dest = rank.sub("models") / model_src.name
     if not dest.exists():
         shutil.copytree(model_src, dest, symlinks=False)
+
+
+def link_pair_ssh(pair: layout.Pair) -> None:
+    """Passwordless SSH from the head to its worker, as a real pair has it (the launcher and the
+    gate drive the worker from the head): the head's own key in its private /root, authorised on
+    the worker, and the worker's host key in the head's known_hosts under both its addresses."""
+    head, worker = pair.head, pair.worker
+    head_key = head.sub("home") / ".ssh" / "id_ed25519"
+    if not head_key.exists():
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{head.name}", "-f", str(head_key)])
+    control_pub = Path(str(control_key()) + ".pub").read_text()
+    (head.sub("ssh") / "authorized_keys").write_text(control_pub)
+    (worker.sub("ssh") / "authorized_keys").write_text(control_pub + Path(str(head_key) + ".pub").read_text())
+    worker_pub = " ".join((worker.sub("ssh") / "ssh_host_ed25519_key.pub").read_text().split()[:2])
+    (head.sub("home") / ".ssh" / "known_hosts").write_text(
+        f"{worker.name},{worker.mgmt_ip} {worker_pub}\n")
 
 
 def _fakehw_init(rank: layout.Rank) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import subprocess
 
 from simhelpers import PAIRS, ansible, container_state, http_get, on_rank, sim_cli, wait_for
 from dspark_sim import layout
@@ -52,6 +53,40 @@ def test_ranks_reach_each_other_over_the_fabric_link(sim):
     assert "Connection refused" in res.stderr
     res = on_rank(head, ["bash", "-c", f"exec 3<>/dev/tcp/{worker.mgmt_ip}/22 && echo open"], check=False)
     assert res.stdout.strip() == "open"
+
+
+def test_head_reaches_its_worker_over_ssh_with_its_own_key(sim):
+    head, worker = sim[0].ranks
+    res = on_rank(head, ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", worker.mgmt_ip, "hostname"])
+    assert res.stdout.strip() == worker.name
+    # /root is private per rank: the head's key is not on the worker, nor in the control node's home.
+    assert on_rank(head, ["test", "-f", "/root/.ssh/id_ed25519"], check=False).returncode == 0
+    assert on_rank(worker, ["test", "-f", "/root/.ssh/id_ed25519"], check=False).returncode == 1
+    # The pair's trust is one-way, as on a real pair: the worker cannot log in to the head.
+    back = on_rank(worker, ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "ConnectTimeout=5",
+                            head.mgmt_ip, "true"], check=False)
+    assert back.returncode == 255
+
+
+def test_bridge_survives_a_forward_drop_policy(sim):
+    """A host dockerd sets FORWARD to DROP; with bridge-nf on, only the simulator's own rule keeps
+    rank-to-rank traffic on the management bridge alive."""
+    head, worker = sim[0].ranks
+    probe = ["bash", "-c", f"timeout 3 bash -c 'exec 3<>/dev/tcp/{worker.mgmt_ip}/22' && echo open"]
+    policy = next(l for l in subprocess.run(["iptables", "-w", "-S", "FORWARD"], capture_output=True, text=True,
+                                            check=True).stdout.splitlines() if l.startswith("-P FORWARD"))
+    rule = next(l for l in subprocess.run(["iptables", "-w", "-S", "FORWARD"], capture_output=True, text=True,
+                                          check=True).stdout.splitlines() if "dsim-bridge" in l)
+    subprocess.run(["iptables", "-w", "-P", "FORWARD", "DROP"], check=True)
+    try:
+        assert on_rank(head, probe, check=False).stdout.strip() == "open"
+        subprocess.run(["iptables", "-w", "-D", *rule.split()[1:]], check=True)
+        assert on_rank(head, probe, check=False).stdout.strip() == ""
+    finally:
+        subprocess.run(["iptables", "-w", "-P", "FORWARD", policy.split()[2]], check=True)
+        sim_cli("up", "--pairs", str(PAIRS))  # puts the rule back
+    assert any("dsim-bridge" in l for l in subprocess.run(["iptables", "-w", "-S", "FORWARD"], capture_output=True,
+                                                            text=True, check=True).stdout.splitlines())
 
 
 def test_fake_gpu_answers_as_a_gb10(sim):
