@@ -58,7 +58,7 @@ demo: sim-up
 	@head=$$(ansible-inventory -i inventories/sim --host sim01-head | $(PY) -c 'import json,sys;print(json.load(sys.stdin)["ansible_host"])'); \
 	  echo "  curl http://$$head:8888/v1/models"; \
 	  echo "  curl http://$$head:8888/v1/completions -H 'Content-Type: application/json' -d '{\"model\":\"deepseek-v4-flash-dspark\",\"prompt\":\"Compute 7 multiplied by 19.\",\"max_tokens\":8}'"; \
-	  echo "  ansible -i inventories/sim all -m ansible.builtin.ping"; \
+	  echo "  .venv/bin/ansible -i inventories/sim all -m ansible.builtin.ping"; \
 	  echo "  make sim-status | make sim-down"
 
 test: deps lint
