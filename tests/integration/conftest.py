@@ -15,6 +15,7 @@ from simhelpers import PAIRS, layout, sim_cli  # noqa: E402
 def sim():
     if os.geteuid() != 0:
         pytest.fail("the simulator needs root")
+    sim_cli("down")  # start from nothing: a fleet left up by someone else may hold stale images
     sim_cli("up", "--pairs", str(PAIRS))
     yield layout.pairs(PAIRS)
     sim_cli("down", check=False)
