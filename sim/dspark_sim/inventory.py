@@ -6,7 +6,6 @@ import resource
 import shutil
 from pathlib import Path
 
-import yaml
 
 from . import checkpoint, layout
 
@@ -15,6 +14,8 @@ HEADER = "# Written by the gb10.dspark pair simulator (`make sim-up`). Do not ed
 
 
 def _dump(path: Path, data: dict) -> None:
+    import yaml  # only sim-up writes YAML; sim-down must run without the virtualenv
+
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(HEADER + yaml.safe_dump(data, sort_keys=False, default_flow_style=False))
 
