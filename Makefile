@@ -61,10 +61,8 @@ demo: sim-up
 	  echo "  .venv/bin/ansible -i inventories/sim all -m ansible.builtin.ping"; \
 	  echo "  make sim-status | make sim-down"
 
-test: deps lint
-	@$(PY) -m pytest tests/unit
-	@$(PY) -m pytest tests/integration
-	@$(VENV)/bin/molecule test
+# Prerequisites run in this order: lint, unit tests, simulator integration tests, molecule.
+test: lint test-unit test-integration test-molecule
 
 lint: deps
 	@$(VENV)/bin/ruff check sim tools tests molecule

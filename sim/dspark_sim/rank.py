@@ -19,12 +19,16 @@ INIT = layout.REPO_ROOT / "sim" / "rank" / "init.sh"
 FAKEHW = layout.REPO_ROOT / "sim" / "fakehw"
 
 
+def ensure_key(path: Path, comment: str) -> Path:
+    """An ed25519 key pair without passphrase at ``path`` (kept when it exists)."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)])
+    return path
+
+
 def control_key() -> Path:
-    key = layout.STATE_DIR / "ssh" / "id_ed25519"
-    if not key.exists():
-        key.parent.mkdir(parents=True, exist_ok=True)
-        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gb10-dspark-sim-control", "-f", str(key)])
-    return key
+    return ensure_key(layout.STATE_DIR / "ssh" / "id_ed25519", "gb10-dspark-sim-control")
 
 
 def prepare(rank: layout.Rank, model_src: Path) -> None:
@@ -48,9 +52,7 @@ def prepare(rank: layout.Rank, model_src: Path) -> None:
         "log-opts": {"max-size": "50m", "max-file": "2"},
     }
     (rank.sub("etc-docker") / "daemon.json").write_text(json.dumps(daemon, indent=2) + "\n")
-    hostkey = rank.sub("ssh") / "ssh_host_ed25519_key"
-    if not hostkey.exists():
-        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", rank.name, "-f", str(hostkey)])
+    ensure_key(rank.sub("ssh") / "ssh_host_ed25519_key", rank.name)
     # The fake tools are copied into the rank: inside it, the checkout may be hidden (e.g. under /tmp).
     tools = rank.sub("tools") / "fakehw"
     shutil.copytree(FAKEHW, tools, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
@@ -68,11 +70,9 @@ def prepare(rank: layout.Rank, model_src: Path) -> None:
 def link_pair_ssh(pair: layout.Pair) -> None:
     """Passwordless SSH from the head to its worker, as a real pair has it (the launcher and the
     gate drive the worker from the head): the head's own key in its private /root, authorised on
-    the worker, and the worker's host key in the head's known_hosts under both its addresses."""
+    the worker, and the worker's host key in the head's known_hosts under its name and address."""
     head, worker = pair.head, pair.worker
-    head_key = head.sub("home") / ".ssh" / "id_ed25519"
-    if not head_key.exists():
-        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{head.name}", "-f", str(head_key)])
+    head_key = ensure_key(head.sub("home") / ".ssh" / "id_ed25519", f"root@{head.name}")
     control_pub = Path(str(control_key()) + ".pub").read_text()
     (head.sub("ssh") / "authorized_keys").write_text(control_pub)
     (worker.sub("ssh") / "authorized_keys").write_text(control_pub + Path(str(head_key) + ".pub").read_text())

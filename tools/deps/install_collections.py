@@ -36,13 +36,22 @@ def wanted() -> list[tuple[str, str]]:
     return [(c["name"], str(c.get("version", "*"))) for c in req["collections"]]
 
 
-def installed_version(name: str) -> str | None:
-    ns, coll = name.split(".")
-    manifest = AC / ns / coll / "MANIFEST.json"
+def collection_info(name: str) -> dict | None:
+    """``collection_info`` of an installed collection's MANIFEST.json, None when not installed."""
     try:
-        return json.loads(manifest.read_text())["collection_info"]["version"]
+        return json.loads((AC.joinpath(*name.split(".")) / "MANIFEST.json").read_text())["collection_info"]
     except (OSError, ValueError, KeyError):
         return None
+
+
+def installed_version(name: str) -> str | None:
+    info = collection_info(name)
+    return info.get("version") if info else None
+
+
+def dependencies(name: str) -> dict[str, str]:
+    info = collection_info(name)
+    return (info.get("dependencies") if info else None) or {}
 
 
 def missing() -> list[tuple[str, str]]:
@@ -53,8 +62,7 @@ def missing() -> list[tuple[str, str]]:
         if v is None or not meets_requirements(v, spec):
             out.append((name, spec))
             continue
-        manifest = json.loads((AC.joinpath(*name.split(".")) / "MANIFEST.json").read_text())
-        for dep, dep_spec in (manifest["collection_info"].get("dependencies") or {}).items():
+        for dep, dep_spec in dependencies(name).items():
             dv = installed_version(dep)
             if dv is None or not meets_requirements(dv, dep_spec):
                 out.append((dep, dep_spec))
@@ -115,8 +123,7 @@ def from_community_package(names: list[str]) -> list[str]:
                     subprocess.run(["rm", "-rf", str(target)], check=True)
                 z.extractall(DEST, members)
                 done.append(name)
-                deps = json.loads((target / "MANIFEST.json").read_text())["collection_info"].get("dependencies") or {}
-                queue.extend(d for d in deps if installed_version(d) is None)
+                queue.extend(d for d in dependencies(name) if installed_version(d) is None)
     return done
 
 
