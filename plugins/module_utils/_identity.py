@@ -1,0 +1,93 @@
+# Copyright (c) gb10.dspark contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""How every identity check of the collection reports what differs.
+
+A check collects :class:`Mismatch` records instead of stopping at the first one, so an
+operator sees everything that is wrong in one run. The message of each record always
+names the rank, the expected (pinned) value and the actual value, in one fixed shape:
+
+    rank worker-01: image dspark:prod-v026 is sha256:AAA..., pinned sha256:BBB...
+
+Modules turn a non-empty list into ``fail_json(msg=..., mismatches=[...])`` via
+:func:`failure`, so playbooks, tests and the evidence pack can read them as data too.
+"""
+from __future__ import annotations
+
+import socket
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One difference between what a rank holds and what the pin (or profile) expects."""
+
+    rank: str
+    item: str
+    expected: object
+    actual: object
+    reason: str = field(default="")
+    expected_word: str = field(default="pinned")
+
+    @property
+    def message(self) -> str:
+        text = f"rank {self.rank}: {self.item} is {_show(self.actual)}, {self.expected_word} {_show(self.expected)}"
+        if self.reason:
+            text += f" ({self.reason})"
+        return text
+
+    def as_dict(self) -> dict:
+        data = asdict(self)
+        data["message"] = self.message
+        return data
+
+
+class IdentityError(Exception):
+    """Raised by module_utils logic when a check fails; carries every mismatch found."""
+
+    def __init__(self, mismatches: list[Mismatch] | Mismatch):
+        if isinstance(mismatches, Mismatch):
+            mismatches = [mismatches]
+        self.mismatches = list(mismatches)
+        super().__init__(summary(self.mismatches))
+
+
+class CheckError(Exception):
+    """A check could not be carried out (tool missing, unreadable file, engine down).
+
+    Fails the run just like a mismatch; the message still names the rank.
+    """
+
+    def __init__(self, rank: str, message: str):
+        self.rank = rank
+        super().__init__(f"rank {rank}: {message}")
+
+
+def _show(value: object) -> str:
+    if value is None:
+        return "absent"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return "[" + ", ".join(_show(v) for v in value) + "]"
+    return str(value)
+
+
+def summary(mismatches: list[Mismatch]) -> str:
+    """All messages, one per line; the first line also counts them when there are several."""
+    if not mismatches:
+        return ""
+    lines = [m.message for m in mismatches]
+    if len(lines) == 1:
+        return lines[0]
+    return f"{len(lines)} identity mismatches:\n" + "\n".join(lines)
+
+
+def failure(mismatches: list[Mismatch]) -> dict:
+    """Keyword arguments for ``AnsibleModule.fail_json``."""
+    return {"msg": summary(mismatches), "mismatches": [m.as_dict() for m in mismatches]}
+
+
+def rank_name(given: str | None) -> str:
+    """The name a module uses for its rank: the one the role passes (the inventory name),
+    else the machine's hostname."""
+    return given or socket.gethostname()

@@ -1,0 +1,209 @@
+# Copyright (c) gb10.dspark contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Make a rank's engine hold the pinned image under the pinned tag, or fail having changed nothing.
+
+Order of work (every check before any change):
+
+1. Which image store does the engine use? A classic store reports the config digest as the
+   image ID (the pin's ``image_id``); the containerd store reports the manifest digest (the
+   pin's ``manifest_digest``, required then).
+2. Does the pinned tag already name another image? Then fail: retagging would silently move
+   the tag away from whatever the rank serves.
+3. Is the pinned ID already held? Then nothing is loaded (re-runs are cheap).
+4. Otherwise the archive's own ID, read from its metadata, must equal the pin, and loading it
+   must not move any tag it carries; only then is it streamed into the engine. If the engine
+   does not end up holding the pinned ID, what the load added is removed again.
+5. Tag, then assert that the tag resolves to the pinned ID (and architecture and labels, when
+   pinned).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from ansible_collections.gb10.dspark.plugins.module_utils._docker_engine import (
+    Engine,
+    EngineError,
+    loaded_references,
+    split_tag,
+)
+from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, IdentityError, Mismatch
+from ansible_collections.gb10.dspark.plugins.module_utils._image_archive import (
+    ArchiveError,
+    ArchiveIdentity,
+    read_identity,
+    sha256_file,
+)
+
+
+@dataclass
+class Pin:
+    tag: str
+    image_id: str
+    manifest_digest: str | None = None
+    architecture: str | None = None
+    labels: dict = field(default_factory=dict)
+    archive_sha256: str | None = None
+
+
+@dataclass
+class Outcome:
+    changed: bool = False
+    loaded: bool = False
+    tagged: bool = False
+    image_id: str | None = None
+    image_store: str | None = None
+    actions: list[str] = field(default_factory=list)
+    archive: dict | None = None
+    before: dict = field(default_factory=dict)
+    after: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def result(self) -> dict:
+        return {
+            "changed": self.changed,
+            "loaded": self.loaded,
+            "tagged": self.tagged,
+            "image_id": self.image_id,
+            "image_store": self.image_store,
+            "actions": self.actions,
+            "archive": self.archive,
+        }
+
+
+def _short(digest: str | None) -> str | None:
+    return digest if digest is None or digest.startswith("sha256:") else f"sha256:{digest}"
+
+
+def expected_id(pin: Pin, store: str, rank: str) -> str:
+    if store == "containerd":
+        if not pin.manifest_digest:
+            raise CheckError(rank, "the Docker engine keeps images in the containerd store, where an image ID is its "
+                                   "manifest digest, but the pin has no image_manifest_digest; pin it or use a classic store")
+        return _short(pin.manifest_digest)  # type: ignore[return-value]
+    return _short(pin.image_id)  # type: ignore[return-value]
+
+
+def _archive_id(archive: ArchiveIdentity, store: str) -> str | None:
+    return archive.manifest_digest if store == "containerd" else archive.image_id
+
+
+def _label_mismatches(rank: str, where: str, labels: dict, architecture: str | None, pin: Pin) -> list[Mismatch]:
+    out = []
+    if pin.architecture and architecture != pin.architecture:
+        out.append(Mismatch(rank, f"{where} architecture", pin.architecture, architecture))
+    for key, want in sorted(pin.labels.items()):
+        have = labels.get(key)
+        if have != str(want):
+            out.append(Mismatch(rank, f"{where} label {key}", str(want), have))
+    return out
+
+
+def ensure(engine: Engine, rank: str, pin: Pin, archive_path: str | None, check_mode: bool) -> Outcome:
+    out = Outcome()
+    try:
+        store = engine.image_store()
+    except EngineError as exc:
+        raise CheckError(rank, str(exc)) from exc
+    out.image_store = store
+    want = expected_id(pin, store, rank)
+    out.image_id = want
+    repo, tag = split_tag(pin.tag)
+
+    by_tag = engine.inspect_image(pin.tag)
+    tag_id = by_tag["Id"] if by_tag else None
+    out.before = {"image_tag": pin.tag, "image_id": tag_id}
+    out.after = {"image_tag": pin.tag, "image_id": want}
+    if tag_id is not None and tag_id != want:
+        raise IdentityError(Mismatch(rank, f"image {pin.tag}", want, tag_id))
+
+    held = engine.inspect_image(want)
+    archive = _read_archive(rank, archive_path, required=held is None)
+    if archive is not None:
+        out.archive = archive.as_dict()
+        got = _archive_id(archive, store)
+        if got != want:
+            reason = "the archive has no OCI index, so its containerd ID is unknown" if got is None else ""
+            raise IdentityError(Mismatch(rank, f"archive {archive.path} image", want, got, reason=reason))
+    elif archive_path:
+        out.warnings.append(f"archive {archive_path} is absent on the rank; not needed, the engine holds {want}")
+
+    mismatches = []
+    if held is not None:
+        mismatches += _label_mismatches(rank, f"image {want}", (held.get("Config") or {}).get("Labels") or {},
+                                        held.get("Architecture"), pin)
+    else:
+        assert archive is not None
+        mismatches += _label_mismatches(rank, f"archive {archive.path} image", archive.labels, archive.architecture, pin)
+        mismatches += _tag_conflicts(engine, rank, archive, want)
+    if mismatches:
+        raise IdentityError(mismatches)
+
+    if held is None:
+        out.actions.append(f"load {archive.path}")  # type: ignore[union-attr]
+    if tag_id is None:
+        out.actions.append(f"tag {want} as {pin.tag}")
+    out.changed = bool(out.actions)
+    if check_mode or not out.changed:
+        return out
+
+    if held is None:
+        _load(engine, rank, archive, pin, want)  # type: ignore[arg-type]
+        out.loaded = True
+    if engine.inspect_image(pin.tag) is None:
+        try:
+            engine.tag(want, repo, tag)
+        except EngineError as exc:
+            raise CheckError(rank, f"tagging {want} as {pin.tag} failed: {exc}") from exc
+        out.tagged = True
+    final = engine.inspect_image(pin.tag)
+    final_id = final["Id"] if final else None
+    if final_id != want:
+        raise IdentityError(Mismatch(rank, f"image {pin.tag}", want, final_id, reason="after loading and tagging"))
+    return out
+
+
+def _read_archive(rank: str, path: str | None, required: bool) -> ArchiveIdentity | None:
+    if not path or not os.path.exists(path):
+        if required:
+            where = f"archive {path} is absent" if path else "no image archive was given"
+            raise CheckError(rank, f"the engine does not hold the pinned image and {where}")
+        return None
+    try:
+        return read_identity(path)
+    except ArchiveError as exc:
+        raise CheckError(rank, str(exc)) from exc
+
+
+def _tag_conflicts(engine: Engine, rank: str, archive: ArchiveIdentity, want: str) -> list[Mismatch]:
+    """Loading an archive tags its RepoTags; none of them may already name another image."""
+    out = []
+    for ref in archive.repo_tags:
+        other = engine.inspect_image(ref)
+        if other is not None and other["Id"] != want:
+            out.append(Mismatch(rank, f"image {ref}", want, other["Id"],
+                                reason=f"loading {archive.path} would move this tag"))
+    return out
+
+
+def _load(engine: Engine, rank: str, archive: ArchiveIdentity, pin: Pin, want: str) -> None:
+    if pin.archive_sha256:
+        actual = sha256_file(archive.path)
+        if actual != pin.archive_sha256.removeprefix("sha256:"):
+            raise IdentityError(Mismatch(rank, f"archive {archive.path} sha256", pin.archive_sha256, actual))
+    try:
+        lines = engine.load(archive.path)
+    except EngineError as exc:
+        raise CheckError(rank, str(exc)) from exc
+    ids, names = loaded_references(lines)
+    if engine.inspect_image(want) is None:
+        # The engine made something else of the archive: take back what this run added (the
+        # archive's tags named nothing before the load, see _tag_conflicts).
+        for image in names + ids:
+            try:
+                engine.remove_image(image)
+            except EngineError:
+                pass
+        got = ", ".join(ids) or "nothing"
+        raise IdentityError(Mismatch(rank, f"image loaded from {archive.path}", want, got,
+                                     reason="removed again; nothing changed"))

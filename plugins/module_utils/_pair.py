@@ -1,0 +1,96 @@
+# Copyright (c) gb10.dspark contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Pair-level identity: an inventory forms pairs, and both ranks of a pair hold the same image.
+
+Input is one record per host, as the roles collect it from ``hostvars`` after
+``gb10.dspark.image_identity`` ran on each rank::
+
+    {"name": "sim01-worker", "pair": "sim01", "rank": 1,
+     "image_id": "sha256:...", "image_store": "classic"}
+
+``image_id`` and ``image_store`` may be left out when only the pairing is checked.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from ansible_collections.gb10.dspark.plugins.module_utils._identity import Mismatch
+
+RANKS = (0, 1)
+ROLE = {0: "head", 1: "worker"}
+
+
+def check_pairs(hosts: list[dict], expected_image_id: str | None = None,
+                check_images: bool = True) -> tuple[dict, list[Mismatch]]:
+    """Return (pairs summary, mismatches). Every problem is listed, not just the first."""
+    problems: list[Mismatch] = []
+    by_pair: dict[str, list[dict]] = defaultdict(list)
+    seen: dict[str, str] = {}
+    for host in hosts:
+        name = str(host.get("name"))
+        pair = host.get("pair")
+        if not pair:
+            problems.append(Mismatch(name, "pair", "a pair name (dspark_pair)", None, expected_word="expected"))
+            continue
+        if name in seen and seen[name] != pair:
+            problems.append(Mismatch(name, "pair", seen[name], pair, reason="a host may belong to one pair only",
+                                     expected_word="already in"))
+            continue
+        seen[name] = pair
+        by_pair[str(pair)].append(host)
+
+    summary = {}
+    for pair, members in sorted(by_pair.items()):
+        members = _unique(members)
+        summary[pair] = {ROLE.get(m.get("rank"), str(m.get("rank"))): m["name"] for m in members}
+        problems += _pairing(pair, members)
+        if check_images:
+            problems += _images(pair, members, expected_image_id)
+    return summary, problems
+
+
+def _unique(members: list[dict]) -> list[dict]:
+    out, names = [], set()
+    for m in members:
+        if m["name"] not in names:
+            names.add(m["name"])
+            out.append(m)
+    return out
+
+
+def _pairing(pair: str, members: list[dict]) -> list[Mismatch]:
+    out = []
+    for m in members:
+        if m.get("rank") not in RANKS:
+            out.append(Mismatch(m["name"], "dspark_rank", "0 (head) or 1 (worker)", m.get("rank"), expected_word="expected"))
+    for rank in RANKS:
+        holders = [m["name"] for m in members if m.get("rank") == rank]
+        if len(holders) != 1:
+            out.append(Mismatch(f"{ROLE[rank]} of pair {pair}", f"{ROLE[rank]} hosts", "exactly one",
+                                f"{len(holders)} ({', '.join(holders) or 'none'})", expected_word="expected"))
+    return out
+
+
+def _images(pair: str, members: list[dict], expected: str | None) -> list[Mismatch]:
+    out = []
+    for m in members:
+        if not m.get("image_id"):
+            out.append(Mismatch(m["name"], "image ID", expected or "an image ID", None,
+                                reason="the image check did not run on this rank",
+                                expected_word="pinned" if expected else "expected"))
+        elif expected and m["image_id"] != expected:
+            out.append(Mismatch(m["name"], "image ID", expected, m["image_id"]))
+    ids = {m.get("image_id") for m in members if m.get("image_id")}
+    stores = {m.get("image_store") for m in members if m.get("image_store")}
+    if len(ids) > 1:
+        head = next((m for m in members if m.get("rank") == 0), members[0])
+        for m in members:
+            if m is not head and m.get("image_id") and m["image_id"] != head.get("image_id"):
+                out.append(Mismatch(m["name"], "image ID", head.get("image_id"), m["image_id"],
+                                    reason="the ranks of a pair must hold the identical image",
+                                    expected_word=f"its head {head['name']} holds"))
+    if len(stores) > 1:
+        detail = ", ".join(f"{m['name']}={m.get('image_store')}" for m in members)
+        out.append(Mismatch(f"pair {pair}", "image store", "the same on both ranks", detail,
+                            reason="image IDs from different stores are not comparable", expected_word="expected"))
+    return out

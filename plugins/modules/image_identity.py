@@ -1,0 +1,217 @@
+#!/usr/bin/python
+# Copyright (c) gb10.dspark contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: image_identity
+short_description: Make a rank hold the pinned vLLM image, loading it from an archive only when missing
+version_added: 0.1.0
+description:
+  - Runs on a rank. Ensures the rank's Docker engine holds the pinned image ID under the pinned tag,
+    and fails, having changed nothing, when anything differs from the pin.
+  - Reads the archive's own image ID from its metadata (C(manifest.json) and the config digest; for
+    OCI layouts also C(index.json) and the manifest digest) without loading it. Plain tar archives
+    are read by seeking from header to header; compressed ones are streamed once. Memory stays
+    bounded for archives of 30 GB and more.
+  - Refuses an archive whose ID differs from the pin before anything is loaded, and refuses when the
+    pinned tag already names another image on the rank, or when loading would move a tag the
+    archive carries.
+  - Loads only when the engine does not already hold the pinned ID, so a re-run is cheap and
+    reports no change; the archive is streamed to the engine in 1 MiB chunks. Then tags the image
+    and asserts that the tag resolves to the pinned ID.
+  - Knows both image stores. A classic store (overlay2) reports the config digest as the image ID
+    (the pin's I(image_id)); Docker 29's containerd store reports the manifest digest (the pin's
+    I(manifest_digest), required then). The store it saw is returned as RV(image_store).
+  - Never pulls and never builds.
+extends_documentation_fragment:
+  - gb10.dspark._rank
+options:
+  image_tag:
+    description: The pinned tag, for example C(dspark-r0b0tlab:production-v026-b12x-native-v11).
+    type: str
+    required: true
+  image_id:
+    description: The pinned image ID as a classic store reports it (C(sha256:) and the config digest).
+    type: str
+    required: true
+  manifest_digest:
+    description:
+      - The pinned manifest (or index) digest, the image ID a containerd-store engine reports.
+      - Required only when the rank's engine uses the containerd image store.
+    type: str
+  path:
+    description:
+      - The image archive on the rank (C(docker save) layout, plain or gzip/bzip2/xz compressed).
+      - Needed only when the engine does not hold the pinned image yet. When given and present it is
+        always checked against the pin, even if nothing has to be loaded.
+    type: path
+  archive_sha256:
+    description: When set, the archive's own sha256 must match before it is loaded (costs one full read).
+    type: str
+  architecture:
+    description: When set, the image's architecture (C(arm64) on a GB10) must match.
+    type: str
+  labels:
+    description: Image labels that must match exactly, for example C(io.r0b0tlab.model.revision).
+    type: dict
+    default: {}
+  docker_host:
+    description: The engine's socket.
+    type: str
+    default: unix:///var/run/docker.sock
+  timeout:
+    description: Seconds any single engine call may stay silent (a large load stays well inside it).
+    type: int
+    default: 3600
+attributes:
+  check_mode:
+    support: full
+    details: Reads the archive and the engine, and reports what it would load and tag, changing nothing.
+  diff_mode:
+    support: full
+    details: Shows the image ID the tag resolves to before and after.
+  idempotent:
+    support: full
+    details: A second run on a rank that holds the pinned image loads nothing and reports no change.
+notes:
+  - Talks to the engine over its Unix socket with the Python standard library; the rank needs no Docker SDK.
+  - "Every failure names the rank, the expected and the actual value, for example
+    C(rank worker-01: image dspark:prod-v026 is sha256:AAA..., pinned sha256:BBB...)."
+seealso:
+  - module: gb10.dspark.pair_identity
+  - module: community.docker.docker_image_load
+    description: Always loads and always reports a change; this module loads only what is missing.
+author:
+  - gb10.dspark contributors
+"""
+
+EXAMPLES = r"""
+---
+- name: The rank holds the pinned image, loaded from the archive only if missing
+  gb10.dspark.image_identity:
+    rank: "{{ inventory_hostname }}"
+    image_tag: "{{ dspark_pin.image_tag }}"
+    image_id: "{{ dspark_pin.image_id }}"
+    manifest_digest: "{{ dspark_pin.image_manifest_digest | default(omit, true) }}"
+    architecture: "{{ dspark_pin.image_architecture }}"
+    labels:
+      io.r0b0tlab.model.revision: "{{ dspark_pin.model_revision }}"
+      io.r0b0tlab.vllm.package.version: "{{ dspark_pin.vllm_version }}"
+    path: /var/lib/dspark/images/dspark-v026.tar
+  register: __dspark_image
+
+- name: Show what happened
+  ansible.builtin.debug:
+    msg: "{{ __dspark_image.image_id }} in the {{ __dspark_image.image_store }} store, loaded={{ __dspark_image.loaded }}"
+"""
+
+RETURN = r"""
+changed:
+  description: Whether the image was (or, in check mode, would be) loaded or tagged.
+  returned: always
+  type: bool
+loaded:
+  description: Whether the archive was loaded into the engine by this run.
+  returned: always
+  type: bool
+  sample: false
+tagged:
+  description: Whether this run tagged the image with I(image_tag).
+  returned: always
+  type: bool
+image_id:
+  description: The image ID the rank holds under I(image_tag) (in check mode, the one it would hold).
+  returned: always
+  type: str
+  sample: sha256:2dfe24a303743722046c55bf2cf3ef9c9e6a40a008f73be16f9aa5c2ca38cf9b
+image_store:
+  description: C(classic) (image ID = config digest) or C(containerd) (image ID = manifest digest).
+  returned: always
+  type: str
+  sample: classic
+actions:
+  description: What was (or would be) done, in order.
+  returned: always
+  type: list
+  elements: str
+  sample: ["load /var/lib/dspark/images/dspark-v026.tar", "tag sha256:2dfe... as dspark-r0b0tlab:production-v026"]
+archive:
+  description: The archive's own identity, when it was read.
+  returned: always
+  type: dict
+  sample:
+    path: /var/lib/dspark/images/dspark-v026.tar
+    size: 10087564383
+    compression: none
+    image_id: sha256:2dfe24a303743722046c55bf2cf3ef9c9e6a40a008f73be16f9aa5c2ca38cf9b
+    manifest_digest: null
+    repo_tags: [dspark-r0b0tlab:production-v026-b12x-native-v11]
+    architecture: arm64
+ansible_facts:
+  description: C(dspark_image) with C(image_tag), C(image_id) and C(image_store), for the pair-level check.
+  returned: success
+  type: dict
+  contains:
+    dspark_image:
+      description: What this rank holds.
+      type: dict
+      sample: {image_tag: "dspark-r0b0tlab:production-v026", image_id: "sha256:2dfe...", image_store: classic}
+mismatches:
+  description: On failure, every difference found, each with rank, item, expected, actual and message.
+  returned: failure
+  type: list
+  elements: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gb10.dspark.plugins.module_utils._docker_engine import Engine, EngineError
+from ansible_collections.gb10.dspark.plugins.module_utils._identity import (
+    CheckError,
+    IdentityError,
+    failure,
+    rank_name,
+)
+from ansible_collections.gb10.dspark.plugins.module_utils._image_identity import Pin, ensure
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "rank": {"type": "str"},
+            "image_tag": {"type": "str", "required": True},
+            "image_id": {"type": "str", "required": True},
+            "manifest_digest": {"type": "str"},
+            "path": {"type": "path"},
+            "archive_sha256": {"type": "str", "no_log": False},
+            "architecture": {"type": "str"},
+            "labels": {"type": "dict", "default": {}},
+            "docker_host": {"type": "str", "default": "unix:///var/run/docker.sock"},
+            "timeout": {"type": "int", "default": 3600},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    rank = rank_name(p["rank"])
+    pin = Pin(tag=p["image_tag"], image_id=p["image_id"], manifest_digest=p["manifest_digest"],
+              architecture=p["architecture"], labels=p["labels"], archive_sha256=p["archive_sha256"])
+    try:
+        outcome = ensure(Engine(p["docker_host"], p["timeout"]), rank, pin, p["path"], module.check_mode)
+    except IdentityError as exc:
+        module.fail_json(**failure(exc.mismatches))
+    except (CheckError, EngineError) as exc:
+        module.fail_json(msg=str(exc) if isinstance(exc, CheckError) else f"rank {rank}: {exc}", mismatches=[])
+    for warning in outcome.warnings:
+        module.warn(warning)
+    result = outcome.result()
+    result["ansible_facts"] = {"dspark_image": {"image_tag": pin.tag, "image_id": outcome.image_id,
+                                                "image_store": outcome.image_store}}
+    if module._diff:
+        result["diff"] = {"before": outcome.before, "after": outcome.after}
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
