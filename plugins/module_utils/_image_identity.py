@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from ansible_collections.gb10.dspark.plugins.module_utils import _pin
 from ansible_collections.gb10.dspark.plugins.module_utils._docker_engine import (
     Engine,
     EngineError,
@@ -44,6 +45,18 @@ class Pin:
     architecture: str | None = None
     labels: dict = field(default_factory=dict)
     archive_sha256: str | None = None
+
+    @classmethod
+    def from_pin(cls, pin: dict, labels: bool = True, architecture: bool = True) -> "Pin":
+        """From a checked ``dspark_pin``; the image labels to expect come from the pin too."""
+        return cls(
+            tag=pin["image_tag"],
+            image_id=pin["image_id"],
+            manifest_digest=pin.get("image_manifest_digest"),
+            architecture=pin["image_architecture"] if architecture else None,
+            labels=_pin.expected_labels(pin) if labels else {},
+            archive_sha256=pin.get("image_archive_sha256"),
+        )
 
 
 @dataclass

@@ -28,35 +28,31 @@ description:
 extends_documentation_fragment:
   - gb10.dspark._rank
 options:
-  image_tag:
-    description: The pinned tag, for example C(dspark-r0b0tlab:production-v026-b12x-native-v11).
-    type: str
-    required: true
-  image_id:
-    description: The pinned image ID as a classic store reports it (C(sha256:) and the config digest).
-    type: str
-    required: true
-  manifest_digest:
+  pin:
     description:
-      - The pinned manifest (or index) digest, the image ID a containerd-store engine reports.
-      - Required only when the rank's engine uses the containerd image store.
-    type: str
+      - The identity pin of the release (C(dspark_pin)). Used keys - C(image_tag), C(image_id),
+        C(image_manifest_digest) (needed with a containerd-store engine), C(image_architecture),
+        C(image_archive_sha256) (when set, the archive's own sha256 must match before it is loaded;
+        one full read), and the keys the image labels map to (C(source_revision),
+        C(model_revision), C(vllm_version), C(integrated_vllm_commit), C(cudagraph_selector),
+        C(kv_cache_dtype), C(speculative_method), C(speculative_tokens)).
+      - A malformed pin fails the task before the engine is touched.
+    type: dict
+    required: true
   path:
     description:
       - The image archive on the rank (C(docker save) layout, plain or gzip/bzip2/xz compressed).
       - Needed only when the engine does not hold the pinned image yet. When given and present it is
         always checked against the pin, even if nothing has to be loaded.
     type: path
-  archive_sha256:
-    description: When set, the archive's own sha256 must match before it is loaded (costs one full read).
-    type: str
-  architecture:
-    description: When set, the image's architecture (C(arm64) on a GB10) must match.
-    type: str
-  labels:
-    description: Image labels that must match exactly, for example C(io.r0b0tlab.model.revision).
-    type: dict
-    default: {}
+  check_labels:
+    description: Whether the image's labels (or, before a load, the archive's) must match the pin.
+    type: bool
+    default: true
+  check_architecture:
+    description: Whether the image's architecture must equal the pin's C(image_architecture).
+    type: bool
+    default: true
   docker_host:
     description: The engine's socket.
     type: str
@@ -92,13 +88,7 @@ EXAMPLES = r"""
 - name: The rank holds the pinned image, loaded from the archive only if missing
   gb10.dspark.image_identity:
     rank: "{{ inventory_hostname }}"
-    image_tag: "{{ dspark_pin.image_tag }}"
-    image_id: "{{ dspark_pin.image_id }}"
-    manifest_digest: "{{ dspark_pin.image_manifest_digest | default(omit, true) }}"
-    architecture: "{{ dspark_pin.image_architecture }}"
-    labels:
-      io.r0b0tlab.model.revision: "{{ dspark_pin.model_revision }}"
-      io.r0b0tlab.vllm.package.version: "{{ dspark_pin.vllm_version }}"
+    pin: "{{ dspark_pin }}"
     path: /var/lib/dspark/images/dspark-v026.tar
   register: __dspark_image
 
@@ -167,6 +157,7 @@ mismatches:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gb10.dspark.plugins.module_utils import _pin
 from ansible_collections.gb10.dspark.plugins.module_utils._docker_engine import Engine, EngineError
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import (
     CheckError,
@@ -181,13 +172,10 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "rank": {"type": "str"},
-            "image_tag": {"type": "str", "required": True},
-            "image_id": {"type": "str", "required": True},
-            "manifest_digest": {"type": "str"},
+            "pin": {"type": "dict", "required": True},
             "path": {"type": "path"},
-            "archive_sha256": {"type": "str", "no_log": False},
-            "architecture": {"type": "str"},
-            "labels": {"type": "dict", "default": {}},
+            "check_labels": {"type": "bool", "default": True},
+            "check_architecture": {"type": "bool", "default": True},
             "docker_host": {"type": "str", "default": "unix:///var/run/docker.sock"},
             "timeout": {"type": "int", "default": 3600},
         },
@@ -195,10 +183,11 @@ def main() -> None:
     )
     p = module.params
     rank = rank_name(p["rank"])
-    pin = Pin(tag=p["image_tag"], image_id=p["image_id"], manifest_digest=p["manifest_digest"],
-              architecture=p["architecture"], labels=p["labels"], archive_sha256=p["archive_sha256"])
     try:
+        pin = Pin.from_pin(_pin.check(p["pin"]), labels=p["check_labels"], architecture=p["check_architecture"])
         outcome = ensure(Engine(p["docker_host"], p["timeout"]), rank, pin, p["path"], module.check_mode)
+    except _pin.PinError as exc:
+        module.fail_json(msg=f"rank {rank}: {exc}", mismatches=[])
     except IdentityError as exc:
         module.fail_json(**failure(exc.mismatches))
     except (CheckError, EngineError) as exc:

@@ -51,6 +51,11 @@ def _shard_bytes(index: int) -> tuple[bytes, dict[str, int]]:
     return struct.pack("<Q", len(raw)) + raw + data, names
 
 
+def total_size() -> int:
+    """``metadata.total_size`` of the index: the bytes of every tensor in every shard."""
+    return sum(sum(_shard_bytes(i)[1].values()) for i in range(1, SHARDS + 1))
+
+
 def write(dest: Path, revision: str = MODEL_REVISION) -> Path:
     """Write the checkpoint into ``dest/DeepSeek-V4-Flash-0731`` and return that folder."""
     root = dest / MODEL_DIRNAME

@@ -62,11 +62,16 @@ def pin(meta: dict) -> dict:
             "cudagraph_selector": lab["io.r0b0tlab.cudagraph.selector"],
             "model_id": checkpoint.MODEL_ID,
             "model_revision": checkpoint.MODEL_REVISION,
+            "model_revision_marker": checkpoint.REVISION_MARKER,
+            "model_shard_count": checkpoint.SHARDS,
+            "model_total_size": checkpoint.total_size(),
+            "model_config": {k: v for k, v in checkpoint.CONFIG.items() if k != "torch_dtype"},
             "runtime_manifest_path": "/opt/r0b0tlab/runtime-manifest.json",
             "runtime_manifest_sha256": manifest_sha,
             "kv_cache_dtype": lab["io.r0b0tlab.kv-cache.dtype"],
             "speculative_method": lab["io.r0b0tlab.speculative.method"],
             "speculative_tokens": int(lab["io.r0b0tlab.speculative.tokens"]),
+            "gpu_compute_capability": "12.1",
         }
     }
 

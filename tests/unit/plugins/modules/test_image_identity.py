@@ -3,11 +3,14 @@ from __future__ import annotations
 
 import pytest
 
+from ansible_collections.gb10.dspark.plugins.module_utils import _pin
 from ansible_collections.gb10.dspark.plugins.modules import image_identity
 from tests.support import synthetic_archive
 from tests.support.fake_dockerd import FakeDockerd
 
-LABELS = {"io.r0b0tlab.vllm.package.version": "0.26.0+dspark.sm121.3"}
+from tests.unit.plugins.module_utils.test_pin import sample_pin
+
+LABELS = {label: str(sample_pin()[key]) for label, key in _pin.LABELS.items()}
 
 
 @pytest.fixture
@@ -21,9 +24,14 @@ def archive(tmp_path):
     return synthetic_archive.write(tmp_path / "img.tar", tag="dspark:prod", labels=LABELS)
 
 
+def pin_for(archive):
+    pin = sample_pin()
+    pin.update(image_tag="dspark:prod", image_id=archive["image_id"], image_architecture="amd64")
+    return pin
+
+
 def args(dockerd, archive, **kw):
-    a = {"rank": "sim01-worker", "image_tag": "dspark:prod", "image_id": archive["image_id"],
-         "path": archive["path"], "labels": LABELS, "architecture": "amd64", "docker_host": dockerd.docker_host}
+    a = {"rank": "sim01-worker", "pin": pin_for(archive), "path": archive["path"], "docker_host": dockerd.docker_host}
     a.update(kw)
     return a
 
@@ -58,6 +66,21 @@ def test_pinned_tag_on_other_image_fails_with_rank_expected_actual(run_module, d
 
 
 def test_engine_down_fails_naming_the_rank(run_module, tmp_path, archive):
-    res = run_module(image_identity, {"rank": "r1", "image_tag": "dspark:prod", "image_id": archive["image_id"],
-                                      "path": archive["path"], "docker_host": f"unix://{tmp_path}/none.sock"})
+    res = run_module(image_identity, {"rank": "r1", "pin": pin_for(archive), "path": archive["path"],
+                                      "docker_host": f"unix://{tmp_path}/none.sock"})
     assert res["failed"] and res["msg"].startswith("rank r1: cannot reach the Docker engine")
+
+
+def test_labels_that_differ_from_the_pin_fail_before_loading(run_module, dockerd, tmp_path):
+    made = synthetic_archive.write(tmp_path / "l.tar", tag="dspark:prod", labels=dict(LABELS, **{"io.r0b0tlab.model.revision": "0" * 40}))
+    res = run_module(image_identity, args(dockerd, made, pin=pin_for(made), path=made["path"]))
+    assert res["failed"] and "label io.r0b0tlab.model.revision is " + "0" * 40 in res["msg"]
+    assert dockerd.state.images == {}
+
+
+def test_malformed_pin_fails_before_the_engine_is_asked(run_module, dockerd, archive):
+    pin = pin_for(archive)
+    pin["image_id"] = "latest"
+    res = run_module(image_identity, args(dockerd, archive, pin=pin))
+    assert res["failed"] and "dspark_pin.image_id" in res["msg"] and res["msg"].startswith("rank sim01-worker:")
+    assert dockerd.state.requests == []
