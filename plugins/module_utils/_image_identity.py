@@ -71,10 +71,12 @@ class Outcome:
     before: dict = field(default_factory=dict)
     after: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    needs_archive: bool = False
 
     def result(self) -> dict:
         return {
             "changed": self.changed,
+            "needs_archive": self.needs_archive,
             "loaded": self.loaded,
             "tagged": self.tagged,
             "image_id": self.image_id,
@@ -131,23 +133,29 @@ def ensure(engine: Engine, rank: str, pin: Pin, archive_path: str | None, check_
         raise IdentityError(Mismatch(rank, f"image {pin.tag}", want, tag_id))
 
     held = engine.inspect_image(want)
+    out.needs_archive = held is None and not (archive_path and os.path.exists(archive_path))
+    if out.needs_archive and check_mode:
+        # A real run copies the archive to the rank first; report what it would then do.
+        out.actions.append(f"load {archive_path or 'the image archive'} (not on the rank yet)")
+        if tag_id is None:
+            out.actions.append(f"tag {want} as {pin.tag}")
+        out.changed = True
+        return out
     archive = _read_archive(rank, archive_path, required=held is None)
+    mismatches: list[Mismatch] = []
     if archive is not None:
         out.archive = archive.as_dict()
-        got = _archive_id(archive, store)
-        if got != want:
-            reason = "the archive has no OCI index, so its containerd ID is unknown" if got is None else ""
-            raise IdentityError(Mismatch(rank, f"archive {archive.path} image", want, got, reason=reason))
+        mismatches += archive_mismatches(rank, archive, pin, store)
     elif archive_path:
         out.warnings.append(f"archive {archive_path} is absent on the rank; not needed, the engine holds {want}")
+    if mismatches:
+        raise IdentityError(mismatches)
 
-    mismatches = []
     if held is not None:
         mismatches += _label_mismatches(rank, f"image {want}", (held.get("Config") or {}).get("Labels") or {},
                                         held.get("Architecture"), pin)
     else:
         assert archive is not None
-        mismatches += _label_mismatches(rank, f"archive {archive.path} image", archive.labels, archive.architecture, pin)
         mismatches += _tag_conflicts(engine, rank, archive, want)
     if mismatches:
         raise IdentityError(mismatches)
@@ -176,11 +184,47 @@ def ensure(engine: Engine, rank: str, pin: Pin, archive_path: str | None, check_
     return out
 
 
+def archive_mismatches(rank: str, archive: ArchiveIdentity, pin: Pin, store: str | None) -> list[Mismatch]:
+    """How the archive differs from the pin. ``store`` None (no engine, e.g. on the control node)
+    checks the config digest, and the manifest digest too when both the pin and the archive have one."""
+    out = []
+    where = f"archive {archive.path} image"
+    if store == "containerd":
+        want = expected_id(pin, store, rank)
+        if archive.manifest_digest != want:
+            reason = "the archive has no OCI index, so its containerd ID is unknown" if archive.manifest_digest is None else ""
+            out.append(Mismatch(rank, where, want, archive.manifest_digest, reason=reason))
+    else:
+        if archive.image_id != _short(pin.image_id):
+            out.append(Mismatch(rank, where, _short(pin.image_id), archive.image_id))
+        if store is None and pin.manifest_digest and archive.manifest_digest \
+                and archive.manifest_digest != _short(pin.manifest_digest):
+            out.append(Mismatch(rank, f"archive {archive.path} manifest digest", _short(pin.manifest_digest),
+                                archive.manifest_digest))
+    if out:
+        return out
+    return _label_mismatches(rank, where, archive.labels, archive.architecture, pin)
+
+
+def check_archive(rank: str, path: str, pin: Pin, verify_sha256: bool = True) -> ArchiveIdentity:
+    """Verify an archive against the pin without any engine (the control node, before a copy)."""
+    archive = _read_archive(rank, path, required=True)
+    assert archive is not None
+    mismatches = archive_mismatches(rank, archive, pin, None)
+    if not mismatches and verify_sha256 and pin.archive_sha256:
+        actual = sha256_file(archive.path)
+        if actual != pin.archive_sha256.removeprefix("sha256:"):
+            mismatches.append(Mismatch(rank, f"archive {archive.path} sha256", pin.archive_sha256, actual))
+    if mismatches:
+        raise IdentityError(mismatches)
+    return archive
+
+
 def _read_archive(rank: str, path: str | None, required: bool) -> ArchiveIdentity | None:
     if not path or not os.path.exists(path):
         if required:
             where = f"archive {path} is absent" if path else "no image archive was given"
-            raise CheckError(rank, f"the engine does not hold the pinned image and {where}")
+            raise CheckError(rank, f"the pinned image is not available and {where}")
         return None
     try:
         return read_identity(path)

@@ -107,5 +107,6 @@ def write(count: int, meta: dict) -> Path:
         "dspark_container_name": "dspark_vllm",
         "dspark_engine_memlock": memlock_limit(),
         "dspark_simulated": True,
+        "dspark_evidence_dir": str(layout.REPO_ROOT / "artifacts" / "evidence"),
     })
     return inv

@@ -27,6 +27,7 @@ RANK_MOUNTS = {
     "docker": "/var/lib/docker",
     "etc-docker": "/etc/docker",
     "etc-dspark": "/etc/dspark",
+    "var-dspark": "/var/lib/dspark",
     "models": "/srv/dspark/models",
     "hw": "/var/lib/dspark-sim/hw",
     "fakebin": "/usr/local/sbin",

@@ -210,3 +210,22 @@ def test_engine_unreachable_names_the_rank(archive):
 
     with pytest.raises(CheckError, match=r"^rank w9: cannot reach"):
         ensure(Down(), "w9", pin_for(archive), archive["path"], check_mode=False)
+
+
+def test_check_mode_without_the_archive_on_the_rank_says_it_is_needed(archive):
+    eng = FakeEngine()
+    out = ensure(eng, "w1", pin_for(archive), "/var/lib/dspark/images/missing.tar", check_mode=True)
+    assert out.needs_archive and out.changed and eng.calls == []
+    assert out.actions[0].startswith("load /var/lib/dspark/images/missing.tar")
+
+
+def test_check_archive_without_an_engine(tmp_path, archive):
+    from ansible_collections.gb10.dspark.plugins.module_utils._image_identity import check_archive
+
+    assert check_archive("control node", archive["path"], pin_for(archive)).image_id == archive["image_id"]
+    with pytest.raises(IdentityError, match="manifest digest"):
+        check_archive("control node", archive["path"], pin_for(archive, manifest_digest="sha256:" + "f" * 64))
+    other = synthetic_archive.write(tmp_path / "o.tar", tag="dspark:prod", labels=LABELS, salt="q")
+    with pytest.raises(IdentityError) as err:
+        check_archive("control node", other["path"], pin_for(archive))
+    assert err.value.mismatches[0].actual == other["image_id"]

@@ -84,3 +84,15 @@ def test_malformed_pin_fails_before_the_engine_is_asked(run_module, dockerd, arc
     res = run_module(image_identity, args(dockerd, archive, pin=pin))
     assert res["failed"] and "dspark_pin.image_id" in res["msg"] and res["msg"].startswith("rank sim01-worker:")
     assert dockerd.state.requests == []
+
+
+def test_image_archive_module_on_the_control_node(run_module, tmp_path, archive):
+    from ansible_collections.gb10.dspark.plugins.modules import image_archive
+
+    ok = run_module(image_archive, {"rank": "control node", "path": archive["path"], "pin": pin_for(archive)})
+    assert ok["failed"] is False and ok["archive"]["image_id"] == archive["image_id"]
+    other = synthetic_archive.write(tmp_path / "x.tar", tag="dspark:prod", labels=LABELS, salt="other")
+    bad = run_module(image_archive, {"rank": "control node", "path": other["path"], "pin": pin_for(archive)},
+                     check_mode=True)
+    assert bad["failed"]
+    assert bad["msg"] == f"rank control node: archive {other['path']} image is {other['image_id']}, pinned {archive['image_id']}"

@@ -1,0 +1,105 @@
+# Copyright (c) gb10.dspark contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The collection's one strict JSON reader.
+
+Python's :func:`json.loads` is lenient where an identity check must not be: a repeated key
+silently keeps its last value (so a tampered file can shadow a field), and ``NaN``,
+``Infinity`` and numbers like ``1e400`` come back as non-finite floats. :func:`loads` refuses
+all of these and says where, as a JSON path such as ``$.production_profile.max_num_seqs``.
+
+Standard library only; it runs on the ranks as well as on the control node.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+
+__all__ = ["StrictJSONError", "loads"]
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class StrictJSONError(ValueError):
+    """The text is not strict JSON; ``path`` is the JSON path of the offending value, if known."""
+
+    def __init__(self, message: str, path: str | None = None):
+        super().__init__(message)
+        self.path = path
+
+
+class _Pairs(list):
+    """An object's members in document order, before the duplicate-key check."""
+
+
+class _NonFinite:
+    """Stands in for ``NaN``, ``Infinity``, ``-Infinity`` or an overflowing number until its path is known."""
+
+    def __init__(self, literal: str):
+        self.literal = literal
+
+
+def _float(literal: str) -> float | _NonFinite:
+    value = float(literal)
+    return value if math.isfinite(value) else _NonFinite(literal)
+
+
+def _member(path: str, key: str) -> str:
+    return f"{path}.{key}" if _IDENTIFIER.match(key) else f"{path}[{json.dumps(key)}]"
+
+
+def _build(node: object, path: str) -> object:
+    if isinstance(node, _Pairs):
+        out: dict = {}
+        for key, value in node:
+            where = _member(path, key)
+            if key in out:
+                raise StrictJSONError(f"duplicate key {json.dumps(key)} at {where}", where)
+            out[key] = _build(value, where)
+        return out
+    if isinstance(node, list):
+        return [_build(item, f"{path}[{index}]") for index, item in enumerate(node)]
+    if isinstance(node, _NonFinite):
+        raise StrictJSONError(f"{node.literal} at {path} is not a finite number", path)
+    return node
+
+
+def _kind(value: object) -> str:
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if value is None:
+        return "null"
+    return "a number"
+
+
+def loads(text: str | bytes | bytearray, *, require_object: bool = False) -> object:
+    """Parse ``text`` (``bytes`` must be UTF-8) as strict JSON.
+
+    Raises :class:`StrictJSONError` on invalid JSON, a duplicate key at any depth, ``NaN``,
+    ``Infinity``, ``-Infinity`` or a number that does not fit a finite float, and, with
+    ``require_object``, on a top level that is not an object.
+    """
+    if isinstance(text, (bytes, bytearray)):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise StrictJSONError(f"not UTF-8: byte {exc.start} cannot be decoded") from None
+    try:
+        raw = json.loads(text, object_pairs_hook=_Pairs, parse_constant=_NonFinite, parse_float=_float)
+    except json.JSONDecodeError as exc:
+        raise StrictJSONError(f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise StrictJSONError("not accepted: JSON nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer longer than Python's digit limit
+        raise StrictJSONError(f"not accepted: {exc}") from None
+    try:
+        value = _build(raw, "$")
+    except RecursionError:
+        raise StrictJSONError("not accepted: JSON nested too deeply") from None
+    if require_object and not isinstance(value, dict):
+        raise StrictJSONError(f"top level is {_kind(value)}, not an object", "$")
+    return value

@@ -1,0 +1,116 @@
+# Copyright (c) gb10.dspark contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ansible_collections.gb10.dspark.plugins.module_utils._strict_json import StrictJSONError, loads
+
+
+def test_valid_document_parses_like_the_standard_library():
+    text = '{"a": 1, "b": [true, false, null, 0.835, -0.0, "x"], "c": {"d": {"e": 1e308}}}'
+    assert loads(text) == json.loads(text)
+    assert loads(text, require_object=True) == json.loads(text)
+
+
+def test_error_is_a_value_error():
+    assert issubclass(StrictJSONError, ValueError)
+
+
+def test_duplicate_top_level_key_is_named_with_its_path():
+    with pytest.raises(StrictJSONError) as info:
+        loads('{"kv_cache_dtype": "nvfp4_ds_mla", "kv_cache_dtype": "fp8"}')
+    assert '"kv_cache_dtype"' in str(info.value)
+    assert "$.kv_cache_dtype" in str(info.value)
+    assert info.value.path == "$.kv_cache_dtype"
+
+
+def test_duplicate_key_with_the_same_value_is_still_refused():
+    with pytest.raises(StrictJSONError, match="duplicate key"):
+        loads('{"a": 1, "a": 1}')
+
+
+def test_nested_duplicate_key_inside_array_is_named_with_its_path():
+    with pytest.raises(StrictJSONError) as info:
+        loads('{"p": {"list": [{"ok": 1}, {"c": 1, "c": 2}]}}')
+    assert info.value.path == "$.p.list[1].c"
+    assert '"c"' in str(info.value) and "$.p.list[1].c" in str(info.value)
+
+
+def test_same_key_in_different_objects_is_fine():
+    assert loads('{"a": {"x": 1}, "b": {"x": 2}}') == {"a": {"x": 1}, "b": {"x": 2}}
+
+
+def test_key_that_is_not_an_identifier_is_quoted_in_the_path():
+    with pytest.raises(StrictJSONError) as info:
+        loads('{"a b": {"c.d": 1, "c.d": 2}}')
+    assert info.value.path == '$["a b"]["c.d"]'
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
+def test_non_finite_constants_are_refused_with_their_path(literal):
+    with pytest.raises(StrictJSONError) as info:
+        loads('{"profile": {"gpu_memory_utilization": %s}}' % literal)
+    assert literal in str(info.value)
+    assert info.value.path == "$.profile.gpu_memory_utilization"
+
+
+@pytest.mark.parametrize("literal", ["1e400", "-1e400", "1.5E+999"])
+def test_numbers_that_overflow_a_float_are_refused(literal):
+    with pytest.raises(StrictJSONError, match="not a finite number"):
+        loads("[0, %s]" % literal)
+
+
+def test_non_finite_at_top_level():
+    with pytest.raises(StrictJSONError) as info:
+        loads("NaN")
+    assert info.value.path == "$"
+
+
+@pytest.mark.parametrize("text, kind", [("[1, 2]", "an array"), ('"s"', "a string"), ("3", "a number"),
+                                        ("null", "null"), ("true", "a boolean")])
+def test_require_object_refuses_other_top_levels(text, kind):
+    assert loads(text) == json.loads(text)
+    with pytest.raises(StrictJSONError) as info:
+        loads(text, require_object=True)
+    assert f"top level is {kind}, not an object" in str(info.value)
+
+
+@pytest.mark.parametrize("text", ['{"a": 1,}', '{"a": 1} {"b": 2}', "{'a': 1}", "", '{"a": 01}'])
+def test_invalid_json_is_refused_with_its_position(text):
+    with pytest.raises(StrictJSONError) as info:
+        loads(text)
+    assert "not valid JSON" in str(info.value)
+    assert "line 1 column" in str(info.value)
+
+
+def test_position_names_the_line():
+    with pytest.raises(StrictJSONError, match="line 3 column"):
+        loads('{\n  "a": 1,\n  "b": ]\n}')
+
+
+def test_bytes_are_decoded_as_utf8():
+    assert loads('{"name": "Zürich"}'.encode()) == {"name": "Zürich"}
+    assert loads(bytearray(b'{"a": 1}')) == {"a": 1}
+
+
+def test_invalid_utf8_bytes_are_refused():
+    with pytest.raises(StrictJSONError, match="not UTF-8"):
+        loads(b'{"a": "\xff"}')
+
+
+def test_byte_order_mark_is_refused():
+    with pytest.raises(StrictJSONError):
+        loads(b'\xef\xbb\xbf{"a": 1}')
+
+
+def test_deep_nesting_is_a_strict_json_error_not_a_crash():
+    with pytest.raises(StrictJSONError, match="nested too deeply"):
+        loads("[" * 200_000 + "]" * 200_000)
+
+
+def test_integer_beyond_the_digit_limit_is_a_strict_json_error():
+    with pytest.raises(StrictJSONError):
+        loads('{"n": %s}' % ("9" * 5000))
