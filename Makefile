@@ -65,7 +65,7 @@ demo: sim-up
 test: lint test-unit test-integration test-molecule
 
 lint: deps
-	@$(VENV)/bin/ruff check sim tools tests molecule
+	@$(VENV)/bin/ruff check plugins sim tools tests molecule
 
 test-unit: deps
 	@$(PY) -m pytest tests/unit

@@ -15,14 +15,14 @@ Only small members (metadata, at most ``MAX_METADATA_BYTES`` each) are ever held
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import tarfile
 from dataclasses import dataclass, field
 
+from ansible_collections.gb10.dspark.plugins.module_utils._strict_json import loads as strict_loads
+
 MAX_METADATA_BYTES = 16 << 20  # manifest.json, index.json, image configs and OCI manifests
 MAX_METADATA_TOTAL = 64 << 20
-CHUNK = 1 << 20
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
@@ -117,7 +117,7 @@ def _digest(data: bytes) -> str:
 
 def _loads(name: str, data: bytes, path: str) -> object:
     try:
-        return json.loads(data)
+        return strict_loads(data)
     except ValueError as exc:
         raise ArchiveError(f"{path}: {name} is not valid JSON: {exc}") from exc
 
@@ -198,14 +198,3 @@ def _config_of(members: dict[str, bytes], manifest_bytes: bytes, path: str) -> s
         return _config_of(members, blob, path) if blob else None
     return None
 
-
-def sha256_file(path: str) -> str:
-    """The archive file's own sha256 (streamed)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while True:
-            chunk = f.read(CHUNK)
-            if not chunk:
-                break
-            h.update(chunk)
-    return h.hexdigest()

@@ -28,12 +28,12 @@ from ansible_collections.gb10.dspark.plugins.module_utils._docker_engine import 
     loaded_references,
     split_tag,
 )
+from ansible_collections.gb10.dspark.plugins.module_utils._digest import sha256_file
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, IdentityError, Mismatch
 from ansible_collections.gb10.dspark.plugins.module_utils._image_archive import (
     ArchiveError,
     ArchiveIdentity,
     read_identity,
-    sha256_file,
 )
 
 

@@ -19,7 +19,6 @@ collecting every difference instead of stopping at the first:
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -29,13 +28,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ansible_collections.gb10.dspark.plugins.module_utils._digest import sha256_file
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, Mismatch
+from ansible_collections.gb10.dspark.plugins.module_utils._strict_json import json_equal, json_kind, loads
 
 REVISION_MARKER = ".r0b0tlab-model-revision"
 INDEX_FILE = "model.safetensors.index.json"
 CONFIG_FILE = "config.json"
 SHARD_COUNT = 48
-CHUNK = 1 << 20  # 1 MiB per read when hashing
 PROGRESS_INTERVAL = 2.0  # seconds between progress writes within one shard
 MARKER_LIMIT = 4096  # a marker holds one revision; anything longer is not a marker
 JSON_LIMIT = 64 << 20  # config.json is a few KB, the index a few MB
@@ -99,50 +99,10 @@ def shard_names(count: int) -> list[str]:
     return [f"model-{i:05d}-of-{count:05d}.safetensors" for i in range(1, count + 1)]
 
 
-def _no_duplicates(pairs: list[tuple[str, object]]) -> dict:
-    data: dict = {}
-    for key, value in pairs:
-        if key in data:
-            raise ValueError(f"duplicate key {json.dumps(key)}")
-        data[key] = value
-    return data
-
-
-def _no_constant(name: str) -> object:
-    raise ValueError(f"non-standard constant {name}")
-
-
-def strict_json(text: str) -> object:
-    """Parse JSON, rejecting duplicate keys and NaN/Infinity (which plain ``json.loads`` accepts)."""
-    return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
-
-
-def json_kind(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, (list, tuple)):
-        return "list"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
-
-
-def json_equal(actual: object, expected: object) -> bool:
-    """Equality with JSON semantics: a boolean is not a number, 43 equals 43.0, lists keep order."""
-    kind = json_kind(actual)
-    if kind != json_kind(expected):
-        return False
-    if kind == "list":
-        return len(actual) == len(expected) and all(json_equal(a, e) for a, e in zip(actual, expected))
-    if kind == "object":
-        return actual.keys() == expected.keys() and all(json_equal(actual[k], expected[k]) for k in actual)
-    return actual == expected
+def _json_type(value: object) -> str:
+    """:func:`json_kind` in this module's wording of mismatches ("a JSON list", not "array")."""
+    kind = json_kind(value)
+    return "list" if kind == "array" else kind
 
 
 def _inside(name: str) -> bool:
@@ -269,10 +229,10 @@ def load_json(root: str, name: str, rank: str, report: Report) -> object | None:
         problem = ("unreadable", detail or f"{path} is {_kind(st)}")
     else:
         try:
-            return strict_json(_read_limited(path, JSON_LIMIT).decode("utf-8"))
+            return loads(_read_limited(path, JSON_LIMIT))
         except OSError as err:
             problem = ("unreadable", err.strerror or str(err))
-        except ValueError as err:  # JSONDecodeError, UnicodeDecodeError, our strictness
+        except ValueError as err:  # StrictJSONError (not UTF-8, not JSON, duplicate key, NaN ...), too large
             problem = ("not strict JSON", str(err))
     report.mismatches.append(Mismatch(rank, name, "present and strict JSON", problem[0], reason=problem[1],
                                       expected_word="expected"))
@@ -285,7 +245,7 @@ def check_config(root: str, expected: Expected, rank: str, report: Report) -> No
         report.config = {key: None for key in expected.config}
         return
     if not isinstance(config, dict):
-        report.mismatches.append(Mismatch(rank, CONFIG_FILE, "a JSON object", f"a JSON {json_kind(config)}",
+        report.mismatches.append(Mismatch(rank, CONFIG_FILE, "a JSON object", f"a JSON {_json_type(config)}",
                                           expected_word="expected"))
         report.config = {key: None for key in expected.config}
         return
@@ -297,8 +257,8 @@ def check_config(root: str, expected: Expected, rank: str, report: Report) -> No
             report.mismatches.append(Mismatch(rank, item, want, None))
         elif not json_equal(have, want):
             reason = ""
-            if json_kind(have) != json_kind(want):
-                reason = f"a JSON {json_kind(have)}, pinned a JSON {json_kind(want)}"
+            if _json_type(have) != _json_type(want):
+                reason = f"a JSON {_json_type(have)}, pinned a JSON {_json_type(want)}"
             report.mismatches.append(Mismatch(rank, item, want, have, reason=reason))
 
 
@@ -311,7 +271,7 @@ def check_index(root: str, expected: Expected, rank: str, report: Report) -> dic
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict):
         actual = "absent" if not isinstance(index, dict) or "weight_map" not in index else \
-            f"a JSON {json_kind(weight_map)}"
+            f"a JSON {_json_type(weight_map)}"
         report.mismatches.append(Mismatch(rank, f"{name} weight_map", "a JSON object of tensor to shard", actual,
                                           expected_word="expected"))
         return index if isinstance(index, dict) else None
@@ -370,7 +330,7 @@ def check_total_size(index: dict | None, expected: Expected, rank: str, report: 
         return
     item = f"{expected.index_file} metadata.total_size"
     if report.total_size is None:
-        reason = "" if total is None else f"a JSON {json_kind(total)}, pinned an integer"
+        reason = "" if total is None else f"a JSON {_json_type(total)}, pinned an integer"
         report.mismatches.append(Mismatch(rank, item, expected.total_size, total, reason=reason))
     elif report.total_size != expected.total_size:
         report.mismatches.append(Mismatch(rank, item, expected.total_size, report.total_size))
@@ -435,22 +395,6 @@ class Progress:
     def shard_done(self) -> None:
         self.state["shards_done"] += 1
         self.write(force=True)
-
-
-def sha256_file(path: str, on_chunk: Callable[[int], None] | None = None, chunk: int = CHUNK) -> str:
-    """sha256 of a file read ``chunk`` bytes at a time into one reused buffer."""
-    digest = hashlib.sha256()
-    buffer = bytearray(chunk)
-    view = memoryview(buffer)
-    with open(path, "rb", buffering=0) as handle:
-        while True:
-            count = handle.readinto(buffer)
-            if not count:
-                break
-            digest.update(view[:count])
-            if on_chunk is not None:
-                on_chunk(count)
-    return digest.hexdigest()
 
 
 def hash_shards(root: str, usable: dict[str, int], expected: Expected, rank: str, report: Report,

@@ -24,7 +24,12 @@ import re
 from dataclasses import dataclass, field
 
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, Mismatch
-from ansible_collections.gb10.dspark.plugins.module_utils._strict_json import StrictJSONError, loads
+from ansible_collections.gb10.dspark.plugins.module_utils._strict_json import (
+    StrictJSONError,
+    json_equal,
+    json_kind,
+    loads,
+)
 
 IDENTITY_FIELDS = (
     "vllm_version",
@@ -76,6 +81,9 @@ def normalize_sha256(value: str, rank: str) -> str:
 def read_manifest(path: str, limit: int = MAX_PARSE_BYTES) -> tuple[str, bytes | None]:
     """Stream the file once: its sha256, and its bytes if it is no larger than ``limit``.
 
+    Not :func:`_digest.sha256_file`: the digest must be of the very bytes that are then parsed,
+    so a file replaced between a hash and a second read cannot pass with another content.
+
     Raises ``OSError`` when the file cannot be opened or read.
     """
     digest = hashlib.sha256()
@@ -96,44 +104,11 @@ def read_manifest(path: str, limit: int = MAX_PARSE_BYTES) -> tuple[str, bytes |
     return digest.hexdigest(), (b"".join(kept) if kept is not None else None)
 
 
-def json_kind(value: object) -> str:
-    """The JSON type of a value (booleans are not numbers)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, (list, tuple)):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
-
-
-def values_equal(expected: object, actual: object) -> bool:
-    """Equal as JSON values: same type, numbers numerically, arrays and objects member by member."""
-    kind = json_kind(expected)
-    if kind != json_kind(actual):
-        return False
-    if kind == "array":
-        return len(expected) == len(actual) and all(  # type: ignore[arg-type]
-            values_equal(e, a) for e, a in zip(expected, actual)  # type: ignore[call-overload]
-        )
-    if kind == "object":
-        return expected.keys() == actual.keys() and all(  # type: ignore[union-attr]
-            values_equal(expected[k], actual[k]) for k in expected  # type: ignore[index]
-        )
-    return expected == actual
-
-
 def _field_mismatch(rank: str, item: str, container: dict, key: str, expected: object, word: str) -> Mismatch | None:
     if key not in container:
         return Mismatch(rank, item, expected, None, reason="key missing from the manifest", expected_word=word)
     actual = container[key]
-    if values_equal(expected, actual):
+    if json_equal(actual, expected):
         return None
     reason = ""
     if json_kind(expected) != json_kind(actual):

@@ -7,6 +7,9 @@ silently keeps its last value (so a tampered file can shadow a field), and ``NaN
 ``Infinity`` and numbers like ``1e400`` come back as non-finite floats. :func:`loads` refuses
 all of these and says where, as a JSON path such as ``$.production_profile.max_num_seqs``.
 
+:func:`json_kind` and :func:`json_equal` are the collection's one way to name and compare JSON
+values: by JSON type, so ``16 == 16.0`` but ``true != 1``, ``null != 0`` and ``"16" != 16``.
+
 Standard library only; it runs on the ranks as well as on the control node.
 """
 from __future__ import annotations
@@ -15,7 +18,7 @@ import json
 import math
 import re
 
-__all__ = ["StrictJSONError", "loads"]
+__all__ = ["StrictJSONError", "json_equal", "json_kind", "loads"]
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -64,16 +67,49 @@ def _build(node: object, path: str) -> object:
     return node
 
 
-def _kind(value: object) -> str:
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, bool):
-        return "a boolean"
+def json_kind(value: object) -> str:
+    """The JSON type of a value: null, boolean, number, string, array or object.
+
+    A boolean is not a number (Python's ``bool`` is an ``int``); a tuple counts as an array.
+    Anything JSON cannot hold is named by its Python type.
+    """
     if value is None:
         return "null"
-    return "a number"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, (list, tuple)):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def json_equal(actual: object, expected: object) -> bool:
+    """Equal as JSON values: the same :func:`json_kind`, numbers numerically (``16 == 16.0``),
+    arrays member by member in order, objects by the same keys with equal values."""
+    kind = json_kind(actual)
+    if kind != json_kind(expected):
+        return False
+    if kind == "array":
+        return len(actual) == len(expected) and all(  # type: ignore[arg-type]
+            json_equal(a, e) for a, e in zip(actual, expected)  # type: ignore[call-overload]
+        )
+    if kind == "object":
+        return actual.keys() == expected.keys() and all(  # type: ignore[union-attr]
+            json_equal(actual[k], expected[k]) for k in actual  # type: ignore[index]
+        )
+    return actual == expected
+
+
+def _a(kind: str) -> str:
+    """``kind`` with its article, for prose: "an array", "a number", "null"."""
+    if kind == "null":
+        return kind
+    return f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
 
 
 def loads(text: str | bytes | bytearray, *, require_object: bool = False) -> object:
@@ -101,5 +137,5 @@ def loads(text: str | bytes | bytearray, *, require_object: bool = False) -> obj
     except RecursionError:
         raise StrictJSONError("not accepted: JSON nested too deeply") from None
     if require_object and not isinstance(value, dict):
-        raise StrictJSONError(f"top level is {_kind(value)}, not an object", "$")
+        raise StrictJSONError(f"top level is {_a(json_kind(value))}, not an object", "$")
     return value

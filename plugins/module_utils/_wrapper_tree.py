@@ -19,8 +19,6 @@ collected and reported together, each as ``<what> is <actual>, expected <expecte
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import posixpath
 import re
@@ -28,7 +26,9 @@ import stat
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 
+from ansible_collections.gb10.dspark.plugins.module_utils._digest import sha256_file
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import Mismatch
+from ansible_collections.gb10.dspark.plugins.module_utils._strict_json import loads
 
 Run = Callable[[list[str], dict[str, str]], tuple[int, str, str]]
 """Runs an argv list with extra environment variables; returns (rc, stdout, stderr)."""
@@ -44,7 +44,6 @@ GIT_REDIRECTING_ENV = (
 MAX_DIRTY_PATHS = 200
 MAX_MESSAGE_PATHS = 20
 FULL_SHA = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
-CHUNK = 1 << 20
 
 
 class TreeError(Exception):
@@ -222,17 +221,9 @@ def git_expected(run: Run, git: str, path: str, expected: str) -> tuple[str | No
 
 # --- installed collection ----------------------------------------------------------------------
 
-def sha256_file(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _load_json(path: str) -> object:
     with open(path, "rb") as handle:
-        return json.loads(handle.read().decode("utf-8"))
+        return loads(handle.read())
 
 
 def _safe_name(name: object) -> str | None:

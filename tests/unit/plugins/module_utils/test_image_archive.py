@@ -78,14 +78,6 @@ def test_zstd_is_refused_with_a_reason(tmp_path):
         ia.read_identity(str(p))
 
 
-def test_sha256_file_matches_hashlib(tmp_path):
-    import hashlib
-
-    p = tmp_path / "f"
-    p.write_bytes(b"abc" * 700_000)
-    assert ia.sha256_file(str(p)) == hashlib.sha256(p.read_bytes()).hexdigest()
-
-
 def test_reading_a_large_archive_reads_metadata_only(tmp_path):
     """A 256 MiB layer: the reader seeks past it, so peak memory grows by far less than the layer."""
     made = synthetic_archive.write(tmp_path / "big.tar", layer_bytes=256 << 20)

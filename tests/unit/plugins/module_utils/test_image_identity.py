@@ -6,6 +6,7 @@ import copy
 import pytest
 
 from ansible_collections.gb10.dspark.plugins.module_utils import _image_archive as ia
+from ansible_collections.gb10.dspark.plugins.module_utils._digest import sha256_file
 from ansible_collections.gb10.dspark.plugins.module_utils._docker_engine import EngineError
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, IdentityError
 from ansible_collections.gb10.dspark.plugins.module_utils._image_identity import Pin, ensure
@@ -199,7 +200,7 @@ def test_archive_checksum_is_checked_before_loading(archive):
     with pytest.raises(IdentityError, match="sha256"):
         ensure(eng, "w1", pin_for(archive, archive_sha256="0" * 64), archive["path"], check_mode=False)
     assert eng.calls == []
-    good = ia.sha256_file(archive["path"])
+    good = sha256_file(archive["path"])
     assert ensure(eng, "w1", pin_for(archive, archive_sha256=good), archive["path"], check_mode=False).loaded
 
 

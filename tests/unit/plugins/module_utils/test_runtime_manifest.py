@@ -14,7 +14,6 @@ from ansible_collections.gb10.dspark.plugins.module_utils._runtime_manifest impo
     Expectation,
     normalize_sha256,
     read_manifest,
-    values_equal,
     verify,
 )
 
@@ -190,15 +189,6 @@ def test_equal_values_pass(tmp_path, manifest_value, expected_value):
     report = verify(path, Expectation(sha256=sha, profile_section="production_profile",
                                       profile={"value": expected_value}), RANK)
     assert report.mismatches == []
-
-
-def test_values_equal_is_symmetric_and_strict():
-    assert values_equal(16, 16.0) and values_equal(16.0, 16)
-    assert not values_equal(16, "16") and not values_equal("16", 16)
-    assert not values_equal(True, 1) and not values_equal(1, True)
-    assert not values_equal(float("nan"), float("nan"))
-    assert values_equal((1, 2), [1, 2])
-    assert not values_equal({"a": 1}, {"a": 1, "b": 2})
 
 
 def test_missing_identity_key_and_profile_key_are_reported_as_absent(sim_bytes, sim_doc):

@@ -6,7 +6,12 @@ import json
 
 import pytest
 
-from ansible_collections.gb10.dspark.plugins.module_utils._strict_json import StrictJSONError, loads
+from ansible_collections.gb10.dspark.plugins.module_utils._strict_json import (
+    StrictJSONError,
+    json_equal,
+    json_kind,
+    loads,
+)
 
 
 def test_valid_document_parses_like_the_standard_library():
@@ -114,3 +119,50 @@ def test_deep_nesting_is_a_strict_json_error_not_a_crash():
 def test_integer_beyond_the_digit_limit_is_a_strict_json_error():
     with pytest.raises(StrictJSONError):
         loads('{"n": %s}' % ("9" * 5000))
+
+
+@pytest.mark.parametrize("text", ['{"a": 1, "a": 1}', '{"x": {"b": 1, "b": 2}}', "[Infinity]", '{"a": -Infinity}', "NaN"])
+def test_what_plain_json_accepts_is_refused(text):
+    json.loads(text)  # the standard library takes every one of these
+    with pytest.raises(StrictJSONError):
+        loads(text)
+
+
+def test_nested_document_parses():
+    assert loads('{"a": [1, {"b": 2}]}') == {"a": [1, {"b": 2}]}
+
+
+# --- json_kind / json_equal ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value, kind", [
+    (None, "null"), (True, "boolean"), (False, "boolean"), (0, "number"), (0.835, "number"), ("", "string"),
+    ("16", "string"), ([], "array"), ((1, 2), "array"), ({}, "object"), ({"a": 1}, "object"), (b"x", "bytes"),
+])
+def test_json_kind_names_the_json_type(value, kind):
+    assert json_kind(value) == kind
+
+
+def test_json_kind_of_every_parsed_value_is_a_json_type():
+    document = loads('{"n": null, "b": true, "i": 1, "f": 1.5, "s": "x", "a": [], "o": {}}')
+    assert {key: json_kind(value) for key, value in document.items()} == {
+        "n": "null", "b": "boolean", "i": "number", "f": "number", "s": "string", "a": "array", "o": "object"}
+
+
+@pytest.mark.parametrize("a, b", [
+    (16, 16.0), (43, 43.0), (0, -0.0), ("x", "x"), (None, None), (True, True), ([], []), ({}, {}),
+    (["a", "b"], ["a", "b"]), ((1, 2), [1, 2]), ({"a": [1]}, {"a": [1.0]}),
+    ({"a": {"b": [1, {"c": None}]}}, {"a": {"b": [1.0, {"c": None}]}}),
+])
+def test_json_equal_holds_for_equal_json_values_both_ways(a, b):
+    assert json_equal(a, b) and json_equal(b, a)
+
+
+@pytest.mark.parametrize("a, b", [
+    (True, 1), (False, 0), (True, 1.0), (None, 0), (None, ""), (None, "null"), (None, []), ("16", 16), ("43", 43.0),
+    ("true", True), (16, 17), (0.835, 0.8350001), (["a", "b"], ["b", "a"]), ([1], [1, 1]), ([], {}),
+    ({"a": 1}, {"a": 1, "b": 2}), ({"a": 1}, {"b": 1}), ({"a": [True]}, {"a": [1]}), ([{"a": 1}], [{"a": "1"}]),
+    (float("nan"), float("nan")),
+])
+def test_json_equal_fails_across_types_and_values_both_ways(a, b):
+    assert not json_equal(a, b) and not json_equal(b, a)

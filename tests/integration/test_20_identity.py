@@ -1,0 +1,213 @@
+"""Identity on the simulator: playbooks/identity.yml converges a pair and fails closed.
+
+Pair 1 is converged and re-run. Pair 2 is kept unconverged (no image, no archive on its ranks),
+so that every injected mismatch would otherwise lead to a copy and a load; each test shows the
+run fails with a message naming the rank, the expected and the actual value, and that no image,
+container or file on either rank of the pair changed.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from simhelpers import ROOT, INVENTORY, ansible, on_rank
+
+sys.path.insert(0, str(ROOT))
+from tests.support import synthetic_archive  # noqa: E402
+
+PLAYBOOK = "playbooks/identity.yml"
+FAKEHW = [sys.executable, "-m", "fakehw"]
+
+
+def pin() -> dict:
+    return yaml.safe_load((INVENTORY / "group_vars" / "all" / "pin.yml").read_text())["dspark_pin"]
+
+
+def site() -> dict:
+    return yaml.safe_load((INVENTORY / "group_vars" / "all" / "site.yml").read_text())
+
+
+@pytest.fixture(scope="module")
+def clean_tree(tmp_path_factory):
+    """A clean checkout of HEAD to deploy from (the working tree under test may be mid-edit)."""
+    dest = tmp_path_factory.mktemp("wrapper") / "gb10-dspark"
+    subprocess.run(["git", "clone", "--quiet", "--local", "--no-hardlinks", str(ROOT), str(dest)], check=True)
+    return dest
+
+
+def run(pair, clean_tree, *extra: str, check: bool = False, tree: Path | None = None):
+    return ansible(PLAYBOOK, "--limit", pair.group, "-e", f"dspark_preflight_wrapper_path={tree or clean_tree}",
+                   *extra, tool="ansible-playbook", check=check)
+
+
+def snapshot(rank) -> dict:
+    """Everything on a rank that the identity run could change."""
+    images = on_rank(rank, ["docker", "image", "ls", "--all", "--no-trunc", "--format", "{{.ID}} {{.Repository}}:{{.Tag}}"]).stdout
+    containers = on_rank(rank, ["docker", "ps", "--all", "--no-trunc", "--format", "{{.ID}} {{.Names}} {{.Status}}"]).stdout
+    files = on_rank(rank, ["find", "/var/lib/dspark", "/etc/dspark", "/srv/dspark/models", "-printf", "%p %s %T@\n"]).stdout
+    return {"images": sorted(images.splitlines()), "containers": sorted(containers.splitlines()),
+            "files": sorted(files.splitlines())}
+
+
+def reset(pair) -> None:
+    """Back to an unconverged pair: no engine, no image, no archive copy."""
+    for r in pair.ranks:
+        on_rank(r, ["sh", "-c", "docker rm -f $(docker ps -aq) >/dev/null 2>&1; "
+                                "docker image rm -f $(docker image ls -aq) >/dev/null 2>&1; "
+                                "rm -rf /var/lib/dspark/images; true"])
+        assert snapshot(r)["images"] == []
+
+
+def fails_closed(pair, clean_tree, *extra: str, expect: list[str], tree: Path | None = None) -> str:
+    before = {r.name: snapshot(r) for r in pair.ranks}
+    res = run(pair, clean_tree, *extra, tree=tree)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0, out[-4000:]
+    for needle in expect:
+        assert needle in out, f"{needle!r} not in output:\n{out[-6000:]}"
+    after = {r.name: snapshot(r) for r in pair.ranks}
+    assert after == before, "a failed run changed a rank"
+    return out
+
+
+@pytest.fixture
+def pair2(sim):
+    pair = sim[1]
+    reset(pair)
+    return pair
+
+
+def test_identity_converges_then_changes_nothing(sim, clean_tree):
+    pair = sim[0]
+    reset(pair)
+    p = pin()
+    first = run(pair, clean_tree, check=True)
+    assert "changed=0" not in first.stdout.split("PLAY RECAP")[1].splitlines()[1]
+    for r in pair.ranks:
+        tag_id = on_rank(r, ["docker", "image", "inspect", "--format", "{{.Id}}", p["image_tag"]]).stdout.strip()
+        assert tag_id == p["image_id"], r.name
+    second = run(pair, clean_tree, "-v", check=True)
+    recap = second.stdout.split("PLAY RECAP")[1]
+    assert recap.count("changed=0") == 2, recap
+    assert "loaded: true" not in second.stdout and "Copy the archive" not in second.stdout.split("skipping")[0][-1:]
+    tree = json.loads((Path(site()["dspark_evidence_dir"]) / "wrapper-tree.json").read_text())
+    assert tree["dirty"] is False and tree["publishable"] is True
+
+
+def test_check_mode_reports_and_changes_nothing(pair2, clean_tree):
+    before = {r.name: snapshot(r) for r in pair2.ranks}
+    res = run(pair2, clean_tree, "--check", "--diff", check=True)
+    assert "image_id: " + pin()["image_id"] in res.stdout or pin()["image_id"] in res.stdout
+    assert {r.name: snapshot(r) for r in pair2.ranks} == before
+
+
+def test_worker_holding_another_image_under_the_pinned_tag(pair2, clean_tree):
+    worker = pair2.worker
+    p = pin()
+    on_rank(worker, ["sh", "-c", f"tar -cf - -T /dev/null | docker import - {p['image_tag']} >/dev/null"])
+    other = on_rank(worker, ["docker", "image", "inspect", "--format", "{{.Id}}", p["image_tag"]]).stdout.strip()
+    fails_closed(pair2, clean_tree, expect=[f"rank {worker.name}: image {p['image_tag']} is {other}, pinned {p['image_id']}"])
+
+
+def test_control_node_archive_with_another_id(pair2, clean_tree, tmp_path):
+    p = pin()
+    labels = {"org.opencontainers.image.revision": p["source_revision"]}
+    bad = synthetic_archive.write(tmp_path / "other.tar", tag=p["image_tag"], labels=labels)
+    fails_closed(pair2, clean_tree, "-e", f"dspark_image_archive={bad['path']}",
+                 expect=[f"rank control node: archive {bad['path']} image is {bad['image_id']}, pinned {p['image_id']}"])
+
+
+def test_archive_staged_on_a_rank_with_another_id(pair2, clean_tree, tmp_path):
+    p = pin()
+    head = pair2.head
+    name = Path(site()["dspark_image_archive"]).name
+    bad = synthetic_archive.write(tmp_path / name, tag=p["image_tag"])
+    staged = head.sub("var-dspark") / "images"
+    staged.mkdir(parents=True, exist_ok=True)
+    shutil.copy(bad["path"], staged / name)
+    fails_closed(pair2, clean_tree,
+                 expect=[f"rank {head.name}: archive /var/lib/dspark/images/{name} image is {bad['image_id']}, pinned {p['image_id']}"])
+
+
+def test_tampered_runtime_manifest(pair2, clean_tree, tmp_path):
+    src = Path(site()["dspark_runtime_manifest_src"])
+    doc = json.loads(src.read_text())
+    doc["kv_cache_dtype"] = "fp8"
+    tampered = tmp_path / "runtime-manifest.json"
+    tampered.write_text(json.dumps(doc, indent=2))
+    actual = hashlib.sha256(tampered.read_bytes()).hexdigest()
+    out = fails_closed(pair2, clean_tree, "-e", f"dspark_runtime_manifest_src={tampered}",
+                       expect=[f"rank control node: runtime manifest sha256 is {actual}, pinned {pin()['runtime_manifest_sha256']}"])
+    assert "kv_cache_dtype is fp8, pinned nvfp4_ds_mla" in out
+
+
+def test_tampered_manifest_on_a_rank_is_named(pair2):
+    worker = pair2.worker
+    on_rank(worker, ["sh", "-c", "echo '{\"schema_version\": 3}' > /etc/dspark/runtime-manifest.json"])
+    try:
+        res = ansible(worker.name, "-m", "gb10.dspark.runtime_manifest", "-a",
+                      json.dumps({"rank": worker.name, "path": "/etc/dspark/runtime-manifest.json",
+                                  "expected_sha256": pin()["runtime_manifest_sha256"]}), check=False)
+        assert res.returncode != 0
+        assert f"rank {worker.name}: runtime manifest sha256 is " in res.stdout
+    finally:
+        on_rank(worker, ["rm", "-f", "/etc/dspark/runtime-manifest.json"])
+
+
+def test_wrong_model_revision(pair2, clean_tree):
+    worker = pair2.worker
+    p = pin()
+    marker = f"{site()['dspark_model_dir']}/{p['model_revision_marker']}"
+    wrong = "0" * 40
+    on_rank(worker, ["sh", "-c", f"echo {wrong} > {marker}"])
+    try:
+        fails_closed(pair2, clean_tree, expect=[f"rank {worker.name}: model revision is {wrong}, pinned {p['model_revision']}"])
+    finally:
+        on_rank(worker, ["sh", "-c", f"echo {p['model_revision']} > {marker}"])
+
+
+def test_missing_shard(pair2, clean_tree):
+    head = pair2.head
+    shard = f"{site()['dspark_model_dir']}/model-00007-of-00048.safetensors"
+    on_rank(head, ["mv", shard, "/root/shard7.bak"])
+    try:
+        fails_closed(pair2, clean_tree, expect=[f"rank {head.name}: shard model-00007-of-00048.safetensors is absent"])
+    finally:
+        on_rank(head, ["mv", "/root/shard7.bak", shard])
+
+
+def test_h200_instead_of_a_gb10(pair2, clean_tree):
+    worker = pair2.worker
+    env = {"PYTHONPATH": str(ROOT / "sim")}
+    subprocess.run([*FAKEHW, "--hw-dir", str(worker.sub("hw")), "set-gpu", "--profile", "h200"], check=True,
+                   env=env, capture_output=True)
+    try:
+        fails_closed(pair2, clean_tree, expect=[f"rank {worker.name}: GPU 0 compute capability is 9.0, expected 12.1"])
+    finally:
+        subprocess.run([*FAKEHW, "--hw-dir", str(worker.sub("hw")), "set-gpu", "--profile", "gb10"], check=True,
+                       env=env, capture_output=True)
+
+
+def test_fabric_link_down(pair2, clean_tree):
+    worker = pair2.worker
+    netdev = worker.port["netdev"]
+    on_rank(worker, ["ip", "link", "set", netdev, "down"])
+    try:
+        fails_closed(pair2, clean_tree, expect=[f"rank {worker.name}: netdev {netdev} link is Down, expected Up",
+                                                f"rank {worker.name}: HCA {worker.port['hca']} link is Down, expected Up"])
+    finally:
+        on_rank(worker, ["ip", "link", "set", netdev, "up"])
+
+
+def test_dirty_tree(pair2, clean_tree, tmp_path):
+    dirty = tmp_path / "dirty"
+    subprocess.run(["git", "clone", "--quiet", "--local", str(clean_tree), str(dirty)], check=True)
+    (dirty / "roles" / "README.md").write_text("edited on the control node\n")
+    fails_closed(pair2, clean_tree, tree=dirty, expect=[f"wrapper tree {dirty} is dirty (1 paths: M roles/README.md)"])
