@@ -12,12 +12,13 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(VENV)/bin:$(PATH)
 SIM    := PYTHONPATH=$(CURDIR)/sim $(PY) -m dspark_sim
 
-.PHONY: help deps sim-image sim-up sim-down sim-status demo test test-unit test-integration test-molecule lint
+.PHONY: help deps sim-image sim-up sim-down sim-status demo test test-unit test-integration test-molecule lint bench
 
 help:
 	@echo "make demo   bring one simulated GB10 pair up and serve the stand-in engine on it"
 	@echo "make test   unit and integration tests (installs what they need)"
 	@echo "make sim-up PAIRS=N | sim-down | sim-status | sim-image | deps | test-unit | test-integration | test-molecule"
+	@echo "make bench  speed and memory targets, measured on the simulator (BENCH_ARCHIVE_GIB=4)"
 
 # ---- dependencies -----------------------------------------------------------------------
 deps: $(STAMPS)/venv $(STAMPS)/collections
@@ -75,3 +76,8 @@ test-integration: deps
 
 test-molecule: deps
 	@$(VENV)/bin/molecule test
+
+# ---- benchmarks: speed and memory targets are measured here, never in timed tests ----------
+bench: deps
+	@$(SIM) up --pairs 1
+	@$(PY) bench/image_load_memory.py
