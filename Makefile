@@ -52,6 +52,7 @@ sim-status: deps
 
 # ---- the two commands of the README -----------------------------------------------------
 demo: sim-up
+	@ansible-playbook -i inventories/sim playbooks/identity.yml
 	@ansible-playbook -i inventories/sim playbooks/sim_smoke.yml
 	@$(SIM) status >/dev/null
 	@echo
