@@ -91,3 +91,32 @@ def rank_name(given: str | None) -> str:
     """The name a module uses for its rank: the one the role passes (the inventory name),
     else the machine's hostname."""
     return given or socket.gethostname()
+
+
+def guarded(module, call):
+    """Run ``call()``; a failed check ends the module with the collection's failure shape.
+
+    ``module`` is the ``AnsibleModule``. An :class:`IdentityError` fails with every mismatch, a
+    :class:`CheckError` with its message (which names the rank). Anything else is a bug and
+    propagates with its traceback.
+    """
+    try:
+        return call()
+    except IdentityError as exc:
+        module.fail_json(changed=False, **failure(exc.mismatches))
+    except CheckError as exc:
+        module.fail_json(msg=str(exc), changed=False, mismatches=[])
+
+
+def finish(module, result: dict, mismatches: list[Mismatch], fail_on_mismatch: bool = True,
+           warnings: list[str] | tuple = ()) -> None:
+    """End a read-only check: warnings, then fail (listing every mismatch) or exit with the result."""
+    for warning in warnings:
+        module.warn(warning)
+    result = dict(result)
+    result.setdefault("changed", False)
+    result["mismatches"] = [m.as_dict() for m in mismatches]
+    if mismatches and fail_on_mismatch:
+        result.update(failure(mismatches))
+        module.fail_json(**result)
+    module.exit_json(**result)

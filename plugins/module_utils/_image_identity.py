@@ -264,3 +264,22 @@ def _load(engine: Engine, rank: str, archive: ArchiveIdentity, pin: Pin, want: s
         got = ", ".join(ids) or "nothing"
         raise IdentityError(Mismatch(rank, f"image loaded from {archive.path}", want, got,
                                      reason="removed again; nothing changed"))
+
+
+def run_ensure(rank: str, pin: dict, archive_path: str | None, check_mode: bool, docker_host: str,
+               timeout: float, labels: bool = True, architecture: bool = True) -> Outcome:
+    """The module's whole job: check the pin, then :func:`ensure`; every failure names the rank."""
+    try:
+        checked = Pin.from_pin(_pin.check(pin), labels=labels, architecture=architecture)
+        return ensure(Engine(docker_host, timeout), rank, checked, archive_path, check_mode)
+    except (_pin.PinError, EngineError) as exc:
+        raise CheckError(rank, str(exc)) from exc
+
+
+def run_check_archive(rank: str, pin: dict, path: str, verify_sha256: bool, labels: bool = True,
+                      architecture: bool = True) -> ArchiveIdentity:
+    try:
+        checked = Pin.from_pin(_pin.check(pin), labels=labels, architecture=architecture)
+    except _pin.PinError as exc:
+        raise CheckError(rank, str(exc)) from exc
+    return check_archive(rank, path, checked, verify_sha256)

@@ -267,7 +267,7 @@ msg:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gb10.dspark.plugins.module_utils._gpu_facts import Expectations, gather
-from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, failure, rank_name
+from ansible_collections.gb10.dspark.plugins.module_utils._identity import finish, guarded, rank_name
 
 
 def main() -> None:
@@ -296,31 +296,19 @@ def main() -> None:
         netdevs=params["expected_netdevs"] or [],
         hcas=params["expected_hcas"] or [],
     )
-    try:
-        report = gather(
-            lambda argv: module.run_command(argv, handle_exceptions=False),
-            rank,
-            expect,
-            nvidia_smi=module.get_bin_path(params["nvidia_smi_path"], required=False),
-            ibdev2netdev=module.get_bin_path(params["ibdev2netdev_path"], required=False),
-            source=params["source"],
-            fabric=params["gather_fabric"],
-            nvidia_smi_name=params["nvidia_smi_path"],
-            ibdev2netdev_name=params["ibdev2netdev_path"],
-        )
-    except CheckError as exc:
-        module.fail_json(msg=str(exc), changed=False)
-    for warning in report.warnings:
-        module.warn(warning)
-    if report.mismatches and params["fail_on_mismatch"]:
-        module.fail_json(changed=False, gpu_facts=report.facts, **failure(report.mismatches))
-    module.exit_json(
-        changed=False,
-        gpu_facts=report.facts,
-        mismatches=[m.as_dict() for m in report.mismatches],
-        ansible_facts={"dspark_gpu": report.facts},
-    )
-
+    report = guarded(module, lambda: gather(
+        lambda argv: module.run_command(argv, handle_exceptions=False),
+        rank,
+        expect,
+        nvidia_smi=module.get_bin_path(params["nvidia_smi_path"], required=False),
+        ibdev2netdev=module.get_bin_path(params["ibdev2netdev_path"], required=False),
+        source=params["source"],
+        fabric=params["gather_fabric"],
+        nvidia_smi_name=params["nvidia_smi_path"],
+        ibdev2netdev_name=params["ibdev2netdev_path"],
+    ))
+    finish(module, {"gpu_facts": report.facts, "ansible_facts": {"dspark_gpu": report.facts}},
+           report.mismatches, params["fail_on_mismatch"], report.warnings)
 
 if __name__ == "__main__":
     main()

@@ -98,9 +98,8 @@ mismatches:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils import _pin
-from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, IdentityError, failure, rank_name
-from ansible_collections.gb10.dspark.plugins.module_utils._image_identity import Pin, check_archive
+from ansible_collections.gb10.dspark.plugins.module_utils._identity import guarded, rank_name
+from ansible_collections.gb10.dspark.plugins.module_utils._image_identity import run_check_archive
 
 
 def main() -> None:
@@ -116,18 +115,9 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    rank = rank_name(p["rank"])
-    try:
-        pin = Pin.from_pin(_pin.check(p["pin"]), labels=p["check_labels"], architecture=p["check_architecture"])
-        archive = check_archive(rank, p["path"], pin, p["verify_sha256"])
-    except _pin.PinError as exc:
-        module.fail_json(msg=f"rank {rank}: {exc}", mismatches=[])
-    except IdentityError as exc:
-        module.fail_json(**failure(exc.mismatches))
-    except CheckError as exc:
-        module.fail_json(msg=str(exc), mismatches=[])
+    archive = guarded(module, lambda: run_check_archive(rank_name(p["rank"]), p["pin"], p["path"], p["verify_sha256"],
+                                                        p["check_labels"], p["check_architecture"]))
     module.exit_json(changed=False, archive=archive.as_dict())
-
 
 if __name__ == "__main__":
     main()

@@ -157,15 +157,8 @@ mismatches:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils import _pin
-from ansible_collections.gb10.dspark.plugins.module_utils._docker_engine import Engine, EngineError
-from ansible_collections.gb10.dspark.plugins.module_utils._identity import (
-    CheckError,
-    IdentityError,
-    failure,
-    rank_name,
-)
-from ansible_collections.gb10.dspark.plugins.module_utils._image_identity import Pin, ensure
+from ansible_collections.gb10.dspark.plugins.module_utils._identity import guarded, rank_name
+from ansible_collections.gb10.dspark.plugins.module_utils._image_identity import run_ensure
 
 
 def main() -> None:
@@ -182,25 +175,17 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    rank = rank_name(p["rank"])
-    try:
-        pin = Pin.from_pin(_pin.check(p["pin"]), labels=p["check_labels"], architecture=p["check_architecture"])
-        outcome = ensure(Engine(p["docker_host"], p["timeout"]), rank, pin, p["path"], module.check_mode)
-    except _pin.PinError as exc:
-        module.fail_json(msg=f"rank {rank}: {exc}", mismatches=[])
-    except IdentityError as exc:
-        module.fail_json(**failure(exc.mismatches))
-    except (CheckError, EngineError) as exc:
-        module.fail_json(msg=str(exc) if isinstance(exc, CheckError) else f"rank {rank}: {exc}", mismatches=[])
+    outcome = guarded(module, lambda: run_ensure(rank_name(p["rank"]), p["pin"], p["path"], module.check_mode,
+                                                 p["docker_host"], p["timeout"], p["check_labels"],
+                                                 p["check_architecture"]))
     for warning in outcome.warnings:
         module.warn(warning)
     result = outcome.result()
-    result["ansible_facts"] = {"dspark_image": {"image_tag": pin.tag, "image_id": outcome.image_id,
+    result["ansible_facts"] = {"dspark_image": {"image_tag": p["pin"]["image_tag"], "image_id": outcome.image_id,
                                                 "image_store": outcome.image_store}}
     if module._diff:
         result["diff"] = {"before": outcome.before, "after": outcome.after}
     module.exit_json(**result)
-
 
 if __name__ == "__main__":
     main()

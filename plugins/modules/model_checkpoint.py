@@ -237,7 +237,7 @@ mismatches:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, failure, rank_name
+from ansible_collections.gb10.dspark.plugins.module_utils._identity import finish, guarded, rank_name
 from ansible_collections.gb10.dspark.plugins.module_utils._model_checkpoint import (
     INDEX_FILE,
     REVISION_MARKER,
@@ -278,17 +278,8 @@ def main() -> None:
         shard_sha256=params["expected_shard_sha256"],
         progress_path=params["progress_path"] if params["deep"] else None,
     )
-    try:
-        report = verify(params["path"], expected, rank)
-    except CheckError as err:
-        module.fail_json(msg=str(err), changed=False, mismatches=[])
-    for warning in report.warnings:
-        module.warn(warning)
-    checkpoint = report.checkpoint()
-    if report.mismatches and params["fail_on_mismatch"]:
-        module.fail_json(changed=False, checkpoint=checkpoint, **failure(report.mismatches))
-    module.exit_json(changed=False, checkpoint=checkpoint, mismatches=[m.as_dict() for m in report.mismatches])
-
+    report = guarded(module, lambda: verify(params["path"], expected, rank))
+    finish(module, {"checkpoint": report.checkpoint()}, report.mismatches, params["fail_on_mismatch"], report.warnings)
 
 if __name__ == "__main__":
     main()

@@ -99,7 +99,7 @@ mismatches:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils._identity import failure
+from ansible_collections.gb10.dspark.plugins.module_utils._identity import finish
 from ansible_collections.gb10.dspark.plugins.module_utils._pair import check_pairs
 
 
@@ -114,10 +114,7 @@ def main() -> None:
     )
     p = module.params
     pairs, mismatches = check_pairs(p["hosts"], p["expected_image_id"], p["check_images"])
-    if mismatches:
-        module.fail_json(pairs=pairs, **failure(mismatches))
-    module.exit_json(changed=False, pairs=pairs, mismatches=[])
-
+    finish(module, {"pairs": pairs}, mismatches)
 
 if __name__ == "__main__":
     main()

@@ -175,7 +175,7 @@ mismatches:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, failure, rank_name
+from ansible_collections.gb10.dspark.plugins.module_utils._identity import finish, guarded, rank_name
 from ansible_collections.gb10.dspark.plugins.module_utils._runtime_manifest import Expectation, verify
 
 
@@ -202,18 +202,9 @@ def main() -> None:
         profile=p["profile"],
         schema_version=p["expected_schema_version"],
     )
-    try:
-        report = verify(p["path"], expectation, rank)
-    except CheckError as exc:
-        module.fail_json(msg=str(exc), changed=False, mismatches=[])
+    report = guarded(module, lambda: verify(p["path"], expectation, rank))
     result = report.result()
-    result["changed"] = False
-    if report.mismatches and p["fail_on_mismatch"]:
-        details = failure(report.mismatches)
-        result.update(details)
-        module.fail_json(**result)
-    module.exit_json(**result)
-
+    finish(module, result, report.mismatches, p["fail_on_mismatch"])
 
 if __name__ == "__main__":
     main()

@@ -196,7 +196,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils._identity import failure
+from ansible_collections.gb10.dspark.plugins.module_utils._identity import finish
 from ansible_collections.gb10.dspark.plugins.module_utils._wrapper_tree import (
     TreeError,
     check_tree,
@@ -226,13 +226,7 @@ def main() -> None:
                             allow_dirty=p["allow_dirty"], ignore_untracked=p["ignore_untracked"])
     except TreeError as exc:
         module.fail_json(msg=str(exc), mismatches=[])
-    tree = report.tree()
-    if report.mismatches:
-        module.fail_json(tree=tree, **failure(report.mismatches))
-    for warning in report.warnings:
-        module.warn(warning)
-    module.exit_json(changed=False, tree=tree)
-
+    finish(module, {"tree": report.tree()}, report.mismatches, warnings=report.warnings)
 
 if __name__ == "__main__":
     main()
