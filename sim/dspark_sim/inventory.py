@@ -106,6 +106,13 @@ def write(count: int, meta: dict) -> Path:
         "dspark_master_port": 25000,
         "dspark_container_name": "dspark_vllm",
         "dspark_engine_memlock": memlock_limit(),
+        # No GPU and no RDMA device in a simulated rank; the stand-in needs neither.
+        "dspark_engine_gpus": False,
+        "dspark_engine_devices": [],
+        "dspark_engine_shm_size": "1g",
+        # The stand-in "loads weights" for a second, so readiness is really waited for.
+        "dspark_engine_extra_env": {"DSPARK_SIM_STARTUP_DELAY_S": "1"},
+        "dspark_engine_ready_interval": 1,
         "dspark_simulated": True,
         "dspark_evidence_dir": str(layout.REPO_ROOT / "artifacts" / "evidence"),
     })

@@ -1,0 +1,153 @@
+# Copyright (c) gb10.dspark contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What a pair's engine is doing right now, seen from its head: read-only and quick.
+
+One probe answers: does each rank's container exist and run (exit code, start time, the last log
+lines), does the head's API serve the model, how big is the KV cache, how many requests are in
+flight. The readiness wait, the engine role's replace guard and the gate all read it.
+
+The head reads its own container through the local engine; the worker's through
+``ssh <worker> docker …``, the same one-way trust the original launcher used.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import urllib.error
+import urllib.request
+from typing import Callable
+
+Run = Callable[[list[str]], tuple[int, str, str]]
+
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)')
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_metrics(text: str) -> dict[str, list[tuple[dict, float]]]:
+    """Prometheus text exposition → {metric name: [(labels, value), …]}."""
+    out: dict[str, list[tuple[dict, float]]] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if not m:
+            continue
+        try:
+            value = float(m.group(4))
+        except ValueError:
+            continue
+        labels = dict(_LABEL.findall(m.group(3) or ""))
+        out.setdefault(m.group(1), []).append((labels, value))
+    return out
+
+
+def kv_cache_tokens(metrics: dict) -> int | None:
+    for _, value in metrics.get("vllm:kv_cache_size_tokens", []):
+        return int(value)
+    for labels, _ in metrics.get("vllm:cache_config_info", []):
+        if labels.get("kv_cache_size_tokens", "").isdigit():
+            return int(labels["kv_cache_size_tokens"])
+    return None
+
+
+def requests_running(metrics: dict) -> int | None:
+    samples = metrics.get("vllm:num_requests_running")
+    if not samples:
+        return None
+    return int(sum(v for _, v in samples))
+
+
+def container_state(inspect_json: str) -> dict:
+    """``docker container inspect`` output → the few fields a probe reports."""
+    try:
+        doc = json.loads(inspect_json)
+    except ValueError:
+        return {"exists": False, "status": "unknown", "error": "unparsable docker inspect output"}
+    if not isinstance(doc, list) or not doc:
+        return {"exists": False, "status": "absent"}
+    state = doc[0].get("State") or {}
+    labels = (doc[0].get("Config") or {}).get("Labels") or {}
+    return {
+        "exists": True,
+        "id": doc[0].get("Id"),
+        "image": doc[0].get("Image"),
+        "status": state.get("Status"),
+        "running": bool(state.get("Running")),
+        "exit_code": state.get("ExitCode"),
+        "started_at": state.get("StartedAt"),
+        "finished_at": state.get("FinishedAt"),
+        "restart_count": doc[0].get("RestartCount"),
+        "labels": {k: v for k, v in labels.items() if k.startswith("io.gb10.dspark.")},
+    }
+
+
+def _via(ssh: list[str] | None) -> Callable[[list[str]], list[str]]:
+    """argv for a local command, or for the same command on the worker over ssh (quoted: ssh
+    hands the remote shell one string)."""
+    if not ssh:
+        return lambda argv: argv
+    return lambda argv: [*ssh, shlex.join(argv)]
+
+
+def rank_state(run: Run, ssh: list[str] | None, container: str, log_lines: int) -> dict:
+    via = _via(ssh)
+    rc, out, err = run(via(["docker", "container", "inspect", container]))
+    if rc != 0:
+        if "No such" in err or "no such" in err:
+            return {"exists": False, "status": "absent", "logs": []}
+        return {"exists": False, "status": "unknown", "error": (err or out).strip()[:500], "logs": []}
+    state = container_state(out)
+    rc, out, err = run(via(["docker", "logs", "--tail", str(log_lines), container]))
+    state["logs"] = (out + err).splitlines()[-log_lines:] if rc == 0 else []
+    return state
+
+
+def http_json(url: str, timeout: float, api_key: str | None = None) -> tuple[int | None, object, str]:
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            body = resp.read().decode("utf-8", "replace")
+            status = resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code, None, f"HTTP {exc.code}"
+    except (OSError, ValueError) as exc:
+        return None, None, str(getattr(exc, "reason", exc))
+    if url.endswith("/metrics"):
+        return status, body, ""
+    try:
+        return status, json.loads(body), ""
+    except ValueError:
+        return status, None, "not JSON"
+
+
+def api_state(base_url: str, model: str, timeout: float, api_key: str | None = None) -> dict:
+    status, doc, err = http_json(base_url.rstrip("/") + "/v1/models", timeout, api_key)
+    ready = False
+    ids: list[str] = []
+    max_len = None
+    if status == 200 and isinstance(doc, dict):
+        for entry in doc.get("data") or []:
+            ids.append(str(entry.get("id")))
+            if entry.get("id") == model:
+                ready = True
+                max_len = entry.get("max_model_len")
+    out = {"ready": ready, "status": status, "models": ids, "max_model_len": max_len, "error": err or None}
+    status, text, err = http_json(base_url.rstrip("/") + "/metrics", timeout, api_key)
+    metrics = parse_metrics(text) if status == 200 and isinstance(text, str) else {}
+    out["kv_cache_size_tokens"] = kv_cache_tokens(metrics)
+    out["num_requests_running"] = requests_running(metrics)
+    return out
+
+
+def probe(run: Run, container: str, base_url: str, model: str, worker_ssh: list[str] | None,
+          log_lines: int = 20, timeout: float = 5.0, api_key: str | None = None) -> dict:
+    head = rank_state(run, None, container, log_lines)
+    worker = rank_state(run, worker_ssh, container, log_lines) if worker_ssh else None
+    api = api_state(base_url, model, timeout, api_key) if head.get("running") else \
+        {"ready": False, "status": None, "models": [], "max_model_len": None, "error": "head container not running",
+         "kv_cache_size_tokens": None, "num_requests_running": None}
+    down = [name for name, st in (("head", head), ("worker", worker)) if st is not None and st.get("exists")
+            and not st.get("running")]
+    return {"head": head, "worker": worker, "api": api, "ready": bool(api["ready"]) and not down,
+            "exited": down}

@@ -1,0 +1,1016 @@
+# Copyright (c) gb10.dspark contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Decision logic of the schema-3 runtime gate (wrapper spec section 5).
+
+The gate proves that a running pair serves what was pinned: per rank the container's image,
+labels, command flags, PID 1 environment and runtime-audit manifest; on the head three API
+canaries; on both ranks the CUDA-graph log markers. The pytest-testinfra suite of the gate role
+(``roles/gate/files/runtime_gate``) only moves bytes: it hands this module a ``run(argv)``
+callable per rank (commands as argv lists, run on the rank) and a ``fetch(method, path, body,
+timeout)`` callable for the head's HTTP API. Everything that decides lives here, so the unit
+tests cover it.
+
+:class:`Gate` runs the checks as named steps (each one once, in the spec's order: identity and
+API canaries before the logs, so that a graph replay has been logged), keeps every error (a
+failed check never stops the others) and assembles the schema-3 document; :func:`write_json_atomic`
+writes it.
+
+The API key never reaches the document: the gate records the command's sha256 and the parsed
+flags, never the command, reads only two variables of PID 1's environment, redacts ``--api-key``
+values before the command tokens are used, and scrubs any secret it was given from every string
+it returns. Standard library only.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import shlex
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from ansible_collections.gb10.dspark.plugins.module_utils import _pin
+from ansible_collections.gb10.dspark.plugins.module_utils._strict_json import (
+    StrictJSONError,
+    json_equal,
+    loads as strict_loads,
+)
+
+Run = Callable[[list[str]], tuple[int, str, str]]
+Fetch = Callable[[str, str, "bytes | None", float], tuple[int, bytes]]
+
+SCHEMA_VERSION = 3
+RANKS = ("head", "worker")
+REDACTED = "<redacted>"
+
+IMPLEMENTATIONS = ("regular", "breakable")
+CUDAGRAPH_MODES = ("FULL", "FULL_AND_PIECEWISE", "FULL_DECODE_ONLY", "PIECEWISE")
+OPTIMIZATION_LEVELS = (2, 3)
+PERFORMANCE_MODES = ("balanced", "throughput", "interactivity")
+EXPECTED_ARCHITECTURE = "arm64"
+
+LEGACY_SELECTOR = "VLLM_USE_BREAKABLE_CUDAGRAPH="
+MULTI_STREAM = "VLLM_DSV4_ENABLE_MULTI_STREAM="
+MULTI_STREAM_PINNED = ["VLLM_DSV4_ENABLE_MULTI_STREAM=0"]
+
+# --- log markers (spec 5.4); matched as case-insensitive substrings ---------------------------
+ALWAYS_REQUIRED = ("DSpark", "nvfp4_ds_mla", "B12X", "NET/IB")
+REQUIRED = {
+    "regular": ("CUDA_GRAPH_RUNTIME", "requested=regular", "resolved=regular", "breakable=false",
+                "enforce_eager=false", "CUDA_GRAPH_CAPTURE implementation=regular status=complete",
+                "CUDA_GRAPH_REPLAY implementation=regular status=observed",
+                "Capturing model for DSpark speculator..."),
+    "breakable": ("CUDA_GRAPH_RUNTIME", "requested=breakable", "resolved=breakable", "breakable=true",
+                  "enforce_eager=false", "Breakable CUDA graph enabled", "Capturing model for DSpark speculator...",
+                  "CUDA_GRAPH_CAPTURE implementation=breakable status=complete",
+                  "CUDA_GRAPH_REPLAY implementation=breakable status=observed"),
+}
+FORBIDDEN = {
+    "regular": ("Breakable CUDA graph enabled", "implementation=breakable", "resolved=breakable",
+                "enforce_eager=true", "Cudagraph is disabled under eager mode", "decode_mode=NONE",
+                "fallback to eager", "fallback to breakable", "Marlin", "emulation",
+                "CUDA_GRAPH_AUXILIARY implementation=regular component=dflash mode=eager",
+                "does not support full CUDA graphs; running the draft eagerly"),
+    "breakable": ("resolved=regular", "enforce_eager=true", "Cudagraph is disabled under eager mode",
+                  "decode_mode=NONE", "fallback to eager", "Marlin", "emulation"),
+}
+AUTHORITATIVE_PROCESS = "Worker_TP"
+RUNTIME_LINE = re.compile(
+    r"CUDA_GRAPH_RUNTIME requested=(?P<requested>\S+) resolved=(?P<resolved>\S+) mode=(?P<mode>\S+) "
+    r"decode_mode=(?P<decode_mode>\S+) breakable=(?P<breakable>true|false) "
+    r"enforce_eager=(?P<enforce_eager>true|false) strict=(?P<strict>true|false)")
+_RUNTIME_BOOLS = ("breakable", "enforce_eager", "strict")
+
+# --- API canaries (spec 5.3) -----------------------------------------------------------------
+SEMANTIC_PROMPT = "Compute 7 multiplied by 19. Reply with only the number."
+SEMANTIC_ANSWER = "133"
+TOOL_PROMPT = "Use get_weather for Paris."
+TOOL_NAME = "get_weather"
+RETRIEVAL_FILLER = "A deterministic context sentence for retrieval validation. "
+RETRIEVAL_REPEAT = 900
+RETRIEVAL_NEEDLE = "R0B0TLAB-DSVF-NVFP4-7319"
+RETRIEVAL_QUESTION = "Reply with the secret code only."
+NO_THINKING = {"thinking": False}
+
+# --- what runs inside the engine container (argv-safe: the code is one argv element) ----------
+PYTHON = "/usr/bin/python3"
+# Prints, as JSON, only the PID 1 environment entries that start with one of argv[1:]: the rest
+# of the environment (which may hold VLLM_API_KEY) never leaves the container.
+PID1_ENV_CODE = ("import json,sys;"
+                 "p=tuple(a.encode() for a in sys.argv[1:]);"
+                 "e=open('/proc/1/environ','rb').read().split(b'\\0');"
+                 "print(json.dumps([x.decode('utf-8','replace') for x in e if x.startswith(p)]))")
+SHA256_CODE = ("import hashlib,sys;"
+               "print(hashlib.sha256(open(sys.argv[1],'rb').read()).hexdigest())")
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_SHELLS = frozenset({"bash", "sh", "dash"})
+_SHELL_SCRIPT_OPTION = re.compile(r"^-[a-z]*c[a-z]*$")
+_EXCERPT = 240
+
+
+class GateError(Exception):
+    """A check could not be carried out; the message names the rank and goes into ``errors``."""
+
+
+class ConfigError(ValueError):
+    """The gate configuration is unusable; ``problems`` lists every reason."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__("gate config: " + "; ".join(self.problems))
+
+
+# ============================================================================================
+# small helpers
+# ============================================================================================
+def _show(value: object) -> str:
+    if value is None:
+        return "absent"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    return canonical_json(value)
+
+
+def _excerpt(text: object, limit: int = _EXCERPT) -> str:
+    text = _show(text)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def canonical_json(value: object) -> str:
+    """One canonical serialization (sorted keys, no spaces) for comparing and recording JSON."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def scrub(value: object, secrets: Iterable[str]) -> object:
+    """``value`` with every occurrence of each non-empty secret replaced by ``<redacted>``,
+    in strings and in mapping keys, at any depth."""
+    secrets = [s for s in secrets if s]
+    if not secrets:
+        return value
+
+    def clean(v: object) -> object:
+        if isinstance(v, str):
+            for secret in secrets:
+                v = v.replace(secret, REDACTED)
+            return v
+        if isinstance(v, dict):
+            return {clean(k): clean(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
+        return v
+
+    return clean(value)
+
+
+# ============================================================================================
+# configuration
+# ============================================================================================
+_CONFIG_TYPES: dict[str, tuple[type, ...]] = {
+    "pair": (str,), "head": (str,), "worker": (str,), "inventory": (str,), "container": (str,),
+    "base_url": (str,), "model": (str,), "pin": (dict,), "profile": (str,),
+    "expected_cudagraph_implementation": (str,), "expected_cudagraph_mode": (str,),
+    "expected_compilation_config": (dict,), "optimization_level": (int,), "performance_mode": (str,),
+    "manifest_path": (str,), "manifest_sha256": (str,), "check_architecture": (bool,), "output": (str,),
+}
+_CONFIG_OPTIONAL: dict[str, object] = {
+    "collections_path": None, "command_timeout": 60, "api_timeout": 300, "retrieval_timeout": 600,
+    "log_tail": 20000,
+}
+CONFIG_KEYS = tuple(_CONFIG_TYPES) + tuple(_CONFIG_OPTIONAL)
+
+
+def check_config(data: object) -> dict:
+    """The validated gate configuration (optional keys filled in), or :class:`ConfigError`."""
+    if not isinstance(data, dict):
+        raise ConfigError([f"the gate config must be a JSON object, not {type(data).__name__}"])
+    problems = []
+    for key, kinds in _CONFIG_TYPES.items():
+        value = data.get(key)
+        if value is None:
+            problems.append(f"{key} is missing")
+        elif not isinstance(value, kinds) or (kinds != (bool,) and isinstance(value, bool)):
+            problems.append(f"{key} must be a {kinds[0].__name__}, not {value!r}")
+        elif isinstance(value, str) and not value:
+            problems.append(f"{key} is empty")
+    for key in ("command_timeout", "api_timeout", "retrieval_timeout", "log_tail"):
+        value = data.get(key, _CONFIG_OPTIONAL[key])
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            problems.append(f"{key} must be a positive integer, not {value!r}")
+    if data.get("collections_path") is not None and not isinstance(data["collections_path"], str):
+        problems.append("collections_path must be a string")
+    unknown = sorted(set(data) - set(CONFIG_KEYS))
+    if unknown:
+        problems.append("unknown keys: " + ", ".join(unknown))
+    if problems:
+        raise ConfigError(problems)
+
+    impl, mode = data["expected_cudagraph_implementation"], data["expected_cudagraph_mode"]
+    if impl not in IMPLEMENTATIONS:
+        problems.append(f"expected_cudagraph_implementation {impl!r} is not one of {', '.join(IMPLEMENTATIONS)}")
+    if mode not in CUDAGRAPH_MODES:
+        problems.append(f"expected_cudagraph_mode {mode!r} is not one of {', '.join(CUDAGRAPH_MODES)}")
+    if data["optimization_level"] not in OPTIMIZATION_LEVELS:
+        problems.append(f"optimization_level {data['optimization_level']!r} is not one of 2, 3")
+    if data["performance_mode"] not in PERFORMANCE_MODES:
+        problems.append(f"performance_mode {data['performance_mode']!r} is not one of {', '.join(PERFORMANCE_MODES)}")
+    if not _HEX64.match(data["manifest_sha256"]):
+        problems.append("manifest_sha256 must be 64 lowercase hex digits")
+    if not data["manifest_path"].startswith("/"):
+        problems.append("manifest_path must be absolute")
+    cc = data["expected_compilation_config"]
+    for key, expected in (("cudagraph_implementation", impl), ("cudagraph_mode", mode)):
+        if key in cc and cc[key] != expected:
+            problems.append(f"expected_compilation_config.{key} is {cc[key]!r} but "
+                            f"expected_cudagraph_{key.split('_', 1)[1]} is {expected!r}")
+    problems.extend(_pin.problems(data["pin"]))
+    if problems:
+        raise ConfigError(problems)
+    out = dict(_CONFIG_OPTIONAL)
+    out.update(data)
+    return out
+
+
+def load_config(text: str | bytes) -> dict:
+    """Parse (strictly) and validate a gate configuration file's content."""
+    try:
+        data = strict_loads(text)
+    except StrictJSONError as exc:
+        raise ConfigError([f"not strict JSON: {exc}"]) from None
+    return check_config(data)
+
+
+# ============================================================================================
+# the container command
+# ============================================================================================
+def command_string(path: object, args: object) -> str:
+    """The container command as the spec records it: ``Path`` plus ``Args``, space-joined."""
+    parts = [path] if isinstance(path, str) and path else []
+    parts += [a for a in args if isinstance(a, str)] if isinstance(args, list) else []
+    return " ".join(parts)
+
+
+def command_tokens(path: object, args: object) -> list[str]:
+    """The argv the container runs, with a ``bash -lc '<script>'`` script tokenised shell-style.
+
+    Docker keeps ``Path`` and ``Args`` as a list, so a direct ``vllm serve …`` argv is used as
+    it is (re-splitting the space-joined string would break a JSON value); a shell script
+    (``bash``/``sh``/``dash`` with a ``-c`` option) is split with :func:`shlex.split` in place.
+    """
+    if not isinstance(path, str) or not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise GateError("container Path/Args are not strings")
+    tokens = [path, *args]
+    out: list[str] = []
+    index = 0
+    while index < len(tokens):
+        token = tokens[index]
+        out.append(token)
+        if os.path.basename(token) in _SHELLS:
+            options = index + 1
+            while options < len(tokens) and tokens[options].startswith("-"):
+                out.append(tokens[options])
+                options += 1
+            if options > index + 1 and any(_SHELL_SCRIPT_OPTION.match(t) for t in tokens[index + 1:options]) \
+                    and options < len(tokens):
+                try:
+                    out.extend(shlex.split(tokens[options]))
+                except ValueError as exc:
+                    raise GateError(f"the shell script of the command cannot be tokenised: {exc}") from None
+                out.extend(tokens[options + 1:])
+                return out
+            index = options
+            continue
+        index += 1
+    return out
+
+
+def _flag_name(token: str) -> str:
+    """``--some_flag[=v]`` → ``--some-flag`` (vLLM's FlexibleArgumentParser), else the token."""
+    if token.startswith("--"):
+        return token.partition("=")[0].replace("_", "-")
+    return token
+
+
+def redact_tokens(tokens: list[str]) -> list[str]:
+    """Tokens with every ``--api-key`` value (and any ``…API_KEY=value`` assignment) redacted."""
+    out = list(tokens)
+    for index, token in enumerate(out):
+        name = _flag_name(token)
+        if name == "--api-key":
+            if "=" in token:
+                out[index] = token.partition("=")[0] + "=" + REDACTED
+            elif index + 1 < len(out):
+                out[index + 1] = REDACTED
+        elif re.match(r"^[A-Za-z_][A-Za-z0-9_]*API_KEY=", token):
+            out[index] = token.partition("=")[0] + "=" + REDACTED
+    return out
+
+
+def _flag_values(tokens: list[str], long_flag: str, short_flag: str | None = None) -> list[str | None]:
+    """Every value given to a flag: ``--flag v``, ``--flag=v``, ``--flag_name v``, and with a short
+    flag also ``-X v`` and ``-Xv``. A flag with no value (the end, or another flag next) is None."""
+    values: list[str | None] = []
+    for index, token in enumerate(tokens):
+        nxt = tokens[index + 1] if index + 1 < len(tokens) else None
+        following = nxt if nxt is not None and not nxt.startswith("-") else None
+        if token.startswith("--") and _flag_name(token) == long_flag:
+            values.append(token.partition("=")[2] if "=" in token else following)
+        elif short_flag and token == short_flag:
+            values.append(following)
+        elif short_flag and token.startswith(short_flag) and len(token) > len(short_flag) \
+                and token[len(short_flag)] != ".":
+            rest = token[len(short_flag):]
+            values.append(rest[1:] if rest.startswith("=") else rest)
+    return values
+
+
+def compilation_config_occurrences(tokens: list[str]) -> list[str]:
+    """Every token that sets the compilation config, in any spelling (``--compilation-config``,
+    ``--compilation_config``, ``=value`` forms, ``-cc``, and the dotted ``-cc.key=value`` form)."""
+    out = []
+    for token in tokens:
+        name = _flag_name(token)
+        if name == "--compilation-config" or name.startswith("--compilation-config."):
+            out.append(token)
+        elif token.startswith("-cc"):
+            out.append(token)
+    return out
+
+
+def parse_compilation_config(tokens: list[str]) -> dict:
+    """The one compilation config of the command, strictly parsed (GateError otherwise).
+
+    Exactly one token may set it, as ``--compilation-config <json>`` (or ``=<json>``, or
+    ``-cc <json>``), and its value must be a strict JSON object (no duplicate keys, NaN or
+    Infinity).
+    """
+    occurrences = compilation_config_occurrences(tokens)
+    if not occurrences:
+        raise GateError("the command has no --compilation-config")
+    if len(occurrences) > 1:
+        raise GateError(f"the command sets the compilation config {len(occurrences)} times; exactly one "
+                        "--compilation-config is allowed")
+    values = _flag_values(tokens, "--compilation-config", "-cc")
+    value = values[0] if values else None
+    if _flag_name(occurrences[0]).startswith(("--compilation-config.", "-cc.")):
+        raise GateError("the compilation config is set with the dotted key=value form, not one JSON object")
+    if value is None:
+        raise GateError("--compilation-config has no value")
+    try:
+        parsed = strict_loads(value)
+    except StrictJSONError as exc:
+        raise GateError(f"--compilation-config is not strict JSON: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise GateError("--compilation-config is not a JSON object")
+    return parsed
+
+
+def config_covers(actual: dict, expected: dict) -> bool:
+    """True if ``actual`` equals ``expected`` or holds every expected key with an equal JSON value
+    (a superset is allowed)."""
+    return all(key in actual and json_equal(actual[key], value) for key, value in expected.items())
+
+
+def flag_check(tokens: list[str], long_flag: str, short_flag: str | None, expected: object) -> tuple[object, bool]:
+    """(the value the command gives the flag, whether it is present with exactly ``expected``).
+
+    Present means at least one occurrence and every occurrence equal to ``expected`` (argparse
+    keeps the last one; two different values are refused rather than guessed). The value is an
+    int when it is all digits.
+    """
+    values = _flag_values(tokens, long_flag, short_flag)
+    present = bool(values) and all(v == str(expected) for v in values)
+    last = values[-1] if values else None
+    if isinstance(last, str) and last.isdigit():
+        return int(last), present
+    return last, present
+
+
+def enforce_eager_of(tokens: list[str]) -> bool:
+    """Whether the command turns eager mode on (the last of ``--enforce-eager``/``--no-enforce-eager``)."""
+    state = False
+    for token in tokens:
+        name = _flag_name(token)
+        if name == "--enforce-eager":
+            state = True
+        elif name == "--no-enforce-eager":
+            state = False
+    return state
+
+
+# ============================================================================================
+# identity pieces
+# ============================================================================================
+def one_inspect(text: str, what: str) -> dict:
+    """The single object of a ``docker … inspect`` answer (a one-element JSON list)."""
+    try:
+        data = strict_loads(text)
+    except StrictJSONError as exc:
+        raise GateError(f"{what} is not strict JSON: {exc}") from None
+    if not isinstance(data, list) or len(data) != 1 or not isinstance(data[0], dict):
+        count = len(data) if isinstance(data, list) else type(data).__name__
+        raise GateError(f"{what} did not return exactly one object (got {count})")
+    return data[0]
+
+
+def label_mismatches(labels: object, pin: dict) -> dict[str, dict]:
+    """``{label: {expected, actual}}`` for every pinned label the image does not carry exactly."""
+    labels = labels if isinstance(labels, dict) else {}
+    out = {}
+    for label, expected in _pin.expected_labels(pin).items():
+        actual = labels.get(label)
+        if actual != expected:
+            out[label] = {"expected": expected, "actual": actual}
+    return out
+
+
+def pid1_env_entries(entries: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(legacy CUDA-graph selector entries, DSV4 multi-stream entries) of PID 1's environment."""
+    entries = list(entries)
+    return ([e for e in entries if e.startswith(LEGACY_SELECTOR)],
+            [e for e in entries if e.startswith(MULTI_STREAM)])
+
+
+def parse_pid1_answer(text: str) -> list[str]:
+    """The JSON list of strings printed by :data:`PID1_ENV_CODE`."""
+    try:
+        data = strict_loads(text)
+    except StrictJSONError as exc:
+        raise GateError(f"the PID 1 environment answer is not strict JSON: {exc}") from None
+    if not isinstance(data, list) or not all(isinstance(e, str) for e in data):
+        raise GateError("the PID 1 environment answer is not a list of strings")
+    return data
+
+
+def pid1_errors(rank: str, legacy: list[str], multi_stream: list[str]) -> list[str]:
+    errors = []
+    if legacy:
+        errors.append(f"{rank} PID 1 retains legacy CUDA-graph selector: {', '.join(legacy)}")
+    if multi_stream != MULTI_STREAM_PINNED:
+        errors.append(f"{rank} PID 1 does not pin compile-safe DSV4 streams: expected "
+                      f"{MULTI_STREAM_PINNED}, got {multi_stream}")
+    return errors
+
+
+def manifest_mount_read_only(mounts: object, path: str) -> tuple[bool, str]:
+    """(exactly one mount has ``Destination == path`` and it has ``RW is False``, a description)."""
+    mounts = mounts if isinstance(mounts, list) else []
+    matching = [m for m in mounts if isinstance(m, dict) and m.get("Destination") == path]
+    ok = len(matching) == 1 and matching[0].get("RW") is False
+    described = ", ".join(f"RW={_show(m.get('RW'))}" for m in matching) or "none"
+    return ok, f"{len(matching)} mount(s) at {path} ({described})"
+
+
+def parse_sha256_answer(text: str) -> str:
+    value = text.strip()
+    if not _HEX64.match(value):
+        raise GateError(f"the manifest checksum answer is not a sha256: {_excerpt(value, 80)!r}")
+    return value
+
+
+def _run(run: Run, argv: list[str], what: str) -> str:
+    rc, out, err = run(argv)
+    if rc != 0:
+        detail = _excerpt((err or out or "").strip()) or "no output"
+        raise GateError(f"{what} failed (exit {rc}): {detail}")
+    return out
+
+
+def _identity_template(config: dict) -> dict:
+    return {
+        "container_id": None, "image_id": None, "image_architecture": None, "source_revision": None,
+        "model_revision": None, "vllm_version": None, "integrated_vllm_commit": None,
+        "cudagraph_implementation": None, "cudagraph_mode_expected": config["expected_cudagraph_mode"],
+        "enforce_eager": None, "serialized_compilation_config": None, "command_sha256": None,
+        "compilation_config_present": False, "optimization_level": None, "optimization_level_present": False,
+        "performance_mode": None, "performance_mode_present": False, "legacy_selector_pid1_entries": None,
+        "dsv4_multi_stream_pid1_entries": None, "runtime_audit_manifest_sha256": None,
+        "runtime_audit_manifest_read_only": False, "label_mismatches": None, "cudagraph_mode": None,
+    }
+
+
+def assess_container(rank: str, container: dict, config: dict, identity: dict) -> list[str]:
+    """Fill ``identity`` from a ``docker container inspect`` object; the errors it shows."""
+    errors = []
+    pin = config["pin"]
+    identity["container_id"] = container.get("Id")
+    identity["image_id"] = container.get("Image")
+    state = container.get("State") if isinstance(container.get("State"), dict) else {}
+    if state.get("Running") is not True:
+        errors.append(f"{rank} container {config['container']} is not running "
+                      f"(status {_show(state.get('Status'))})")
+    if identity["image_id"] != pin["image_id"]:
+        errors.append(f"{rank} image ID mismatch: expected {pin['image_id']}, got {_show(identity['image_id'])}")
+
+    ok, described = manifest_mount_read_only(container.get("Mounts"), config["manifest_path"])
+    identity["runtime_audit_manifest_read_only"] = ok
+    if not ok:
+        errors.append(f"{rank} runtime audit manifest is not mounted read-only exactly once: "
+                      f"expected one mount at {config['manifest_path']} with RW=false, got {described}")
+
+    command = command_string(container.get("Path"), container.get("Args"))
+    identity["command_sha256"] = sha256_text(command)
+    try:
+        tokens = redact_tokens(command_tokens(container.get("Path"), container.get("Args")))
+    except GateError as exc:
+        return errors + [f"{rank} {exc}"]
+    identity["enforce_eager"] = enforce_eager_of(tokens)
+    if identity["enforce_eager"]:
+        errors.append(f"{rank} command enables --enforce-eager: expected CUDA graphs, got eager mode")
+    try:
+        actual = parse_compilation_config(tokens)
+    except GateError as exc:
+        errors.append(f"{rank} {exc}")
+    else:
+        identity["compilation_config_present"] = True
+        identity["serialized_compilation_config"] = canonical_json(actual)
+        impl = actual.get("cudagraph_implementation")
+        identity["cudagraph_implementation"] = impl.lower() if isinstance(impl, str) else impl
+        expected = config["expected_compilation_config"]
+        if not config_covers(actual, expected):
+            errors.append(f"{rank} compilation config mismatch: expected {canonical_json(expected)} "
+                          f"(a superset is allowed), got {canonical_json(actual)}")
+    level, identity["optimization_level_present"] = flag_check(tokens, "--optimization-level", "-O",
+                                                               config["optimization_level"])
+    identity["optimization_level"] = level
+    if not identity["optimization_level_present"]:
+        errors.append(f"{rank} optimization level mismatch: expected --optimization-level "
+                      f"{config['optimization_level']}, got {_show(level)}")
+    mode, identity["performance_mode_present"] = flag_check(tokens, "--performance-mode", None,
+                                                            config["performance_mode"])
+    identity["performance_mode"] = mode
+    if not identity["performance_mode_present"]:
+        errors.append(f"{rank} performance mode mismatch: expected --performance-mode "
+                      f"{config['performance_mode']}, got {_show(mode)}")
+    return errors
+
+
+def assess_image(rank: str, image: dict, config: dict, identity: dict) -> list[str]:
+    """Fill ``identity`` from a ``docker image inspect`` object; the errors it shows."""
+    errors = []
+    if image.get("Id") != identity["image_id"]:
+        errors.append(f"{rank} image inspect answered for {_show(image.get('Id'))}, not the container's image "
+                      f"{_show(identity['image_id'])}")
+    identity["image_architecture"] = image.get("Architecture")
+    if config["check_architecture"] and identity["image_architecture"] != EXPECTED_ARCHITECTURE:
+        errors.append(f"{rank} image architecture mismatch: expected {EXPECTED_ARCHITECTURE}, "
+                      f"got {_show(identity['image_architecture'])}")
+    labels = (image.get("Config") or {}).get("Labels") if isinstance(image.get("Config"), dict) else None
+    labels = labels if isinstance(labels, dict) else {}
+    identity["source_revision"] = labels.get("org.opencontainers.image.revision")
+    identity["model_revision"] = labels.get("io.r0b0tlab.model.revision")
+    identity["vllm_version"] = labels.get("io.r0b0tlab.vllm.package.version")
+    identity["integrated_vllm_commit"] = labels.get("io.r0b0tlab.vllm.integrated.commit")
+    identity["label_mismatches"] = label_mismatches(labels, config["pin"])
+    for label, diff in identity["label_mismatches"].items():
+        errors.append(f"{rank} image label mismatch: {label} expected {diff['expected']}, got {_show(diff['actual'])}")
+    return errors
+
+
+def collect_identity(rank: str, run: Run, config: dict) -> tuple[dict, list[str]]:
+    """Every per-rank identity check of spec 5.2 through ``run``; (identity, errors).
+
+    A piece that cannot be read leaves its fields null and adds its error; the other pieces
+    are still checked.
+    """
+    identity = _identity_template(config)
+    errors: list[str] = []
+    name = config["container"]
+    try:
+        container = one_inspect(_run(run, ["docker", "container", "inspect", name], "docker container inspect"),
+                                "docker container inspect")
+    except GateError as exc:
+        errors.append(f"{rank} {exc}")
+    else:
+        errors += assess_container(rank, container, config, identity)
+        try:
+            if not isinstance(identity["image_id"], str) or not identity["image_id"]:
+                raise GateError(f"container {name} names no image")
+            image = one_inspect(_run(run, ["docker", "image", "inspect", identity["image_id"]],
+                                     "docker image inspect"), "docker image inspect")
+        except GateError as exc:
+            errors.append(f"{rank} {exc}")
+        else:
+            errors += assess_image(rank, image, config, identity)
+    try:
+        answer = _run(run, ["docker", "exec", name, PYTHON, "-c", PID1_ENV_CODE, LEGACY_SELECTOR, MULTI_STREAM],
+                      "reading the PID 1 environment")
+        legacy, multi = pid1_env_entries(parse_pid1_answer(answer))
+    except GateError as exc:
+        errors.append(f"{rank} {exc}")
+    else:
+        identity["legacy_selector_pid1_entries"] = legacy
+        identity["dsv4_multi_stream_pid1_entries"] = multi
+        errors += pid1_errors(rank, legacy, multi)
+    try:
+        answer = _run(run, ["docker", "exec", name, PYTHON, "-c", SHA256_CODE, config["manifest_path"]],
+                      "hashing the runtime audit manifest")
+        identity["runtime_audit_manifest_sha256"] = parse_sha256_answer(answer)
+    except GateError as exc:
+        errors.append(f"{rank} {exc}")
+    else:
+        if identity["runtime_audit_manifest_sha256"] != config["manifest_sha256"]:
+            errors.append(f"{rank} runtime audit manifest checksum mismatch: expected {config['manifest_sha256']}, "
+                          f"got {identity['runtime_audit_manifest_sha256']}")
+    return identity, errors
+
+
+def cross_rank_errors(head: dict | None, worker: dict | None) -> list[str]:
+    """Both ranks run the same image and the same compilation config."""
+    if head is None or worker is None:
+        return ["rank image IDs disagree: a rank's identity could not be read"]
+    errors = []
+    if not head.get("image_id") or head.get("image_id") != worker.get("image_id"):
+        errors.append(f"rank image IDs disagree: head {_show(head.get('image_id'))}, "
+                      f"worker {_show(worker.get('image_id'))}")
+    if head.get("serialized_compilation_config") != worker.get("serialized_compilation_config"):
+        errors.append(f"rank compilation configs disagree: head {_show(head.get('serialized_compilation_config'))}, "
+                      f"worker {_show(worker.get('serialized_compilation_config'))}")
+    return errors
+
+
+# ============================================================================================
+# logs
+# ============================================================================================
+def marker_sets(implementation: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(required markers including the always-required ones, forbidden markers)."""
+    if implementation not in IMPLEMENTATIONS:
+        raise GateError(f"unknown CUDA-graph implementation {implementation!r}")
+    return REQUIRED[implementation] + ALWAYS_REQUIRED, FORBIDDEN[implementation]
+
+
+def marker_hits(text: str, markers: Iterable[str]) -> dict[str, bool]:
+    """``{marker: present}``, as case-insensitive substrings."""
+    folded = text.casefold()
+    return {marker: marker.casefold() in folded for marker in markers}
+
+
+def authoritative_runtime(text: str) -> dict | None:
+    """The last ``CUDA_GRAPH_RUNTIME …`` match among log lines containing ``Worker_TP``.
+
+    The parent/API processes log the requested config before the backend's capability
+    normalization, so only the worker's line is the truth.
+    """
+    found = None
+    for line in text.splitlines():
+        if AUTHORITATIVE_PROCESS not in line:
+            continue
+        for match in RUNTIME_LINE.finditer(line):
+            found = match.groupdict()
+    if found is None:
+        return None
+    return {key: (value == "true" if key in _RUNTIME_BOOLS else value) for key, value in found.items()}
+
+
+def join_logs(stdout: str, stderr: str) -> str:
+    """``docker logs`` stdout and stderr as one text (stdout first)."""
+    if stdout and stderr and not stdout.endswith("\n"):
+        return stdout + "\n" + stderr
+    return stdout + stderr
+
+
+def assess_logs(rank: str, text: str, config: dict) -> tuple[dict, list[str]]:
+    """The ``runtime_logs.<rank>`` section of a rank's log text, and its errors."""
+    impl = config["expected_cudagraph_implementation"]
+    required, forbidden = marker_sets(impl)
+    section = {
+        "required": marker_hits(text, required),
+        "forbidden": marker_hits(text, forbidden),
+        "authoritative_cuda_graph_runtime": authoritative_runtime(text),
+        "log_bytes": len(text.encode("utf-8", "surrogateescape")),
+        "log_sha256": sha256_text(text),
+    }
+    errors = [f"{rank} required runtime marker missing: {m}" for m, hit in section["required"].items() if not hit]
+    errors += [f"{rank} forbidden runtime marker present: {m}" for m, hit in section["forbidden"].items() if hit]
+    line = section["authoritative_cuda_graph_runtime"]
+    if line is None:
+        errors.append(f"{rank} authoritative CUDA_GRAPH_RUNTIME line missing: no {AUTHORITATIVE_PROCESS} line "
+                      "reports the resolved CUDA-graph runtime")
+        return section, errors
+    if line["mode"] != config["expected_cudagraph_mode"]:
+        errors.append(f"{rank} resolved CUDA-graph mode mismatch: expected {config['expected_cudagraph_mode']}, "
+                      f"got {line['mode']}")
+    if line["resolved"] != impl:
+        errors.append(f"{rank} resolved CUDA-graph implementation mismatch: expected {impl}, got {line['resolved']}")
+    if line["requested"] != impl:
+        errors.append(f"{rank} requested CUDA-graph implementation mismatch: expected {impl}, got {line['requested']}")
+    strict = config["expected_compilation_config"].get("cudagraph_strict")
+    if isinstance(strict, bool) and line["strict"] is not strict:
+        errors.append(f"{rank} CUDA-graph strict flag mismatch: expected {_show(strict)}, got {_show(line['strict'])}")
+    return section, errors
+
+
+def collect_logs(rank: str, run: Run, config: dict) -> tuple[dict, list[str]]:
+    rc, out, err = run(["docker", "logs", "--tail", str(config["log_tail"]), config["container"]])
+    if rc != 0:
+        raise GateError(f"{rank} docker logs failed (exit {rc}): {_excerpt((err or out).strip()) or 'no output'}")
+    return assess_logs(rank, join_logs(out, err), config)
+
+
+# ============================================================================================
+# API canaries
+# ============================================================================================
+def semantic_request(model: str) -> dict:
+    return {"model": model, "messages": [{"role": "user", "content": SEMANTIC_PROMPT}], "temperature": 0,
+            "max_tokens": 64, "chat_template_kwargs": dict(NO_THINKING)}
+
+
+def tool_request(model: str) -> dict:
+    tool = {"type": "function", "function": {
+        "name": TOOL_NAME, "description": "Get the current weather for a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+    return {"model": model, "messages": [{"role": "user", "content": TOOL_PROMPT}], "tools": [tool],
+            "tool_choice": {"type": "function", "function": {"name": TOOL_NAME}}, "temperature": 0,
+            "max_tokens": 128, "chat_template_kwargs": dict(NO_THINKING)}
+
+
+def retrieval_prompt() -> str:
+    filler = RETRIEVAL_FILLER * RETRIEVAL_REPEAT
+    return f"{filler}\nSecret code: {RETRIEVAL_NEEDLE}\n{filler}\n{RETRIEVAL_QUESTION}"
+
+
+def retrieval_request(model: str) -> dict:
+    return {"model": model, "messages": [{"role": "user", "content": retrieval_prompt()}], "temperature": 0,
+            "max_tokens": 48, "chat_template_kwargs": dict(NO_THINKING)}
+
+
+def api_call(fetch: Fetch, method: str, path: str, body: dict | None, timeout: float) -> object:
+    """One head API call: HTTP 200 and a strict-JSON body, else GateError."""
+    data = None if body is None else json.dumps(body, allow_nan=False).encode("utf-8")
+    status, payload = fetch(method, path, data, timeout)
+    if status != 200:
+        text = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else str(payload)
+        raise GateError(f"head API {method} {path} answered HTTP {status}: {_excerpt(text.strip()) or 'empty body'}")
+    try:
+        return strict_loads(payload)
+    except StrictJSONError as exc:
+        raise GateError(f"head API {method} {path} answered invalid JSON: {exc}") from None
+
+
+def evaluate_models(body: object, model: str) -> tuple[dict, list[str]]:
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, list):
+        raise GateError("head API /v1/models answer has no data list")
+    ids = [entry.get("id") for entry in data if isinstance(entry, dict)]
+    errors = [] if model in ids else [f"head API does not serve model {model}: served ids {ids}"]
+    return {"ids": ids, "entries": data}, errors
+
+
+def _first_choice(body: object, canary: str) -> dict:
+    choices = body.get("choices") if isinstance(body, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise GateError(f"head {canary} canary answer has no choices")
+    return choices[0]
+
+
+def _message(choice: dict, canary: str) -> dict:
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        raise GateError(f"head {canary} canary answer has no message")
+    return message
+
+
+def evaluate_semantic(body: object) -> tuple[dict, list[str]]:
+    choice = _first_choice(body, "semantic")
+    content = _message(choice, "semantic").get("content")
+    finish = choice.get("finish_reason")
+    ok = isinstance(content, str) and content.strip() == SEMANTIC_ANSWER and finish == "stop"
+    errors = [] if ok else [f"head semantic canary failed: expected content {SEMANTIC_ANSWER} with finish_reason "
+                            f"stop, got content {_excerpt(content)!r} with finish_reason {_show(finish)}"]
+    return {"content": content, "finish_reason": finish, "pass": ok}, errors
+
+
+def evaluate_tool(body: object) -> tuple[dict, list[str]]:
+    message = _message(_first_choice(body, "tool"), "tool")
+    calls = message.get("tool_calls") or []
+    names = []
+    for call in calls if isinstance(calls, list) else []:
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            names.append(function.get("name"))
+    ok = TOOL_NAME in names
+    errors = [] if ok else [f"head tool canary did not call {TOOL_NAME}: got tool calls {names}"]
+    return {"names": names, "pass": ok}, errors
+
+
+def evaluate_retrieval(body: object) -> tuple[dict, list[str]]:
+    choice = _first_choice(body, "retrieval")
+    content = _message(choice, "retrieval").get("content")
+    finish = choice.get("finish_reason")
+    usage = body.get("usage") if isinstance(body, dict) else None
+    ok = isinstance(content, str) and RETRIEVAL_NEEDLE in content and finish == "stop"
+    errors = [] if ok else [f"head retrieval canary did not return the exact code naturally: expected "
+                            f"{RETRIEVAL_NEEDLE} with finish_reason stop, got content {_excerpt(content)!r} "
+                            f"with finish_reason {_show(finish)}"]
+    return {"content": content, "finish_reason": finish, "usage": usage, "pass": ok}, errors
+
+
+def usage_errors(canary: str, body: object) -> list[str]:
+    """prompt_tokens + completion_tokens == total_tokens, all non-negative integers."""
+    usage = body.get("usage") if isinstance(body, dict) else None
+    prefix = f"head API usage is inconsistent: {canary} canary"
+    if not isinstance(usage, dict):
+        return [f"{prefix} answered no usage object"]
+    values = {}
+    for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        value = usage.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            return [f"{prefix} usage.{key} is {_show(value)}, not a non-negative integer"]
+        values[key] = value
+    if values["prompt_tokens"] + values["completion_tokens"] != values["total_tokens"]:
+        return [f"{prefix} prompt_tokens {values['prompt_tokens']} + completion_tokens "
+                f"{values['completion_tokens']} != total_tokens {values['total_tokens']}"]
+    return []
+
+
+# ============================================================================================
+# the document
+# ============================================================================================
+def _evidence(profile: object, implementation: object) -> dict:
+    return {"profile": profile, "expected_cudagraph_implementation": implementation, "runtime_identity": None,
+            "models": None, "semantic": None, "tool_call": None, "retrieval": None, "runtime_logs": None}
+
+
+def make_document(evidence: dict, errors: list[str]) -> dict:
+    """The schema-3 document: PASS if and only if there are no errors."""
+    return {"schema_version": SCHEMA_VERSION, "status": "FAIL" if errors else "PASS", "evidence": evidence,
+            "errors": list(errors)}
+
+
+def failure_document(errors: list[str], profile: object = None, implementation: object = None,
+                     secrets: Iterable[str] = ()) -> dict:
+    """A FAIL document for a gate that could not run at all (every section null)."""
+    errors = list(errors) or ["the runtime gate did not run"]
+    return scrub(make_document(_evidence(profile, implementation), errors), secrets)  # type: ignore[return-value]
+
+
+@dataclass
+class StepResult:
+    section: object
+    errors: list[str]
+
+
+API_STEPS = ("models", "semantic", "tool_call", "retrieval")
+STEPS = ("identity:head", "identity:worker", "cross_rank", *API_STEPS, "usage", "logs:head", "logs:worker")
+_DEPENDS = {
+    "cross_rank": ("identity:head", "identity:worker"),
+    "usage": ("semantic", "tool_call", "retrieval"),
+    # API canaries first, so that at least one graph replay has been logged (spec 5.4).
+    "logs:head": ("identity:head", "identity:worker", *API_STEPS),
+    "logs:worker": ("identity:head", "identity:worker", *API_STEPS),
+}
+
+
+class Gate:
+    """The gate's steps over injected I/O: ``runners`` maps ``head``/``worker`` to a ``run(argv)``
+    on that rank, ``fetch`` calls the head's API. Each step runs once; :meth:`document` assembles
+    the schema-3 result from whatever ran."""
+
+    def __init__(self, config: dict, runners: Mapping[str, Run], fetch: Fetch, secrets: Iterable[str] = ()):
+        self.config = config
+        self.runners = runners
+        self.fetch = fetch
+        self.secrets = [s for s in secrets if s]
+        self.results: dict[str, StepResult] = {}
+        self._bodies: dict[str, object] = {}
+
+    # ---- steps ---------------------------------------------------------------------------------
+    def step(self, name: str) -> list[str]:
+        """Run step ``name`` (and what must come before it) once; its errors."""
+        if name not in STEPS:
+            raise KeyError(f"unknown gate step {name!r}")
+        if name not in self.results:
+            for before in _DEPENDS.get(name, ()):
+                self.step(before)
+            try:
+                section, errors = self._run_step(name)
+            except GateError as exc:
+                section, errors = None, [str(exc)]
+            except Exception as exc:  # a step that threw: its section is null, the text goes to errors
+                section, errors = None, [f"{name} step failed: {type(exc).__name__}: {exc}"]
+            self.results[name] = StepResult(scrub(section, self.secrets), scrub(errors, self.secrets))  # type: ignore[arg-type]
+        return self.results[name].errors
+
+    def run_all(self) -> None:
+        for name in STEPS:
+            self.step(name)
+
+    def _run_step(self, name: str) -> tuple[object, list[str]]:
+        kind, _, rank = name.partition(":")
+        cfg = self.config
+        if kind == "identity":
+            return collect_identity(rank, self.runners[rank], cfg)
+        if kind == "logs":
+            return collect_logs(rank, self.runners[rank], cfg)
+        if name == "cross_rank":
+            return None, cross_rank_errors(self.results["identity:head"].section,  # type: ignore[arg-type]
+                                           self.results["identity:worker"].section)  # type: ignore[arg-type]
+        if name == "models":
+            return evaluate_models(api_call(self.fetch, "GET", "/v1/models", None, cfg["api_timeout"]), cfg["model"])
+        if name == "usage":
+            errors = []
+            for canary in ("semantic", "tool_call", "retrieval"):
+                if canary in self._bodies:
+                    errors += usage_errors(canary.replace("_call", ""), self._bodies[canary])
+            if not self._bodies:
+                errors.append("head API usage is inconsistent: no canary answered, so usage could not be checked")
+            return None, errors
+        request, evaluate, timeout = {
+            "semantic": (semantic_request, evaluate_semantic, cfg["api_timeout"]),
+            "tool_call": (tool_request, evaluate_tool, cfg["api_timeout"]),
+            "retrieval": (retrieval_request, evaluate_retrieval, cfg["retrieval_timeout"]),
+        }[name]
+        body = api_call(self.fetch, "POST", "/v1/chat/completions", request(cfg["model"]), timeout)
+        self._bodies[name] = body
+        return evaluate(body)
+
+    # ---- result --------------------------------------------------------------------------------
+    def section(self, name: str) -> object:
+        result = self.results.get(name)
+        return None if result is None else result.section
+
+    def errors(self) -> list[str]:
+        """Every error, in step order; a step that never ran is an error too (fail closed)."""
+        out = []
+        for name in STEPS:
+            result = self.results.get(name)
+            out += [f"{name} was not checked"] if result is None else result.errors
+        return out
+
+    def document(self) -> dict:
+        cfg = self.config
+        evidence = _evidence(cfg["profile"], cfg["expected_cudagraph_implementation"])
+        identities = {rank: self.section(f"identity:{rank}") for rank in RANKS}
+        logs = {rank: self.section(f"logs:{rank}") for rank in RANKS}
+        for rank, identity in identities.items():
+            line = logs[rank].get("authoritative_cuda_graph_runtime") if isinstance(logs[rank], dict) else None
+            if isinstance(identity, dict):
+                identity["cudagraph_mode"] = line.get("mode") if isinstance(line, dict) else None
+        if any(v is not None for v in identities.values()):
+            evidence["runtime_identity"] = identities
+        if any(v is not None for v in logs.values()):
+            evidence["runtime_logs"] = logs
+        for name in API_STEPS:
+            evidence[name] = self.section(name)
+        return scrub(make_document(evidence, self.errors()), self.secrets)  # type: ignore[return-value]
+
+
+def summary_line(document: dict, output: str) -> str:
+    return f"RUNTIME_GATE status={document['status']} errors={len(document['errors'])} output={output}"
+
+
+# ============================================================================================
+# the atomic writer
+# ============================================================================================
+def check_finite(value: object, path: str = "$") -> None:
+    """Refuse anything JSON cannot hold exactly: non-finite floats, non-string keys, other types."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{path} is not a finite number ({value!r})")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValueError(f"{path} has a non-string key {key!r}")
+            check_finite(item, f"{path}.{key}")
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            check_finite(item, f"{path}[{index}]")
+    elif value is not None and not isinstance(value, (str, int, bool)):
+        raise ValueError(f"{path} is a {type(value).__name__}, not a JSON value")
+
+
+def write_json_atomic(path: str, document: object) -> None:
+    """Write ``document`` as pretty JSON (sorted keys, indent 2) so that ``path`` is either the old
+    file or the complete new one: a temp file in the same directory, fsync, rename, directory fsync.
+    Non-finite numbers are refused before anything is written."""
+    check_finite(document)
+    text = json.dumps(document, sort_keys=True, indent=2, allow_nan=False) + "\n"
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, temp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            os.fchmod(handle.fileno(), 0o644)
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except FileNotFoundError:
+            pass
+        raise
+    dir_fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

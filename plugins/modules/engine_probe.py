@@ -1,0 +1,140 @@
+#!/usr/bin/python
+# Copyright (c) gb10.dspark contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: engine_probe
+short_description: Read the state of a pair's engines from its head, changing nothing
+version_added: 0.1.0
+description:
+  - Runs on the head. Reports each rank's container (exists, status, exit code, start time, labels,
+    the last log lines), whether the head's OpenAI API serves the model (C(/v1/models)), the KV
+    cache size and the requests in flight (C(/metrics)).
+  - The worker is read with C(ssh <worker> docker ...), the head's one-way trust to its worker.
+  - M(gb10.dspark.pair_ready) calls it in a loop; the engine role calls it before replacing a
+    running engine, to refuse while requests are in flight.
+options:
+  container:
+    description: The engine container's name (the same on both ranks).
+    type: str
+    default: dspark_vllm
+  base_url:
+    description: The head's API as seen from the head.
+    type: str
+    default: http://127.0.0.1:8888
+  model:
+    description: The served model name that must appear in C(/v1/models).
+    type: str
+    required: true
+  worker:
+    description: SSH destination of the pair's worker (for example C(root@10.0.0.2)); unset reads the head only.
+    type: str
+  ssh_options:
+    description: Options for that ssh call.
+    type: list
+    elements: str
+    default: [-o, BatchMode=yes, -o, ConnectTimeout=10]
+  log_lines:
+    description: How many of each container's last log lines to return.
+    type: int
+    default: 20
+  timeout:
+    description: Seconds for each HTTP request.
+    type: float
+    default: 5.0
+  api_key:
+    description: The API key, when the head requires one. Never returned or logged.
+    type: str
+attributes:
+  check_mode:
+    support: full
+    details: Read-only; runs the same in check mode.
+  diff_mode:
+    support: none
+    details: Changes nothing.
+  idempotent:
+    support: full
+    details: Read-only.
+seealso:
+  - module: gb10.dspark.pair_ready
+author:
+  - gb10.dspark contributors
+"""
+
+EXAMPLES = r"""
+---
+- name: How is the pair doing?
+  gb10.dspark.engine_probe:
+    model: deepseek-v4-flash-dspark
+    worker: "root@{{ hostvars[__dspark_worker].ansible_host }}"
+  register: __dspark_probe
+  when: dspark_rank == 0
+
+- name: Show requests in flight
+  ansible.builtin.debug:
+    msg: "{{ __dspark_probe.probe.api.num_requests_running }} requests running"
+"""
+
+RETURN = r"""
+changed:
+  description: Always false.
+  returned: always
+  type: bool
+probe:
+  description: The pair's state.
+  returned: always
+  type: dict
+  contains:
+    head:
+      description: The head container (exists, status, running, exit_code, started_at, labels, logs).
+      type: dict
+      returned: always
+    worker:
+      description: The worker container, or null without I(worker).
+      type: dict
+      returned: always
+    api:
+      description: ready, status, models, max_model_len, kv_cache_size_tokens, num_requests_running, error.
+      type: dict
+      returned: always
+    ready:
+      description: The API serves the model and no rank's container has exited.
+      type: bool
+      returned: always
+    exited:
+      description: The ranks (head, worker) whose container exists but does not run.
+      type: list
+      elements: str
+      returned: always
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gb10.dspark.plugins.module_utils._engine_probe import probe
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "container": {"type": "str", "default": "dspark_vllm"},
+            "base_url": {"type": "str", "default": "http://127.0.0.1:8888"},
+            "model": {"type": "str", "required": True},
+            "worker": {"type": "str"},
+            "ssh_options": {"type": "list", "elements": "str", "default": ["-o", "BatchMode=yes", "-o", "ConnectTimeout=10"]},
+            "log_lines": {"type": "int", "default": 20},
+            "timeout": {"type": "float", "default": 5.0},
+            "api_key": {"type": "str", "no_log": True},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    ssh = ["ssh", *p["ssh_options"], p["worker"], "--"] if p["worker"] else None
+    result = probe(lambda argv: module.run_command(argv), p["container"], p["base_url"], p["model"], ssh,
+                   p["log_lines"], p["timeout"], p["api_key"])
+    module.exit_json(changed=False, probe=result)
+
+
+if __name__ == "__main__":
+    main()

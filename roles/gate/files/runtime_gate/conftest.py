@@ -1,0 +1,217 @@
+# Copyright (c) gb10.dspark contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""pytest-testinfra plumbing of the schema-3 runtime gate (wrapper spec section 5).
+
+Run on the control node by the gate role, once per pair:
+
+    python -m pytest <this dir> -q -p no:cacheprovider --gate-config <pair>/runtime-gate-config.json
+
+This file only moves bytes: it reaches the two ranks through testinfra's ansible backend (the
+inventory's own ssh settings), the head's API through urllib, and hands both to
+``_runtime_gate.Gate``, where every decision is made. The API key comes only from the
+environment variable ``DSPARK_GATE_API_KEY`` and is sent only as ``Authorization: Bearer``.
+
+At the end of the session the schema-3 document is written atomically to the config's
+``output`` and one line is printed: ``RUNTIME_GATE status=PASS|FAIL errors=N output=<path>``.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shlex
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+API_KEY_ENV = "DSPARK_GATE_API_KEY"
+MODULE = "ansible_collections.gb10.dspark.plugins.module_utils._runtime_gate"
+_STATE = pytest.StashKey()
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("runtime_gate", "gb10.dspark schema-3 runtime gate")
+    group.addoption("--gate-config", action="store", default=None, metavar="JSON",
+                    help="gate configuration written by the gb10.dspark.gate role")
+
+
+# ---- finding the collection -------------------------------------------------------------------
+def _collection_candidates(raw: dict) -> list[str]:
+    out = []
+    if isinstance(raw.get("collections_path"), str):
+        out.append(raw["collections_path"])
+    out += [p for p in os.environ.get("ANSIBLE_COLLECTIONS_PATH", "").split(os.pathsep) if p]
+    for parent in Path(__file__).absolute().parents:  # installed: …/ansible_collections/gb10/dspark/roles/…
+        if parent.name == "ansible_collections":
+            out.append(str(parent.parent))
+    return out
+
+
+def _import_gate_module(raw: dict):
+    for candidate in _collection_candidates(raw):
+        module_file = Path(candidate, "ansible_collections", "gb10", "dspark", "plugins", "module_utils",
+                           "_runtime_gate.py")
+        if module_file.is_file():
+            if candidate not in sys.path:
+                sys.path.insert(0, candidate)
+            return importlib.import_module(MODULE)
+    raise pytest.UsageError("cannot find the gb10.dspark collection: set collections_path in the gate config or "
+                            "ANSIBLE_COLLECTIONS_PATH")
+
+
+# ---- I/O handed to the gate -------------------------------------------------------------------
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is an answer, not a hop: the bearer token never follows it elsewhere."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+def make_fetch(base_url: str, api_key: str | None):
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
+    base = base_url.rstrip("/")
+
+    def fetch(method: str, path: str, body: bytes | None, timeout: float) -> tuple[int, bytes]:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        request = urllib.request.Request(base + path, data=body, method=method, headers=headers)
+        try:
+            with opener.open(request, timeout=timeout) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+    return fetch
+
+
+def make_run(hostname: str, inventory: str, timeout: int):
+    """``run(argv)`` on an inventory host, through testinfra's ansible backend, bounded by ``timeout``."""
+    host = None
+
+    def run(argv: list[str]) -> tuple[int, str, str]:
+        nonlocal host
+        if host is None:
+            import testinfra
+
+            spec = f"ansible://{hostname}?ansible_inventory={urllib.parse.quote(inventory, safe='/')}"
+            host = testinfra.get_host(spec)
+        result = host.run(shlex.join(["timeout", str(timeout), *argv]))
+        return (result.rc, result.stdout_bytes.decode("utf-8", "surrogateescape"),
+                result.stderr_bytes.decode("utf-8", "surrogateescape"))
+
+    return run
+
+
+# ---- session state ----------------------------------------------------------------------------
+class GateState:
+    def __init__(self, path: str):
+        self.path = path
+        self.module = None
+        self.gate = None
+        self.config_errors: list[str] = []
+        self.output: str | None = None
+        self.raw: dict = {}
+        self.api_key = os.environ.get(API_KEY_ENV) or None
+        self.line: str | None = None
+
+    def setup(self) -> None:
+        try:
+            text = Path(self.path).read_bytes()
+        except OSError as exc:
+            raise pytest.UsageError(f"cannot read --gate-config {self.path}: {exc}") from None
+        try:
+            raw = json.loads(text)
+        except ValueError:
+            raw = {}
+        self.raw = raw if isinstance(raw, dict) else {}
+        self.output = self.raw.get("output") if isinstance(self.raw.get("output"), str) else None
+        self.module = _import_gate_module(self.raw)
+        rg = self.module
+        try:
+            config = rg.load_config(text)
+        except rg.ConfigError as exc:
+            self.config_errors = [f"gate config: {problem}" for problem in exc.problems]
+            return
+        # ansible-inventory must be the one of the interpreter running this suite
+        bindir = os.path.dirname(sys.executable)
+        if os.path.exists(os.path.join(bindir, "ansible-inventory")):
+            os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+        runners = {rank: make_run(config[rank], config["inventory"], config["command_timeout"])
+                   for rank in rg.RANKS}
+        self.gate = rg.Gate(config, runners, make_fetch(config["base_url"], self.api_key),
+                            secrets=[self.api_key] if self.api_key else [])
+
+    def document(self, exitstatus: int) -> dict:
+        rg = self.module
+        secrets = [self.api_key] if self.api_key else []
+        if self.gate is None:
+            return rg.failure_document(self.config_errors, self.raw.get("profile"),
+                                       self.raw.get("expected_cudagraph_implementation"), secrets)
+        document = self.gate.document()
+        if document["status"] == "PASS" and int(exitstatus) != 0:
+            document = rg.make_document(document["evidence"], [f"pytest exited with status {int(exitstatus)}"])
+        return document
+
+
+def pytest_configure(config):
+    path = config.getoption("--gate-config")
+    if not path:
+        raise pytest.UsageError("--gate-config <json> is required")
+    state = GateState(path)
+    config.stash[_STATE] = state
+    state.setup()
+
+
+def pytest_collection_modifyitems(config, items):
+    """A per-test limit above the gate's own I/O timeouts, if pytest-timeout is installed."""
+    state = config.stash.get(_STATE, None)
+    if state is None or not config.pluginmanager.hasplugin("timeout"):
+        return
+    limits = [state.raw.get(k) for k in ("command_timeout", "api_timeout", "retrieval_timeout")]
+    limit = max([v for v in limits if isinstance(v, int) and not isinstance(v, bool)] + [600]) * 2 + 60
+    for item in items:
+        item.add_marker(pytest.mark.timeout(limit))
+
+
+@pytest.fixture(scope="session")
+def gate(pytestconfig):
+    state = pytestconfig.stash[_STATE]
+    if state.gate is None:
+        pytest.fail("\n".join(state.config_errors) or "the runtime gate is not configured", pytrace=False)
+    return state.gate
+
+
+def pytest_sessionfinish(session, exitstatus):
+    config = session.config
+    state = config.stash.get(_STATE, None)
+    if state is None or state.module is None or config.option.collectonly:
+        return
+    document = state.document(exitstatus)
+    output = state.output or "none"
+    note = ""
+    if state.output:
+        try:
+            state.module.write_json_atomic(state.output, document)
+        except (OSError, ValueError) as exc:
+            note = f"RUNTIME_GATE could not write {state.output}: {exc}"
+            document = state.module.make_document(document["evidence"], [*document["errors"], note])
+    else:
+        note = "RUNTIME_GATE has no output path: nothing was written"
+    state.line = state.module.summary_line(document, output) + (f"\n{note}" if note else "")
+    if document["status"] != "PASS":
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if not config.pluginmanager.hasplugin("terminalreporter"):
+        sys.stdout.write(state.line + "\n")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    state = config.stash.get(_STATE, None)
+    if state is not None and state.line:
+        terminalreporter.write_line(state.line)

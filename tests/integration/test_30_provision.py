@@ -1,0 +1,165 @@
+"""playbooks/provision.yml on the simulator: a fresh pair passes the gate, a re-run restarts nothing,
+a profile change replaces both ranks, each stand-in fault fails the run with its reason and logs,
+and an engine with requests in flight is not replaced without force."""
+from __future__ import annotations
+
+import json
+import threading
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from simhelpers import INVENTORY, ROOT, ansible, on_rank
+
+PLAYBOOK = "playbooks/provision.yml"
+
+
+def site() -> dict:
+    return yaml.safe_load((INVENTORY / "group_vars" / "all" / "site.yml").read_text())
+
+
+@pytest.fixture(scope="module")
+def clean_tree(tmp_path_factory):
+    import subprocess
+
+    dest = tmp_path_factory.mktemp("wrapper") / "gb10-dspark"
+    subprocess.run(["git", "clone", "--quiet", "--local", "--no-hardlinks", str(ROOT), str(dest)], check=True)
+    return dest
+
+
+def provision(pair, clean_tree, *extra: str, check: bool = False):
+    return ansible(PLAYBOOK, "--limit", pair.group, "-e", f"dspark_preflight_wrapper_path={clean_tree}", *extra,
+                   tool="ansible-playbook", check=check, timeout=1800)
+
+
+def started(pair) -> dict:
+    out = {}
+    for r in pair.ranks:
+        doc = json.loads(on_rank(r, ["docker", "container", "inspect", "dspark_vllm"]).stdout)[0]
+        out[r.name] = (doc["Id"], doc["State"]["StartedAt"], doc["Config"]["Labels"].get("io.gb10.dspark.profile"))
+    return out
+
+
+def gate(pair) -> dict:
+    path = Path(site()["dspark_evidence_dir"]) / f"sim{pair.index:02d}" / "runtime-gate.json"
+    return json.loads(path.read_text())
+
+
+def recap(res) -> str:
+    return res.stdout.split("PLAY RECAP")[-1]
+
+
+def flat(res) -> str:
+    return " ".join((res.stdout + res.stderr).split())
+
+
+@pytest.fixture
+def host_vars():
+    """Per-rank variables for one test (the stand-in's faults are set on the rank where they happen)."""
+    written = []
+
+    def put(rank, data: dict):
+        path = INVENTORY / "host_vars" / f"{rank.name}.yml"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(yaml.safe_dump(data))
+        written.append(path)
+
+    yield put
+    for p in written:
+        p.unlink(missing_ok=True)
+
+
+def test_fresh_pair_passes_the_gate_and_serves(sim, clean_tree):
+    pair = sim[0]
+    res = provision(pair, clean_tree, check=True)
+    assert "RUNTIME_GATE status=PASS" in res.stdout or gate(pair)["status"] == "PASS"
+    doc = gate(pair)
+    assert doc["schema_version"] == 3 and doc["status"] == "PASS" and doc["errors"] == []
+    assert doc["evidence"]["semantic"]["pass"] and doc["evidence"]["retrieval"]["pass"]
+    readiness = json.loads((Path(site()["dspark_evidence_dir"]) / "sim01" / "readiness.json").read_text())
+    assert readiness["kv_cache_size_tokens"] > 0
+    head = pair.head
+    with urllib.request.urlopen(f"http://{head.mgmt_ip}:8888/v1/models", timeout=10) as r:
+        assert json.load(r)["data"][0]["id"] == site()["dspark_served_model_name"]
+
+
+def test_second_run_changes_nothing_and_restarts_nothing(sim, clean_tree):
+    pair = sim[0]
+    before = started(pair)
+    res = provision(pair, clean_tree, check=True)
+    assert recap(res).count("changed=0") == 2, recap(res)
+    assert started(pair) == before
+
+
+def test_check_mode_diff_shows_a_profile_change_and_changes_nothing(sim, clean_tree):
+    pair = sim[0]
+    before = started(pair)
+    res = provision(pair, clean_tree, "-e", "dspark_profile=long-1m", "--check", "--diff", check=True)
+    assert "1048576" in res.stdout
+    assert started(pair) == before
+
+
+def test_profile_change_replaces_both_ranks(sim, clean_tree):
+    pair = sim[0]
+    before = started(pair)
+    provision(pair, clean_tree, "-e", "dspark_profile=breakable-ab", check=True)
+    after = started(pair)
+    for name in before:
+        assert after[name][0] != before[name][0], f"{name} was not replaced"
+        assert after[name][2] == "breakable-ab"
+    assert gate(pair)["status"] == "PASS"
+    back = provision(pair, clean_tree, check=True)
+    assert all(v[2] == "production" for v in started(pair).values())
+    assert "RUNTIME_GATE" in back.stdout or gate(pair)["status"] == "PASS"
+
+
+@pytest.mark.parametrize("where,fault,extra,expect", [
+    ("worker", "crash_on_start", {}, ["the pair's engine exited on worker", "Traceback"]),
+    ("worker", "worker_never_joins", {"dspark_engine_ready_budget": 15}, ["TIMEOUT", "did not serve"]),
+    ("worker", "wrong_cudagraph_mode", {}, ["worker resolved CUDA-graph mode mismatch: expected FULL_DECODE_ONLY, got PIECEWISE"]),
+    ("head", "forbidden_marker", {}, ["head forbidden runtime marker present: Marlin"]),
+    ("head", "wrong_usage", {}, ["usage is inconsistent"]),
+])
+def test_stand_in_faults_fail_the_run_with_reason(sim, clean_tree, host_vars, where, fault, extra, expect):
+    pair = sim[1]
+    rank = pair.head if where == "head" else pair.worker
+    host_vars(rank, {"dspark_engine_extra_env": {"DSPARK_SIM_STARTUP_DELAY_S": "1", "DSPARK_SIM_FAULT": fault}, **extra})
+    res = provision(pair, clean_tree)
+    assert res.returncode != 0
+    text = flat(res)
+    for needle in expect:
+        assert " ".join(needle.split()) in text, f"{needle!r} missing:\n{res.stdout[-5000:]}"
+
+
+def test_engine_with_requests_in_flight_is_not_replaced_without_force(sim, clean_tree, host_vars):
+    pair = sim[1]
+    for r in pair.ranks:
+        host_vars(r, {"dspark_engine_extra_env": {"DSPARK_SIM_STARTUP_DELAY_S": "1", "DSPARK_SIM_FAULT": "slow_tokens",
+                                                  "DSPARK_SIM_TOKEN_DELAY_S": "0.5"}})
+    provision(pair, clean_tree, check=True)
+    before = started(pair)
+    body = json.dumps({"model": site()["dspark_served_model_name"], "prompt": "hello", "max_tokens": 120,
+                       "ignore_eos": True}).encode()
+
+    def slow_request():
+        req = urllib.request.Request(f"http://{pair.head.mgmt_ip}:8888/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            urllib.request.urlopen(req, timeout=120).read()
+        except OSError:
+            pass
+
+    t = threading.Thread(target=slow_request, daemon=True)
+    t.start()
+    try:
+        refused = provision(pair, clean_tree, "-e", "dspark_profile=long-1m")
+        assert refused.returncode != 0
+        assert "is serving 1 request(s)" in flat(refused)
+        assert started(pair) == before
+        forced = provision(pair, clean_tree, "-e", "dspark_profile=long-1m", "-e", "dspark_engine_force_replace=true",
+                           check=True)
+        assert all(v[2] == "long-1m" for v in started(pair).values()), forced.stdout[-2000:]
+    finally:
+        t.join(timeout=130)
