@@ -561,8 +561,11 @@ def assess_image(rank: str, image: dict, config: dict, identity: dict) -> list[s
         errors.append(f"{rank} image inspect answered for {_show(image.get('Id'))}, not the container's image "
                       f"{_show(identity['image_id'])}")
     identity["image_architecture"] = image.get("Architecture")
-    if config["check_architecture"] and identity["image_architecture"] != EXPECTED_ARCHITECTURE:
-        errors.append(f"{rank} image architecture mismatch: expected {EXPECTED_ARCHITECTURE}, "
+    # The pin names the architecture (arm64 for the frozen GB10 image; the simulator's stand-in
+    # is built for the machine it runs on and its pin says so).
+    expected_arch = (config.get("pin") or {}).get("image_architecture") or EXPECTED_ARCHITECTURE
+    if config["check_architecture"] and identity["image_architecture"] != expected_arch:
+        errors.append(f"{rank} image architecture mismatch: expected {expected_arch}, "
                       f"got {_show(identity['image_architecture'])}")
     labels = (image.get("Config") or {}).get("Labels") if isinstance(image.get("Config"), dict) else None
     labels = labels if isinstance(labels, dict) else {}
@@ -743,17 +746,18 @@ def retrieval_request(model: str) -> dict:
             "max_tokens": 48, "chat_template_kwargs": dict(NO_THINKING)}
 
 
-def api_call(fetch: Fetch, method: str, path: str, body: dict | None, timeout: float) -> object:
-    """One head API call: HTTP 200 and a strict-JSON body, else GateError."""
+def api_call(fetch: Fetch, method: str, path: str, body: dict | None, timeout: float, what: str = "API") -> object:
+    """One head API call (``what`` names it in errors): HTTP 200 and a strict-JSON body, else GateError."""
     data = None if body is None else json.dumps(body, allow_nan=False).encode("utf-8")
     status, payload = fetch(method, path, data, timeout)
     if status != 200:
         text = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else str(payload)
-        raise GateError(f"head API {method} {path} answered HTTP {status}: {_excerpt(text.strip()) or 'empty body'}")
+        raise GateError(f"head {what}: {method} {path} answered HTTP {status}: "
+                        f"{_excerpt(text.strip()) or 'empty body'}")
     try:
         return strict_loads(payload)
     except StrictJSONError as exc:
-        raise GateError(f"head API {method} {path} answered invalid JSON: {exc}") from None
+        raise GateError(f"head {what}: {method} {path} answered invalid JSON: {exc}") from None
 
 
 def evaluate_models(body: object, model: str) -> tuple[dict, list[str]]:
@@ -915,21 +919,23 @@ class Gate:
             return None, cross_rank_errors(self.results["identity:head"].section,  # type: ignore[arg-type]
                                            self.results["identity:worker"].section)  # type: ignore[arg-type]
         if name == "models":
-            return evaluate_models(api_call(self.fetch, "GET", "/v1/models", None, cfg["api_timeout"]), cfg["model"])
+            body = api_call(self.fetch, "GET", "/v1/models", None, cfg["api_timeout"], "model list")
+            return evaluate_models(body, cfg["model"])
         if name == "usage":
             errors = []
             for canary in ("semantic", "tool_call", "retrieval"):
                 if canary in self._bodies:
                     errors += usage_errors(canary.replace("_call", ""), self._bodies[canary])
             if not self._bodies:
-                errors.append("head API usage is inconsistent: no canary answered, so usage could not be checked")
+                errors.append("head API usage could not be checked: no canary answered")
             return None, errors
         request, evaluate, timeout = {
             "semantic": (semantic_request, evaluate_semantic, cfg["api_timeout"]),
             "tool_call": (tool_request, evaluate_tool, cfg["api_timeout"]),
             "retrieval": (retrieval_request, evaluate_retrieval, cfg["retrieval_timeout"]),
         }[name]
-        body = api_call(self.fetch, "POST", "/v1/chat/completions", request(cfg["model"]), timeout)
+        body = api_call(self.fetch, "POST", "/v1/chat/completions", request(cfg["model"]), timeout,
+                        f"{name.replace('_call', '')} canary")
         self._bodies[name] = body
         return evaluate(body)
 
