@@ -52,8 +52,11 @@ sim-status: deps
 
 # ---- the two commands of the README -----------------------------------------------------
 demo: sim-up
-	@ansible-playbook -i inventories/sim playbooks/identity.yml
 	@ansible-playbook -i inventories/sim playbooks/sim_smoke.yml
+	@ansible-playbook -i inventories/sim playbooks/provision.yml --limit pair_sim01
+	@echo
+	@echo "Runtime gate of pair sim01 (artifacts/evidence/sim01/runtime-gate.json):"
+	@$(PY) -c 'import json; d = json.load(open("artifacts/evidence/sim01/runtime-gate.json")); print("  status", d["status"], "errors", d["errors"]); e = d["evidence"]; print("  semantic", e["semantic"]["pass"], "tool_call", e["tool_call"]["pass"], "retrieval", e["retrieval"]["pass"])' 
 	@$(SIM) status >/dev/null
 	@echo
 	@echo "The simulated pair serves the OpenAI API on its head:"

@@ -19,3 +19,16 @@ def sim():
     sim_cli("up", "--pairs", str(PAIRS))
     yield layout.pairs(PAIRS)
     sim_cli("down", check=False)
+
+
+@pytest.fixture(scope="session")
+def clean_tree(tmp_path_factory):
+    """A clean clone of HEAD to deploy from: the wrapper-tree check needs one, and the working
+    tree under test may be mid-edit (untracked files are refused, as they should be)."""
+    import subprocess
+
+    from simhelpers import ROOT
+
+    dest = tmp_path_factory.mktemp("wrapper") / "gb10-dspark"
+    subprocess.run(["git", "clone", "--quiet", "--local", "--no-hardlinks", str(ROOT), str(dest)], check=True)
+    return dest

@@ -72,3 +72,9 @@ def container_state(rank: layout.Rank, name: str = "dspark_vllm") -> dict:
     return json.loads(out)[0]["State"]
 
 
+
+
+def playbook(name: str, tree: Path, *extra: str, check: bool = True, timeout: float = 1800) -> subprocess.CompletedProcess:
+    """Run playbooks/<name> deploying from the clean checkout ``tree``."""
+    return ansible(f"playbooks/{name}", "-e", f"dspark_preflight_wrapper_path={tree}", *extra,
+                   tool="ansible-playbook", check=check, timeout=timeout)

@@ -6,7 +6,7 @@ import re
 import socket
 import subprocess
 
-from simhelpers import PAIRS, ansible, container_state, http_get, on_rank, sim_cli, wait_for
+from simhelpers import PAIRS, ansible, container_state, http_get, on_rank, playbook, sim_cli, wait_for
 from dspark_sim import layout
 
 
@@ -108,8 +108,13 @@ def test_ibdev2netdev_follows_the_link_state(sim):
     wait_for(lambda: line().endswith("(Up)"), 10, what="link up again")
 
 
-def test_smoke_playbook_serves_the_pair_and_is_idempotent(sim):
+def test_smoke_playbook_reaches_every_rank_and_engine(sim):
     res = ansible("playbooks/sim_smoke.yml", tool="ansible-playbook")
+    assert re.search(r"failed=0\s", res.stdout) and res.stdout.count("ok=") == 2 * PAIRS
+
+
+def test_provision_serves_every_pair_and_is_idempotent(sim, clean_tree):
+    res = playbook("provision.yml", clean_tree)
     assert "failed=0" in res.stdout
     for pair in sim:
         status, body = http_get(f"http://{pair.head.mgmt_ip}:8888/v1/models")
@@ -124,16 +129,16 @@ def test_smoke_playbook_serves_the_pair_and_is_idempotent(sim):
     assert status["up"] and status["pairs"] == PAIRS
     assert all(r["sshd"] and r["dockerd"] and r["containers"] == ["dspark_vllm running"] for r in status["ranks"])
     started = {r.name: container_state(r)["StartedAt"] for p in sim for r in p.ranks}
-    again = ansible("playbooks/sim_smoke.yml", tool="ansible-playbook")
+    again = playbook("provision.yml", clean_tree)
     assert re.search(r"changed=0\s", again.stdout), again.stdout[-3000:]
     assert started == {r.name: container_state(r)["StartedAt"] for p in sim for r in p.ranks}
 
 
-def test_head_serves_only_after_the_worker_joined_and_dies_with_it(sim):
+def test_head_serves_only_after_the_worker_joined_and_dies_with_it(sim, clean_tree):
     head, worker = sim[1].ranks
     url = f"http://{head.mgmt_ip}:8888/v1/models"
     if not container_state(head)["Running"]:
-        ansible("playbooks/sim_smoke.yml", tool="ansible-playbook")
+        playbook("provision.yml", clean_tree, "--limit", sim[1].group)
     # Killing the worker makes the head exit non-zero.
     on_rank(worker, ["docker", "kill", "dspark_vllm"])
     st = wait_for(lambda: (lambda s: s if not s["Running"] else None)(container_state(head)), 60, what="head exit")

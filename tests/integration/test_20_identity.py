@@ -34,14 +34,6 @@ def site() -> dict:
     return yaml.safe_load((INVENTORY / "group_vars" / "all" / "site.yml").read_text())
 
 
-@pytest.fixture(scope="module")
-def clean_tree(tmp_path_factory):
-    """A clean checkout of HEAD to deploy from (the working tree under test may be mid-edit)."""
-    dest = tmp_path_factory.mktemp("wrapper") / "gb10-dspark"
-    subprocess.run(["git", "clone", "--quiet", "--local", "--no-hardlinks", str(ROOT), str(dest)], check=True)
-    return dest
-
-
 def run(pair, clean_tree, *extra: str, check: bool = False, tree: Path | None = None):
     return ansible(PLAYBOOK, "--limit", pair.group, "-e", f"dspark_preflight_wrapper_path={tree or clean_tree}",
                    *extra, tool="ansible-playbook", check=check)

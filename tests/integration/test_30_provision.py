@@ -11,27 +11,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from simhelpers import INVENTORY, ROOT, ansible, on_rank
+from simhelpers import INVENTORY, on_rank, playbook
 
-PLAYBOOK = "playbooks/provision.yml"
 
 
 def site() -> dict:
     return yaml.safe_load((INVENTORY / "group_vars" / "all" / "site.yml").read_text())
 
 
-@pytest.fixture(scope="module")
-def clean_tree(tmp_path_factory):
-    import subprocess
-
-    dest = tmp_path_factory.mktemp("wrapper") / "gb10-dspark"
-    subprocess.run(["git", "clone", "--quiet", "--local", "--no-hardlinks", str(ROOT), str(dest)], check=True)
-    return dest
-
-
 def provision(pair, clean_tree, *extra: str, check: bool = False):
-    return ansible(PLAYBOOK, "--limit", pair.group, "-e", f"dspark_preflight_wrapper_path={clean_tree}", *extra,
-                   tool="ansible-playbook", check=check, timeout=1800)
+    return playbook("provision.yml", clean_tree, "--limit", pair.group, *extra, check=check)
 
 
 def started(pair) -> dict:
