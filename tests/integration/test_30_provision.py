@@ -52,7 +52,9 @@ def host_vars():
     def put(rank, data: dict):
         path = INVENTORY / "host_vars" / f"{rank.name}.yml"
         path.parent.mkdir(exist_ok=True)
-        path.write_text(yaml.safe_dump(data))
+        merged = (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+        merged.update(data)
+        path.write_text(yaml.safe_dump(merged))
         written.append(path)
 
     yield put
@@ -114,7 +116,9 @@ def test_profile_change_replaces_both_ranks(sim, clean_tree):
 def test_stand_in_faults_fail_the_run_with_reason(sim, clean_tree, host_vars, where, fault, extra, expect):
     pair = sim[1]
     rank = pair.head if where == "head" else pair.worker
-    host_vars(rank, {"dspark_engine_extra_env": {"DSPARK_SIM_STARTUP_DELAY_S": "1", "DSPARK_SIM_FAULT": fault}, **extra})
+    host_vars(rank, {"dspark_engine_extra_env": {"DSPARK_SIM_STARTUP_DELAY_S": "1", "DSPARK_SIM_FAULT": fault}})
+    if extra:  # readiness runs on the head
+        host_vars(pair.head, extra)
     res = provision(pair, clean_tree)
     assert res.returncode != 0
     text = flat(res)
