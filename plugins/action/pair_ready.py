@@ -8,9 +8,11 @@ import time
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from ansible_collections.gb10.dspark.plugins.module_utils._engine_probe import ARGUMENT_SPEC, WAIT_ARGUMENT_SPEC
+
 display = Display()
 
-PROBE_ARGS = ("container", "base_url", "model", "worker", "ssh_options", "log_lines", "timeout", "api_key")
+PROBE_ARGS = tuple(ARGUMENT_SPEC)
 
 
 def _tail(state: dict | None, n: int) -> list[str]:
@@ -35,7 +37,7 @@ def _logs_text(probe: dict, n: int) -> str:
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(PROBE_ARGS + ("budget", "interval", "progress_every", "fail_log_lines"))
+    _VALID_ARGS = frozenset(PROBE_ARGS + tuple(WAIT_ARGUMENT_SPEC))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)

@@ -20,6 +20,25 @@ from typing import Callable
 
 Run = Callable[[list[str]], tuple[int, str, str]]
 
+# The probe's options (gb10.dspark.engine_probe; gb10.dspark.pair_ready passes them through).
+ARGUMENT_SPEC = {
+    "container": {"type": "str", "default": "dspark_vllm"},
+    "base_url": {"type": "str", "default": "http://127.0.0.1:8888"},
+    "model": {"type": "str", "required": True},
+    "worker": {"type": "str"},
+    "ssh_options": {"type": "list", "elements": "str", "default": ["-o", "BatchMode=yes", "-o", "ConnectTimeout=10"]},
+    "log_lines": {"type": "int", "default": 20},
+    "timeout": {"type": "float", "default": 5.0},
+    "api_key": {"type": "str", "no_log": True},
+}
+# What gb10.dspark.pair_ready adds around the probe.
+WAIT_ARGUMENT_SPEC = {
+    "budget": {"type": "float", "default": 3600},
+    "interval": {"type": "float", "default": 5},
+    "progress_every": {"type": "float", "default": 30},
+    "fail_log_lines": {"type": "int", "default": 30},
+}
+
 _SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)')
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 

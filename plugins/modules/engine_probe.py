@@ -8,6 +8,8 @@ DOCUMENTATION = r"""
 module: engine_probe
 short_description: Read the state of a pair's engines from its head, changing nothing
 version_added: 0.1.0
+extends_documentation_fragment:
+  - gb10.dspark._probe
 description:
   - Runs on the head. Reports each rank's container (exists, status, exit code, start time, labels,
     the last log lines), whether the head's OpenAI API serves the model (C(/v1/models)), the KV
@@ -15,38 +17,6 @@ description:
   - The worker is read with C(ssh <worker> docker ...), the head's one-way trust to its worker.
   - M(gb10.dspark.pair_ready) calls it in a loop; the engine role calls it before replacing a
     running engine, to refuse while requests are in flight.
-options:
-  container:
-    description: The engine container's name (the same on both ranks).
-    type: str
-    default: dspark_vllm
-  base_url:
-    description: The head's API as seen from the head.
-    type: str
-    default: http://127.0.0.1:8888
-  model:
-    description: The served model name that must appear in C(/v1/models).
-    type: str
-    required: true
-  worker:
-    description: SSH destination of the pair's worker (for example C(root@10.0.0.2)); unset reads the head only.
-    type: str
-  ssh_options:
-    description: Options for that ssh call.
-    type: list
-    elements: str
-    default: [-o, BatchMode=yes, -o, ConnectTimeout=10]
-  log_lines:
-    description: How many of each container's last log lines to return.
-    type: int
-    default: 20
-  timeout:
-    description: Seconds for each HTTP request.
-    type: float
-    default: 5.0
-  api_key:
-    description: The API key, when the head requires one. Never returned or logged.
-    type: str
 attributes:
   check_mode:
     support: full
@@ -112,21 +82,12 @@ probe:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils._engine_probe import probe
+from ansible_collections.gb10.dspark.plugins.module_utils._engine_probe import ARGUMENT_SPEC, probe
 
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "container": {"type": "str", "default": "dspark_vllm"},
-            "base_url": {"type": "str", "default": "http://127.0.0.1:8888"},
-            "model": {"type": "str", "required": True},
-            "worker": {"type": "str"},
-            "ssh_options": {"type": "list", "elements": "str", "default": ["-o", "BatchMode=yes", "-o", "ConnectTimeout=10"]},
-            "log_lines": {"type": "int", "default": 20},
-            "timeout": {"type": "float", "default": 5.0},
-            "api_key": {"type": "str", "no_log": True},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     p = module.params

@@ -16,38 +16,9 @@ description:
   - Fails within one interval when a rank's container exits, printing the last log lines of both
     ranks; fails with C(TIMEOUT) and the same logs when I(budget) runs out.
   - Returns the KV cache size the engine reports, for the evidence.
+extends_documentation_fragment:
+  - gb10.dspark._probe
 options:
-  container:
-    description: The engine container's name.
-    type: str
-    default: dspark_vllm
-  base_url:
-    description: The head's API as seen from the head.
-    type: str
-    default: http://127.0.0.1:8888
-  model:
-    description: The served model name.
-    type: str
-    required: true
-  worker:
-    description: SSH destination of the worker, to read its container.
-    type: str
-  ssh_options:
-    description: Options for that ssh call.
-    type: list
-    elements: str
-    default: [-o, BatchMode=yes, -o, ConnectTimeout=10]
-  log_lines:
-    description: Log lines per rank in each probe.
-    type: int
-    default: 20
-  timeout:
-    description: Seconds for each HTTP request.
-    type: float
-    default: 5.0
-  api_key:
-    description: The API key, when the head requires one. Never returned or logged.
-    type: str
   budget:
     description: Seconds to wait in all. A cold start of the real engine takes 12 to 60 minutes.
     type: float
@@ -123,23 +94,12 @@ probe:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gb10.dspark.plugins.module_utils._engine_probe import ARGUMENT_SPEC, WAIT_ARGUMENT_SPEC
+
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "container": {"type": "str", "default": "dspark_vllm"},
-            "base_url": {"type": "str", "default": "http://127.0.0.1:8888"},
-            "model": {"type": "str", "required": True},
-            "worker": {"type": "str"},
-            "ssh_options": {"type": "list", "elements": "str", "default": ["-o", "BatchMode=yes", "-o", "ConnectTimeout=10"]},
-            "log_lines": {"type": "int", "default": 20},
-            "timeout": {"type": "float", "default": 5.0},
-            "api_key": {"type": "str", "no_log": True},
-            "budget": {"type": "float", "default": 3600},
-            "interval": {"type": "float", "default": 5},
-            "progress_every": {"type": "float", "default": 30},
-            "fail_log_lines": {"type": "int", "default": 30},
-        },
+        argument_spec=dict(ARGUMENT_SPEC, **WAIT_ARGUMENT_SPEC),
         supports_check_mode=True,
     )
     module.fail_json(msg="gb10.dspark.pair_ready runs through its action plugin; it cannot run as a plain module")
