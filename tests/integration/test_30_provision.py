@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -156,3 +157,28 @@ def test_engine_with_requests_in_flight_is_not_replaced_without_force(sim, clean
         assert all(v[2] == "long-1m" for v in started(pair).values()), forced.stdout[-2000:]
     finally:
         t.join(timeout=130)
+
+
+def test_api_key_reaches_only_the_containers_environment(sim, clean_tree):
+    pair = sim[1]
+    key = "sk-dspark-integration-7f3a9c0e51"
+    res = provision(pair, clean_tree, "-e", f"dspark_api_key={key}", "-v", check=True)
+    assert key not in res.stdout + res.stderr
+    for r in pair.ranks:
+        doc = json.loads(on_rank(r, ["docker", "container", "inspect", "dspark_vllm"]).stdout)[0]
+        assert key not in json.dumps([doc["Path"], doc["Args"]])
+        assert f"VLLM_API_KEY={key}" in doc["Config"]["Env"]
+        profile_files = on_rank(r, ["sh", "-c", "cat /etc/dspark/profiles/*"]).stdout
+        assert key not in profile_files
+    evidence = Path(site()["dspark_evidence_dir"])
+    for f in evidence.rglob("*"):
+        if f.is_file():
+            assert key not in f.read_text(errors="replace"), f
+    assert gate(pair)["status"] == "PASS"
+    url = f"http://{pair.head.mgmt_ip}:8888/v1/models"
+    with pytest.raises(urllib.error.HTTPError) as denied:
+        urllib.request.urlopen(url, timeout=10)
+    assert denied.value.code == 401
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        assert r.status == 200
