@@ -681,6 +681,20 @@ def join_logs(stdout: str, stderr: str) -> str:
     return stdout + stderr
 
 
+def _first_line_with(text: str, marker: str, limit: int = 240) -> str:
+    """The first log line holding ``marker`` (case-insensitive), so a failure shows its evidence."""
+    needle = marker.lower()
+    for raw in text.splitlines():
+        if needle in raw.lower():
+            return raw.strip()[:limit]
+    return "?"
+
+
+def _last_runtime_line(text: str, limit: int = 240) -> str:
+    lines = [ln for ln in text.splitlines() if AUTHORITATIVE_PROCESS in ln and "CUDA_GRAPH_RUNTIME" in ln]
+    return lines[-1].strip()[:limit] if lines else "?"
+
+
 def assess_logs(rank: str, text: str, config: dict) -> tuple[dict, list[str]]:
     """The ``runtime_logs.<rank>`` section of a rank's log text, and its errors."""
     impl = config["expected_cudagraph_implementation"]
@@ -693,7 +707,8 @@ def assess_logs(rank: str, text: str, config: dict) -> tuple[dict, list[str]]:
         "log_sha256": sha256_text(text),
     }
     errors = [f"{rank} required runtime marker missing: {m}" for m, hit in section["required"].items() if not hit]
-    errors += [f"{rank} forbidden runtime marker present: {m}" for m, hit in section["forbidden"].items() if hit]
+    errors += [f"{rank} forbidden runtime marker present: {m} (log: {_first_line_with(text, m)})"
+               for m, hit in section["forbidden"].items() if hit]
     line = section["authoritative_cuda_graph_runtime"]
     if line is None:
         errors.append(f"{rank} authoritative CUDA_GRAPH_RUNTIME line missing: no {AUTHORITATIVE_PROCESS} line "
@@ -701,7 +716,7 @@ def assess_logs(rank: str, text: str, config: dict) -> tuple[dict, list[str]]:
         return section, errors
     if line["mode"] != config["expected_cudagraph_mode"]:
         errors.append(f"{rank} resolved CUDA-graph mode mismatch: expected {config['expected_cudagraph_mode']}, "
-                      f"got {line['mode']}")
+                      f"got {line['mode']} (log: {_last_runtime_line(text)})")
     if line["resolved"] != impl:
         errors.append(f"{rank} resolved CUDA-graph implementation mismatch: expected {impl}, got {line['resolved']}")
     if line["requested"] != impl:

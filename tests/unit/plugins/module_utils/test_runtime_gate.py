@@ -78,6 +78,20 @@ SPEC_IDENTITY_KEYS = {
 }
 
 
+
+def _bare(errors: list[str]) -> list[str]:
+    """Errors without the offending log line they quote (asserted separately)."""
+    return [e.split(" (log: ")[0] for e in errors]
+
+
+def _assess(rank: str, text: str, cfg: dict) -> tuple[dict, list[str]]:
+    section, errors = rg.assess_logs(rank, text, cfg)
+    for e in errors:
+        if " (log: " in e:
+            quoted = e.split(" (log: ", 1)[1].rstrip(")")
+            assert quoted in text or quoted == "?", f"quoted log line not from the log: {quoted!r}"
+    return section, _bare(errors)
+
 def raw_config(**changes) -> dict:
     cfg = {
         "pair": "p01", "head": "p01-head", "worker": "p01-worker", "inventory": "/inv/hosts.yml",
@@ -520,7 +534,7 @@ def test_cross_rank_checks():
 # ================================================================================================
 @pytest.mark.parametrize("rank", ["head", "worker"])
 def test_regular_standin_logs_pass(rank):
-    section, errors = rg.assess_logs(rank, log_fixture(f"{rank}-regular"), config())
+    section, errors = _assess(rank, log_fixture(f"{rank}-regular"), config())
     assert errors == []
     assert all(section["required"].values()) and set(section["required"]) == set(rg.REQUIRED["regular"]) | set(
         rg.ALWAYS_REQUIRED)
@@ -536,13 +550,13 @@ def test_wrong_cudagraph_mode_standin_log_fails_on_the_worker_line_only():
     text = log_fixture("head-wrong_cudagraph_mode")
     # the EngineCore line still reports the requested mode; only the Worker_TP line is the truth
     assert "(EngineCore_DP0" in text and "mode=FULL_DECODE_ONLY decode_mode=FULL" in text
-    section, errors = rg.assess_logs("head", text, config())
+    section, errors = _assess("head", text, config())
     assert errors == ["head resolved CUDA-graph mode mismatch: expected FULL_DECODE_ONLY, got PIECEWISE"]
     assert section["authoritative_cuda_graph_runtime"]["mode"] == "PIECEWISE"
 
 
 def test_forbidden_marker_standin_log():
-    section, errors = rg.assess_logs("worker", log_fixture("worker-forbidden_marker"), config())
+    section, errors = _assess("worker", log_fixture("worker-forbidden_marker"), config())
     assert sorted(errors) == ["worker forbidden runtime marker present: Marlin",
                               "worker forbidden runtime marker present: fallback to eager"]
     assert section["forbidden"]["Marlin"] and section["forbidden"]["fallback to eager"]
@@ -556,8 +570,8 @@ def breakable_config() -> dict:
 
 @pytest.mark.parametrize("rank", ["head", "worker"])
 def test_breakable_marker_set(rank):
-    assert rg.assess_logs(rank, log_fixture(f"{rank}-breakable"), breakable_config())[1] == []
-    errors = rg.assess_logs(rank, log_fixture(f"{rank}-regular"), breakable_config())[1]
+    assert _assess(rank, log_fixture(f"{rank}-breakable"), breakable_config())[1] == []
+    errors = _assess(rank, log_fixture(f"{rank}-regular"), breakable_config())[1]
     for expected in (f"{rank} required runtime marker missing: Breakable CUDA graph enabled",
                      f"{rank} required runtime marker missing: CUDA_GRAPH_REPLAY implementation=breakable status=observed",
                      f"{rank} forbidden runtime marker present: resolved=regular",
@@ -565,7 +579,7 @@ def test_breakable_marker_set(rank):
                      f"{rank} resolved CUDA-graph implementation mismatch: expected breakable, got regular"):
         assert expected in errors
     # and the other way round: breakable output under the regular expectation
-    errors = rg.assess_logs(rank, log_fixture(f"{rank}-breakable"), config())[1]
+    errors = _assess(rank, log_fixture(f"{rank}-breakable"), config())[1]
     assert f"{rank} forbidden runtime marker present: Breakable CUDA graph enabled" in errors
     assert f"{rank} required runtime marker missing: resolved=regular" in errors
 
@@ -573,7 +587,7 @@ def test_breakable_marker_set(rank):
 def test_missing_replay_and_missing_native_backend():
     text = "\n".join(line for line in log_fixture("worker-regular").splitlines()
                      if "CUDA_GRAPH_REPLAY" not in line and "NET/IB" not in line)
-    errors = rg.assess_logs("worker", text, config())[1]
+    errors = _assess("worker", text, config())[1]
     assert errors == ["worker required runtime marker missing: CUDA_GRAPH_REPLAY implementation=regular status=observed",
                       "worker required runtime marker missing: NET/IB"]
 
@@ -595,7 +609,7 @@ def test_authoritative_line_is_the_last_worker_line():
     assert rg.authoritative_runtime(text)["mode"] == "PIECEWISE"
     assert rg.authoritative_runtime(text)["strict"] is False
     assert rg.authoritative_runtime("(EngineCore_DP0 pid=2) " + line.format("FULL", "true")) is None
-    errors = rg.assess_logs("head", text, config())[1]
+    errors = _assess("head", text, config())[1]
     assert "head resolved CUDA-graph mode mismatch: expected FULL_DECODE_ONLY, got PIECEWISE" in errors
     assert "head CUDA-graph strict flag mismatch: expected true, got false" in errors
 
@@ -603,7 +617,7 @@ def test_authoritative_line_is_the_last_worker_line():
 def test_missing_authoritative_line_is_an_error():
     text = "\n".join(line for line in log_fixture("head-regular").splitlines()
                      if not ("Worker_TP" in line and "CUDA_GRAPH_RUNTIME" in line))
-    section, errors = rg.assess_logs("head", text, config())
+    section, errors = _assess("head", text, config())
     assert section["authoritative_cuda_graph_runtime"] is None
     assert errors == ["head authoritative CUDA_GRAPH_RUNTIME line missing: no Worker_TP line reports the resolved "
                       "CUDA-graph runtime"]
@@ -818,8 +832,10 @@ def test_the_faulted_standin_pair_fails_with_every_reason():
     assert errors[0] == f"worker image ID mismatch: expected {PIN['image_id']}, got sha256:{'e' * 64}"
     assert f"rank image IDs disagree: head {PIN['image_id']}, worker sha256:{'e' * 64}" in errors
     assert sum(e.startswith("head API usage is inconsistent") for e in errors) == 3
-    assert "head resolved CUDA-graph mode mismatch: expected FULL_DECODE_ONLY, got PIECEWISE" in errors
-    assert "worker forbidden runtime marker present: Marlin" in errors
+    assert "head resolved CUDA-graph mode mismatch: expected FULL_DECODE_ONLY, got PIECEWISE" in _bare(errors)
+    assert "worker forbidden runtime marker present: Marlin" in _bare(errors)
+    assert any(e.startswith("worker forbidden runtime marker present: Marlin (log: ") and "Marlin kernel" in e
+               for e in errors), "the error shows the offending log line"
     assert doc["evidence"]["runtime_identity"]["head"]["cudagraph_mode"] == "PIECEWISE"
     assert doc["evidence"]["semantic"]["pass"] is True
 
