@@ -77,6 +77,29 @@ def test_fresh_pair_passes_the_gate_and_serves(sim, clean_tree):
         assert json.load(r)["data"][0]["id"] == site()["dspark_served_model_name"]
 
 
+def test_a_limit_that_splits_a_pair_is_refused(sim, clean_tree):
+    pair = sim[0]
+    res = playbook("provision.yml", clean_tree, "--limit", pair.head.name, check=False)
+    assert res.returncode != 0
+    assert "worker hosts is 0 (none), expected exactly one" in flat(res)
+
+
+def test_experimental_profile_needs_the_opt_in_and_is_recorded(sim, clean_tree):
+    pair = sim[0]
+    before = started(pair)
+    refused = provision(pair, clean_tree, "-e", '{"dspark_profile_overrides": {"max_num_seqs": 8}}')
+    assert refused.returncode != 0 and "max_num_seqs" in flat(refused)
+    assert started(pair) == before
+    provision(pair, clean_tree, "-e", '{"dspark_profile_overrides": {"max_num_seqs": 8}, "dspark_profile_allow_experimental": true}',
+              check=True)
+    record = json.loads((Path(site()["dspark_evidence_dir"]) / "sim01" / "readiness.json").read_text())
+    assert record["experimental"] is True
+    assert [d["key"] for d in record["departures"]] == ["max_num_seqs"]
+    labels = json.loads(on_rank(pair.head, ["docker", "container", "inspect", "dspark_vllm"]).stdout)[0]["Config"]["Labels"]
+    assert labels["io.gb10.dspark.profile.experimental"] == "true"
+    provision(pair, clean_tree, check=True)  # back to the qualified profile
+
+
 def test_second_run_changes_nothing_and_restarts_nothing(sim, clean_tree):
     pair = sim[0]
     before = started(pair)
