@@ -9,6 +9,7 @@ module: engine_probe
 short_description: Read the state of a pair's engines from its head, changing nothing
 version_added: 0.1.0
 extends_documentation_fragment:
+  - gb10.dspark._attributes.read_only
   - gb10.dspark._probe
 description:
   - Runs on the head. Reports each rank's container (exists, status, exit code, start time, labels,
@@ -17,16 +18,6 @@ description:
   - The worker is read with C(ssh <worker> docker ...), the head's one-way trust to its worker.
   - M(gb10.dspark.pair_ready) calls it in a loop; the engine role calls it before replacing a
     running engine, to refuse while requests are in flight.
-attributes:
-  check_mode:
-    support: full
-    details: Read-only; runs the same in check mode.
-  diff_mode:
-    support: none
-    details: Changes nothing.
-  idempotent:
-    support: full
-    details: Read-only.
 seealso:
   - module: gb10.dspark.pair_ready
 author:

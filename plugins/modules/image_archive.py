@@ -18,6 +18,7 @@ description:
   - Plain tar archives are read by seeking from header to header (a 30 GB archive costs a few
     hundred small reads); gzip, bzip2 and xz archives are streamed once. Memory stays bounded.
 extends_documentation_fragment:
+  - gb10.dspark._attributes.read_only
   - gb10.dspark._rank
 options:
   path:
@@ -40,16 +41,6 @@ options:
     description: Whether the archive's architecture must equal the pin's C(image_architecture).
     type: bool
     default: true
-attributes:
-  check_mode:
-    support: full
-    details: Read-only; runs the same in check mode.
-  diff_mode:
-    support: none
-    details: Changes nothing.
-  idempotent:
-    support: full
-    details: Read-only.
 seealso:
   - module: gb10.dspark.image_identity
 author:

@@ -37,8 +37,13 @@ def _doc(name: str) -> tuple[dict, dict, dict]:
     options = dict(doc.get("options") or {})
     for frag in doc.get("extends_documentation_fragment") or []:
         assert frag.startswith("gb10.dspark."), frag
-        fmod = importlib.import_module(f"ansible_collections.gb10.dspark.plugins.doc_fragments.{frag.split('.')[-1]}")
-        options.update(yaml.safe_load(fmod.ModuleDocFragment.DOCUMENTATION)["options"])
+        parts = frag.split(".")[2:]  # _name or _name.variant
+        fmod = importlib.import_module(f"ansible_collections.gb10.dspark.plugins.doc_fragments.{parts[0]}")
+        fdoc = yaml.safe_load(getattr(fmod.ModuleDocFragment, parts[1].upper() if len(parts) > 1 else "DOCUMENTATION"))
+        options.update(fdoc.get("options") or {})
+        for key, value in fdoc.items():
+            if key != "options":
+                doc.setdefault(key, value)
     return mod, doc, options
 
 
