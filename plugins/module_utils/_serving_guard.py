@@ -1,0 +1,201 @@
+# Copyright (c) gb10.dspark contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The serving guard's judgement: is one completion (plain or streamed) true to vLLM's contract?
+
+Pure functions over parsed responses; the client that sends the 64 requests, bounds their
+concurrency and time, and writes the report builds on them. Every violation names the request
+and the field: ``request 17: usage.completion_tokens is 127, expected 128``.
+
+Contract (vllm-contract §3.2, §3.4, §6): HTTP 200; ``id`` ``cmpl-…``, ``object``
+``text_completion``, integer ``created``, ``model`` the served name, exactly one choice with a
+``finish_reason``; ``usage`` with non-negative integer ``prompt_tokens``, ``completion_tokens``
+and ``total_tokens`` = their sum; with ``ignore_eos`` the finish reason is ``length`` and
+exactly ``max_tokens`` tokens come back; ``prompt_tokens`` equals the server's own count of the
+prompt (``/tokenize``). A stream carries one finish chunk, then exactly one usage chunk with no
+choices, then ``[DONE]``.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+PROMPTS = 64
+MAX_TOKENS = 128
+
+
+@dataclass
+class Expect:
+    served_model: str
+    max_tokens: int = MAX_TOKENS
+    ignore_eos: bool = True
+    prompt_tokens: int | None = None  # the server's /tokenize count for this prompt
+
+
+@dataclass
+class Verdict:
+    request: str
+    errors: list[str] = field(default_factory=list)
+    text: str = ""
+    usage: dict | None = None
+    finish_reason: str | None = None
+
+    def fail(self, what: str, actual: object, expected: object) -> None:
+        self.errors.append(f"request {self.request}: {what} is {_show(actual)}, expected {expected}")
+
+
+def _show(value: object) -> str:
+    return "absent" if value is None else json.dumps(value) if isinstance(value, (str, dict, list)) else str(value)
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def check_usage(v: Verdict, usage: object, expect: Expect) -> None:
+    if not isinstance(usage, dict):
+        v.fail("usage", usage, "an object")
+        return
+    v.usage = usage
+    for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        if not _is_count(usage.get(key)):
+            v.fail(f"usage.{key}", usage.get(key), "a non-negative integer")
+    p, c, t = usage.get("prompt_tokens"), usage.get("completion_tokens"), usage.get("total_tokens")
+    if all(_is_count(x) for x in (p, c, t)) and p + c != t:
+        v.fail("usage.total_tokens", t, f"{p} + {c} = {p + c}")
+    if expect.prompt_tokens is not None and p != expect.prompt_tokens:
+        v.fail("usage.prompt_tokens", p, f"{expect.prompt_tokens} (the server's /tokenize count)")
+    if expect.ignore_eos and c != expect.max_tokens:
+        v.fail("usage.completion_tokens", c, expect.max_tokens)
+    elif not expect.ignore_eos and _is_count(c) and c > expect.max_tokens:
+        v.fail("usage.completion_tokens", c, f"at most {expect.max_tokens}")
+
+
+def check_completion(request: str, status: int | None, body: object, expect: Expect) -> Verdict:
+    """One non-streamed ``/v1/completions`` answer."""
+    v = Verdict(request)
+    if status != 200:
+        v.fail("HTTP status", status, 200)
+        return v
+    if not isinstance(body, dict):
+        v.fail("body", body, "a JSON object")
+        return v
+    if not str(body.get("id", "")).startswith("cmpl-"):
+        v.fail("id", body.get("id"), "cmpl-…")
+    if body.get("object") != "text_completion":
+        v.fail("object", body.get("object"), "text_completion")
+    if not _is_count(body.get("created")):
+        v.fail("created", body.get("created"), "epoch seconds")
+    if body.get("model") != expect.served_model:
+        v.fail("model", body.get("model"), expect.served_model)
+    choices = body.get("choices")
+    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
+        v.fail("choices", len(choices) if isinstance(choices, list) else choices, "exactly one choice")
+    else:
+        _check_choice(v, choices[0], expect)
+    check_usage(v, body.get("usage"), expect)
+    return v
+
+
+def _check_choice(v: Verdict, choice: dict, expect: Expect) -> None:
+    v.text = str(choice.get("text") or "")
+    v.finish_reason = choice.get("finish_reason")
+    if expect.ignore_eos and v.finish_reason != "length":
+        v.fail("choices[0].finish_reason", v.finish_reason, "length")
+    elif v.finish_reason not in ("stop", "length"):
+        v.fail("choices[0].finish_reason", v.finish_reason, "stop or length")
+
+
+def parse_sse(raw: str) -> tuple[list[object], bool, list[str]]:
+    """SSE text → (decoded data events before [DONE], whether [DONE] ended it, framing errors)."""
+    events: list[object] = []
+    errors: list[str] = []
+    done = False
+    for block in raw.replace("\r\n", "\n").split("\n\n"):
+        block = block.strip()
+        if not block:
+            continue
+        if done:
+            errors.append(f"data after [DONE]: {block[:80]!r}")
+            continue
+        if not block.startswith("data: "):
+            errors.append(f"an event that is not a data line: {block[:80]!r}")
+            continue
+        payload = block[len("data: "):]
+        if payload == "[DONE]":
+            done = True
+            continue
+        try:
+            events.append(json.loads(payload))
+        except ValueError:
+            errors.append(f"an event that is not JSON: {payload[:80]!r}")
+    return events, done, errors
+
+
+def check_stream(request: str, status: int | None, raw: str, expect: Expect) -> Verdict:
+    """One streamed answer requested with ``stream_options: {include_usage: true}``."""
+    v = Verdict(request)
+    if status != 200:
+        v.fail("HTTP status", status, 200)
+        return v
+    events, done, framing = parse_sse(raw)
+    v.errors += [f"request {request}: stream has {e}" for e in framing]
+    if not done:
+        v.fail("stream terminator", None, "data: [DONE]")
+    errors = [e for e in events if isinstance(e, dict) and "error" in e]
+    if errors:
+        v.fail("stream error event", errors[0]["error"], "none")
+    chunks = [e for e in events if isinstance(e, dict) and e.get("choices")]
+    usage_chunks = [e for e in events if isinstance(e, dict) and e.get("usage") and not e.get("choices")]
+    finishes = [c["choices"][0].get("finish_reason") for c in chunks if c["choices"][0].get("finish_reason")]
+    v.text = "".join(str(c["choices"][0].get("text") or "") for c in chunks)
+    for c in chunks:
+        if c.get("model") != expect.served_model:
+            v.fail("chunk model", c.get("model"), expect.served_model)
+            break
+    if len(finishes) != 1:
+        v.fail("chunks with a finish_reason", len(finishes), 1)
+    else:
+        _check_choice(v, {"text": v.text, "finish_reason": finishes[0]}, expect)
+    if len(usage_chunks) != 1:
+        v.fail("usage chunks", len(usage_chunks), 1)
+    else:
+        last_data = events[-1] if events else None
+        if last_data is not usage_chunks[0]:
+            v.fail("usage chunk position", "not last before [DONE]", "last before [DONE]")
+        check_usage(v, usage_chunks[0]["usage"], expect)
+    return v
+
+
+def accuracy(answers: list[tuple[str, str]], threshold: float) -> dict:
+    """(expected, text) pairs → the accuracy section; an answer counts when the first non-empty
+    line of the text, stripped of spaces and a final period, equals the expected answer."""
+    rows = []
+    for expected, text in answers:
+        first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+        got = first.rstrip(".").strip()
+        rows.append({"expected": expected, "got": got, "correct": got == expected})
+    correct = sum(r["correct"] for r in rows)
+    score = correct / len(rows) if rows else 0.0
+    return {"total": len(rows), "correct": correct, "score": round(score, 4), "threshold": threshold,
+            "pass": bool(rows) and score >= threshold, "rows": rows}
+
+
+def report(verdicts: list[Verdict], accuracy_section: dict | None, bound_hit: bool = False) -> dict:
+    """The guard's JSON report: PASS only with every request true to the contract, the accuracy
+    threshold met and the time bound kept."""
+    errors = [e for v in verdicts for e in v.errors]
+    if accuracy_section is not None and not accuracy_section["pass"]:
+        errors.append(f"accuracy {accuracy_section['correct']}/{accuracy_section['total']} is below the threshold "
+                      f"{accuracy_section['threshold']}")
+    if bound_hit:
+        errors.append("the run hit its time bound before every request finished")
+    return {
+        "schema_version": 1,
+        "status": "PASS" if not errors else "FAIL",
+        "requests": len(verdicts),
+        "failed_requests": sum(1 for v in verdicts if v.errors),
+        "accuracy": accuracy_section,
+        "errors": errors,
+        "completions": [{"request": v.request, "finish_reason": v.finish_reason, "usage": v.usage, "text": v.text}
+                        for v in verdicts],
+    }

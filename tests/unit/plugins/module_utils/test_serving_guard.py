@@ -1,0 +1,119 @@
+"""The serving guard's contract checks (vllm-contract §3.2, §3.4, §6)."""
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from ansible_collections.gb10.dspark.plugins.module_utils import _serving_guard as sg
+
+MODEL = "deepseek-v4-flash-dspark"
+GOOD = {
+    "id": "cmpl-0f4c", "object": "text_completion", "created": 1796219382, "model": MODEL,
+    "choices": [{"index": 0, "text": "x" * 10, "logprobs": None, "finish_reason": "length", "stop_reason": None}],
+    "usage": {"prompt_tokens": 64, "total_tokens": 192, "completion_tokens": 128, "prompt_tokens_details": None},
+}
+
+
+def expect(**kw):
+    return sg.Expect(served_model=MODEL, prompt_tokens=64, **kw)
+
+
+def test_good_completion_passes():
+    v = sg.check_completion("7", 200, GOOD, expect())
+    assert v.errors == [] and v.finish_reason == "length" and v.usage["total_tokens"] == 192
+
+
+@pytest.mark.parametrize("mutate,message", [
+    (lambda b: b["usage"].update(prompt_tokens=65, total_tokens=193), "request 7: usage.prompt_tokens is 65, expected 64"),
+    (lambda b: b["usage"].update(total_tokens=190), "request 7: usage.total_tokens is 190, expected 64 + 128 = 192"),
+    (lambda b: b["usage"].update(completion_tokens=127, total_tokens=191), "request 7: usage.completion_tokens is 127, expected 128"),
+    (lambda b: b["choices"][0].update(finish_reason="stop"), 'request 7: choices[0].finish_reason is "stop", expected length'),
+    (lambda b: b.update(model="other"), 'request 7: model is "other", expected deepseek-v4-flash-dspark'),
+    (lambda b: b.update(object="chat.completion"), 'request 7: object is "chat.completion", expected text_completion'),
+    (lambda b: b["choices"].append(dict(b["choices"][0])), "request 7: choices is 2, expected exactly one choice"),
+    (lambda b: b["usage"].update(prompt_tokens=True), "request 7: usage.prompt_tokens is True, expected a non-negative integer"),
+    (lambda b: b.pop("usage"), "request 7: usage is absent, expected an object"),
+])
+def test_each_violation_names_request_and_field(mutate, message):
+    body = copy.deepcopy(GOOD)
+    mutate(body)
+    errors = sg.check_completion("7", 200, body, expect()).errors
+    assert any(e.startswith(message) for e in errors), errors
+
+
+def test_http_error_is_one_violation():
+    v = sg.check_completion("3", 500, {"error": {"message": "boom"}}, expect())
+    assert v.errors == ["request 3: HTTP status is 500, expected 200"]
+
+
+def test_without_ignore_eos_stop_is_fine_and_fewer_tokens_allowed():
+    body = copy.deepcopy(GOOD)
+    body["choices"][0]["finish_reason"] = "stop"
+    body["usage"].update(completion_tokens=5, total_tokens=69)
+    assert sg.check_completion("a1", 200, body, expect(ignore_eos=False)).errors == []
+
+
+def sse(*events, done=True):
+    out = "".join(f"data: {json.dumps(e)}\n\n" for e in events)
+    return out + ("data: [DONE]\n\n" if done else "")
+
+
+def chunk(text, finish=None):
+    return {"id": "cmpl-1", "object": "text_completion", "created": 1, "model": MODEL,
+            "choices": [{"index": 0, "text": text, "finish_reason": finish}]}
+
+
+USAGE = {"id": "cmpl-1", "object": "text_completion", "created": 1, "model": MODEL, "choices": [],
+         "usage": {"prompt_tokens": 64, "completion_tokens": 128, "total_tokens": 192}}
+
+
+def test_good_stream_passes_and_joins_text():
+    v = sg.check_stream("s1", 200, sse(chunk("ab"), chunk("cd", "length"), USAGE), expect())
+    assert v.errors == [] and v.text == "abcd"
+
+
+def test_stream_without_usage_or_terminator():
+    v = sg.check_stream("s2", 200, sse(chunk("ab", "length"), done=False), expect())
+    assert "request s2: stream terminator is absent, expected data: [DONE]" in v.errors
+    assert "request s2: usage chunks is 0, expected 1" in v.errors
+
+
+def test_stream_with_two_usage_chunks_or_two_finishes():
+    v = sg.check_stream("s3", 200, sse(chunk("a", "length"), chunk("b", "length"), USAGE, USAGE), expect())
+    assert "request s3: chunks with a finish_reason is 2, expected 1" in v.errors
+    assert "request s3: usage chunks is 2, expected 1" in v.errors
+
+
+def test_stream_usage_must_come_last_and_errors_are_reported():
+    v = sg.check_stream("s4", 200, sse(chunk("a"), USAGE, chunk("b", "length")), expect())
+    assert any("usage chunk position" in e for e in v.errors)
+    v = sg.check_stream("s5", 200, sse(chunk("a"), {"error": {"message": "engine died"}}), expect())
+    assert any("stream error event" in e for e in v.errors)
+
+
+def test_sse_framing():
+    events, done, errors = sg.parse_sse("data: {\"a\": 1}\n\nevent: x\n\ndata: [DONE]\n\ndata: {}\n\n")
+    assert events == [{"a": 1}] and done
+    assert len(errors) == 2
+
+
+def test_accuracy_threshold():
+    sec = sg.accuracy([("133", "133\nmore"), ("42", " 42.\n"), ("7", "seven")], threshold=0.6)
+    assert sec["correct"] == 2 and sec["pass"]
+    assert not sg.accuracy([("133", "13")], threshold=0.5)["pass"]
+    assert not sg.accuracy([], threshold=0.0)["pass"]
+
+
+def test_report_fails_on_any_violation_accuracy_or_bound():
+    ok = sg.check_completion("1", 200, GOOD, expect())
+    acc = sg.accuracy([("1", "1")], 1.0)
+    assert sg.report([ok], acc)["status"] == "PASS"
+    bad = sg.check_completion("2", 200, dict(GOOD, model="x"), expect())
+    r = sg.report([ok, bad], acc)
+    assert r["status"] == "FAIL" and r["failed_requests"] == 1 and r["errors"][0].startswith("request 2: model")
+    assert sg.report([ok], sg.accuracy([("1", "2")], 1.0))["status"] == "FAIL"
+    r = sg.report([ok], acc, bound_hit=True)
+    assert r["status"] == "FAIL" and "time bound" in r["errors"][0]
+    assert r["completions"][0]["text"] == "x" * 10
