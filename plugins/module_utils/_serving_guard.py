@@ -199,3 +199,125 @@ def report(verdicts: list[Verdict], accuracy_section: dict | None, bound_hit: bo
         "completions": [{"request": v.request, "finish_reason": v.finish_reason, "usage": v.usage, "text": v.text}
                         for v in verdicts],
     }
+
+
+# --- the run: 64 requests against the head, bounded in concurrency and time -------------------
+
+ACCURACY_PAIRS = [(a, b) for a, b in ((7, 19), (12, 12), (23, 4), (9, 81), (15, 16), (31, 3), (6, 47), (11, 13),
+                                      (25, 25), (8, 64), (17, 5), (42, 2), (13, 29), (3, 333), (21, 21), (19, 7))]
+CONTRACT_TOPICS = ("the weather over a mountain pass", "a library reading room", "a river crossing at dawn",
+                   "the history of a city wall", "a quiet railway station", "an orchard in autumn",
+                   "a market square at noon", "a lighthouse keeper's day")
+
+
+def requests_plan(count: int = PROMPTS, max_tokens: int = MAX_TOKENS, streamed_every: int = 6) -> list[dict]:
+    """The guard's requests: the accuracy set (arithmetic with one right answer, EOS allowed) and
+    contract prompts generated to exactly ``max_tokens`` with ``ignore_eos``; every
+    ``streamed_every``-th contract prompt is streamed with usage."""
+    plan = []
+    for a, b in ACCURACY_PAIRS[: min(len(ACCURACY_PAIRS), count // 4)]:
+        plan.append({"prompt": f"Compute {a} multiplied by {b}. Reply with only the number.",
+                     "expected": str(a * b), "ignore_eos": False, "stream": False})
+    n = 0
+    while len(plan) < count:
+        topic = CONTRACT_TOPICS[n % len(CONTRACT_TOPICS)]
+        plan.append({"prompt": f"Request {n}: write a plain description of {topic}.", "expected": None,
+                     "ignore_eos": True, "stream": n % streamed_every == streamed_every - 1})
+        n += 1
+    for i, item in enumerate(plan):
+        item["id"] = f"{i + 1:02d}"
+        item["max_tokens"] = max_tokens
+    return plan
+
+
+def request_body(item: dict, model: str) -> dict:
+    body = {"model": model, "prompt": item["prompt"], "max_tokens": item["max_tokens"], "temperature": 0}
+    if item["ignore_eos"]:
+        body["ignore_eos"] = True
+    if item["stream"]:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def judge(item: dict, status: int | None, payload: object, model: str, prompt_tokens: int | None) -> Verdict:
+    expect = Expect(served_model=model, max_tokens=item["max_tokens"], ignore_eos=item["ignore_eos"],
+                    prompt_tokens=prompt_tokens)
+    if item["stream"]:
+        return check_stream(item["id"], status, payload if isinstance(payload, str) else "", expect)
+    return check_completion(item["id"], status, payload, expect)
+
+
+def run(base_url: str, model: str, api_key: str | None, plan: list[dict], concurrency: int,
+        request_timeout: float, overall_timeout: float, threshold: float, http=None) -> dict:
+    """Send the plan, judge every answer, and return the report. ``http(method, path, body, timeout)``
+    returns (status, parsed JSON or SSE text); the default speaks urllib to ``base_url``."""
+    import concurrent.futures as cf
+    import time
+
+    http = http or _urllib_http(base_url, api_key)
+    start = time.monotonic()
+    counts: dict[str, int | None] = {}
+    for item in plan:  # the server's own count of each prompt, for usage.prompt_tokens
+        status, body = http("POST", "/tokenize", {"model": model, "prompt": item["prompt"]}, request_timeout)
+        counts[item["id"]] = body.get("count") if status == 200 and isinstance(body, dict) else None
+    verdicts: dict[str, Verdict] = {}
+    bound_hit = False
+    pool = cf.ThreadPoolExecutor(max_workers=max(1, concurrency))
+    futures = {pool.submit(http, "POST", "/v1/completions", request_body(item, model), request_timeout): item
+               for item in plan}
+    remaining = max(0.0, overall_timeout - (time.monotonic() - start))
+    try:
+        for fut in cf.as_completed(futures, timeout=remaining):
+            item = futures[fut]
+            try:
+                status, payload = fut.result()
+            except Exception as exc:  # a transport error is that request's violation
+                v = Verdict(item["id"])
+                v.fail("transport", str(exc), "an HTTP answer")
+                verdicts[item["id"]] = v
+                continue
+            verdicts[item["id"]] = judge(item, status, payload, model, counts.get(item["id"]))
+    except cf.TimeoutError:
+        bound_hit = True
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    for item in plan:
+        if item["id"] not in verdicts:
+            v = Verdict(item["id"])
+            v.fail("answer", None, f"one within the run's bound of {overall_timeout:.0f} s")
+            verdicts[item["id"]] = v
+    ordered = [verdicts[item["id"]] for item in plan]
+    acc = accuracy([(item["expected"], verdicts[item["id"]].text) for item in plan if item["expected"] is not None],
+                   threshold)
+    out = report(ordered, acc, bound_hit)
+    out["elapsed_s"] = round(time.monotonic() - start, 2)
+    out["settings"] = {"prompts": len(plan), "max_tokens": plan[0]["max_tokens"] if plan else None,
+                       "concurrency": concurrency, "request_timeout_s": request_timeout,
+                       "overall_timeout_s": overall_timeout, "accuracy_threshold": threshold}
+    return out
+
+
+def _urllib_http(base_url: str, api_key: str | None):
+    import urllib.error
+    import urllib.request
+
+    def call(method: str, path: str, body: dict, timeout: float):
+        headers = {"Content-Type": "application/json"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        req = urllib.request.Request(base_url.rstrip("/") + path, data=json.dumps(body).encode(), headers=headers,
+                                     method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                text = resp.read().decode("utf-8", "replace")
+                status = resp.status
+        except urllib.error.HTTPError as exc:
+            return exc.code, None
+        if body.get("stream"):
+            return status, text
+        try:
+            return status, json.loads(text)
+        except ValueError:
+            return status, text
+    return call

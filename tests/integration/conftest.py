@@ -6,9 +6,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from simhelpers import PAIRS, layout, sim_cli  # noqa: E402
+from simhelpers import INVENTORY, PAIRS, layout, sim_cli  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -32,3 +33,21 @@ def clean_tree(tmp_path_factory):
     dest = tmp_path_factory.mktemp("wrapper") / "gb10-dspark"
     subprocess.run(["git", "clone", "--quiet", "--local", "--no-hardlinks", str(ROOT), str(dest)], check=True)
     return dest
+
+
+@pytest.fixture
+def host_vars():
+    """Per-rank variables for one test (the stand-in's faults are set on the rank where they happen)."""
+    written = []
+
+    def put(rank, data: dict):
+        path = INVENTORY / "host_vars" / f"{rank.name}.yml"
+        path.parent.mkdir(exist_ok=True)
+        merged = (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+        merged.update(data)
+        path.write_text(yaml.safe_dump(merged))
+        written.append(path)
+
+    yield put
+    for p in written:
+        p.unlink(missing_ok=True)

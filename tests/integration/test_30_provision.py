@@ -45,24 +45,6 @@ def flat(res) -> str:
     return " ".join((res.stdout + res.stderr).split())
 
 
-@pytest.fixture
-def host_vars():
-    """Per-rank variables for one test (the stand-in's faults are set on the rank where they happen)."""
-    written = []
-
-    def put(rank, data: dict):
-        path = INVENTORY / "host_vars" / f"{rank.name}.yml"
-        path.parent.mkdir(exist_ok=True)
-        merged = (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
-        merged.update(data)
-        path.write_text(yaml.safe_dump(merged))
-        written.append(path)
-
-    yield put
-    for p in written:
-        p.unlink(missing_ok=True)
-
-
 def test_fresh_pair_passes_the_gate_and_serves(sim, clean_tree):
     pair = sim[0]
     res = provision(pair, clean_tree, check=True)

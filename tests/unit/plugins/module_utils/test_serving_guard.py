@@ -117,3 +117,66 @@ def test_report_fails_on_any_violation_accuracy_or_bound():
     r = sg.report([ok], acc, bound_hit=True)
     assert r["status"] == "FAIL" and "time bound" in r["errors"][0]
     assert r["completions"][0]["text"] == "x" * 10
+
+
+class FakeServer:
+    """Answers like the stand-in: 4 characters a token plus BOS, products for the arithmetic."""
+
+    def __init__(self, wrong_usage=False, fail_after=None, hang=False):
+        self.wrong_usage, self.fail_after, self.hang, self.calls = wrong_usage, fail_after, hang, 0
+
+    def count(self, prompt):
+        return 1 + (len(prompt) + 3) // 4
+
+    def __call__(self, method, path, body, timeout):
+        if path == "/tokenize":
+            return 200, {"count": self.count(body["prompt"])}
+        self.calls += 1
+        if self.hang:
+            import time
+            time.sleep(timeout)
+            raise TimeoutError("timed out")
+        if self.fail_after is not None and self.calls > self.fail_after:
+            return 500, None
+        p = self.count(body["prompt"]) + (1 if self.wrong_usage else 0)
+        if body.get("ignore_eos"):
+            text, c, fin = "y" * 4 * body["max_tokens"], body["max_tokens"], "length"
+        else:
+            words = body["prompt"].split()
+            text, c, fin = str(int(words[1]) * int(words[4].rstrip("."))), 2, "stop"
+        usage = {"prompt_tokens": p, "completion_tokens": c, "total_tokens": self.count(body["prompt"]) + c}
+        if body.get("stream"):
+            return 200, sse(chunk(text, fin), dict(USAGE, usage=usage))
+        return 200, {"id": "cmpl-9", "object": "text_completion", "created": 5, "model": MODEL,
+                     "choices": [{"index": 0, "text": text, "finish_reason": fin}], "usage": usage}
+
+
+def test_plan_has_64_requests_of_128_tokens_with_an_accuracy_set_and_streams():
+    plan = sg.requests_plan()
+    assert len(plan) == 64 and {p["max_tokens"] for p in plan} == {128}
+    assert sum(p["expected"] is not None for p in plan) == 16
+    assert sum(p["stream"] for p in plan) >= 6 and len({p["id"] for p in plan}) == 64
+
+
+def test_run_passes_on_a_healthy_server():
+    out = sg.run("http://x", MODEL, None, sg.requests_plan(), 4, 5, 60, 0.9, http=FakeServer())
+    assert out["status"] == "PASS", out["errors"][:3]
+    assert out["accuracy"]["correct"] == 16 and out["requests"] == 64
+
+
+def test_run_fails_on_wrong_usage_naming_request_and_field():
+    out = sg.run("http://x", MODEL, None, sg.requests_plan(), 4, 5, 60, 0.9, http=FakeServer(wrong_usage=True))
+    assert out["status"] == "FAIL" and out["failed_requests"] == 64
+    assert any(e.startswith("request 01: usage.total_tokens") or e.startswith("request 01: usage.prompt_tokens")
+               for e in out["errors"])
+
+
+def test_run_fails_when_the_server_dies_after_n_requests():
+    out = sg.run("http://x", MODEL, None, sg.requests_plan(), 1, 5, 60, 0.5, http=FakeServer(fail_after=3))
+    assert out["status"] == "FAIL" and "request 04: HTTP status is 500, expected 200" in out["errors"]
+
+
+def test_run_stops_at_its_bound():
+    out = sg.run("http://x", MODEL, None, sg.requests_plan(count=8), 2, 0.5, 1.0, 0.5, http=FakeServer(hang=True))
+    assert out["status"] == "FAIL" and any("time bound" in e for e in out["errors"])
+    assert out["elapsed_s"] < 5

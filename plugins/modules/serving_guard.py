@@ -1,0 +1,156 @@
+#!/usr/bin/python
+# Copyright (c) gb10.dspark contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: serving_guard
+short_description: The serving accuracy guard - 64 prompts of 128 tokens against a pair's head
+version_added: 0.1.0
+description:
+  - Runs where the head's API is reachable (the control node). Sends I(prompts) completions of
+    I(max_tokens) tokens with bounded concurrency, each within I(request_timeout), the whole run
+    within I(overall_timeout).
+  - Checks every answer against vLLM's completion contract - HTTP 200, id, object, created, the
+    served model, one choice, the finish reason (C(length) and exactly I(max_tokens) tokens with
+    C(ignore_eos)), usage with C(total_tokens) the sum and C(prompt_tokens) equal to the server's
+    own C(/tokenize) count. Streamed requests must carry one finish chunk, then exactly one usage
+    chunk, then C([DONE]).
+  - A quarter of the prompts form an accuracy set with one right answer each; the share answered
+    right must reach I(accuracy_threshold).
+  - Fails on any violation, naming the request and the field; returns the completions for review
+    and writes the JSON report to I(report_path).
+options:
+  base_url:
+    description: The head's API.
+    type: str
+    required: true
+  model:
+    description: The served model name.
+    type: str
+    required: true
+  api_key:
+    description: The API key, when the head requires one. Never returned or logged.
+    type: str
+  prompts:
+    description: How many requests.
+    type: int
+    default: 64
+  max_tokens:
+    description: Tokens per completion.
+    type: int
+    default: 128
+  concurrency:
+    description: Requests in flight at once.
+    type: int
+    default: 8
+  request_timeout:
+    description: Seconds one request may take.
+    type: float
+    default: 300
+  overall_timeout:
+    description: Seconds the whole run may take; a run that hits it fails.
+    type: float
+    default: 1800
+  accuracy_threshold:
+    description: Share of the accuracy set that must be answered right.
+    type: float
+    default: 0.9
+  report_path:
+    description: Where to write the JSON report (atomically); unset writes none.
+    type: path
+attributes:
+  check_mode:
+    support: none
+    details: Sends real requests to a serving engine; skipped in check mode.
+  diff_mode:
+    support: none
+    details: Changes nothing on the pair.
+  idempotent:
+    support: full
+    details: Read-only towards the pair; the report is rewritten each run.
+author:
+  - gb10.dspark contributors
+"""
+
+EXAMPLES = r"""
+---
+- name: Guard the pair's serving accuracy
+  gb10.dspark.serving_guard:
+    base_url: "http://{{ ansible_host }}:8888"
+    model: deepseek-v4-flash-dspark
+    report_path: "{{ dspark_evidence_dir }}/{{ dspark_pair }}/serving-guard.json"
+  delegate_to: localhost
+  register: __dspark_guard
+
+- name: Show the verdict
+  ansible.builtin.debug:
+    msg: "{{ __dspark_guard.report.status }}: {{ __dspark_guard.report.failed_requests }} failed requests"
+"""
+
+RETURN = r"""
+changed:
+  description: Always false.
+  returned: always
+  type: bool
+report:
+  description: status (PASS/FAIL), requests, failed_requests, accuracy, errors, completions, elapsed_s, settings.
+  returned: always
+  type: dict
+"""
+
+import json
+import os
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gb10.dspark.plugins.module_utils._serving_guard import requests_plan, run
+
+
+def _write(path: str, report: dict) -> None:
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".serving-guard.")
+    with os.fdopen(fd, "w") as f:
+        json.dump(report, f, indent=2, sort_keys=True, allow_nan=False)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "base_url": {"type": "str", "required": True},
+            "model": {"type": "str", "required": True},
+            "api_key": {"type": "str", "no_log": True},
+            "prompts": {"type": "int", "default": 64},
+            "max_tokens": {"type": "int", "default": 128},
+            "concurrency": {"type": "int", "default": 8},
+            "request_timeout": {"type": "float", "default": 300},
+            "overall_timeout": {"type": "float", "default": 1800},
+            "accuracy_threshold": {"type": "float", "default": 0.9},
+            "report_path": {"type": "path"},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    if module.check_mode:
+        module.exit_json(changed=False, skipped=True, msg="check mode: no requests sent", report={})
+    report = run(p["base_url"], p["model"], p["api_key"], requests_plan(p["prompts"], p["max_tokens"]),
+                 p["concurrency"], p["request_timeout"], p["overall_timeout"], p["accuracy_threshold"])
+    if p["report_path"]:
+        _write(p["report_path"], report)
+    if report["status"] != "PASS":
+        shown = report["errors"][:20]
+        more = len(report["errors"]) - len(shown)
+        module.fail_json(msg="serving guard FAIL:\n" + "\n".join(shown) + (f"\n(+{more} more)" if more > 0 else ""),
+                         report=report)
+    module.exit_json(changed=False, report=report)
+
+
+if __name__ == "__main__":
+    main()

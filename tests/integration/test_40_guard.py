@@ -1,0 +1,75 @@
+"""playbooks/guard.yml on the simulator: a healthy pair passes; the stand-in's wrong-usage,
+die-after-N and slow-token faults fail it, naming the request and the field; an over-time run
+stops at its bound."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from simhelpers import INVENTORY, ansible, playbook
+
+
+def site() -> dict:
+    return yaml.safe_load((INVENTORY / "group_vars" / "all" / "site.yml").read_text())
+
+
+def guard(pair, *extra: str, check: bool = False):
+    return ansible("playbooks/guard.yml", "--limit", pair.group, *extra, tool="ansible-playbook", check=check,
+                   timeout=900)
+
+
+def report(pair) -> dict:
+    return json.loads((Path(site()["dspark_evidence_dir"]) / f"sim{pair.index:02d}" / "serving-guard.json").read_text())
+
+
+def flat(res) -> str:
+    return " ".join((res.stdout + res.stderr).split())
+
+
+def serve_with(pair, clean_tree, host_vars, env: dict):
+    """(Re)start the pair with the stand-in's knobs on the head; the gate may fail on a fault."""
+    host_vars(pair.head, {"dspark_engine_extra_env": {"DSPARK_SIM_STARTUP_DELAY_S": "1", **env}})
+    return playbook("provision.yml", clean_tree, "--limit", pair.group, check=False)
+
+
+def test_guard_passes_on_a_healthy_pair(sim, clean_tree):
+    pair = sim[0]
+    playbook("provision.yml", clean_tree, "--limit", pair.group)
+    res = guard(pair, check=True)
+    doc = report(pair)
+    assert doc["status"] == "PASS" and doc["requests"] == 64 and doc["failed_requests"] == 0
+    assert doc["accuracy"]["correct"] == doc["accuracy"]["total"] == 16
+    assert {c["usage"]["completion_tokens"] for c in doc["completions"] if c["finish_reason"] == "length"} == {128}
+    assert "Compute" not in res.stdout or "133" in res.stdout  # completions are printed for review
+
+
+def test_wrong_usage_fails_naming_request_and_field(sim, clean_tree, host_vars):
+    pair = sim[1]
+    serve_with(pair, clean_tree, host_vars, {"DSPARK_SIM_FAULT": "wrong_usage"})
+    res = guard(pair)
+    assert res.returncode != 0
+    assert "serving guard FAIL" in flat(res)
+    assert "request 01: usage.total_tokens is" in flat(res) or "request 01: usage.prompt_tokens is" in flat(res)
+    assert report(pair)["failed_requests"] == 64
+
+
+def test_an_engine_that_dies_after_n_requests_fails_the_guard(sim, clean_tree, host_vars):
+    pair = sim[1]
+    serve_with(pair, clean_tree, host_vars, {"DSPARK_SIM_FAULT": "die_after_requests", "DSPARK_SIM_DIE_AFTER_REQUESTS": "20"})
+    res = guard(pair, "-e", "dspark_guard_request_timeout=20", "-e", "dspark_guard_overall_timeout=120")
+    assert res.returncode != 0
+    doc = report(pair)
+    assert 0 < doc["failed_requests"] < 64
+    assert any("HTTP status is 500" in e or "transport" in e for e in doc["errors"])
+
+
+def test_slow_tokens_stop_at_the_bound(sim, clean_tree, host_vars):
+    pair = sim[1]
+    serve_with(pair, clean_tree, host_vars, {"DSPARK_SIM_FAULT": "slow_tokens", "DSPARK_SIM_TOKEN_DELAY_S": "0.2"})
+    res = guard(pair, "-e", "dspark_guard_request_timeout=10", "-e", "dspark_guard_overall_timeout=30")
+    assert res.returncode != 0
+    doc = report(pair)
+    assert doc["elapsed_s"] < 60
+    assert any("time bound" in e or "transport" in e for e in doc["errors"])
