@@ -42,7 +42,7 @@ def test_guard_passes_on_a_healthy_pair(sim, clean_tree):
     assert doc["status"] == "PASS" and doc["requests"] == 64 and doc["failed_requests"] == 0
     assert doc["accuracy"]["correct"] == doc["accuracy"]["total"] == 16
     assert {c["usage"]["completion_tokens"] for c in doc["completions"] if c["finish_reason"] == "length"} == {128}
-    assert "Compute" not in res.stdout or "133" in res.stdout  # completions are printed for review
+    assert "133" in res.stdout  # the completions (7 x 19 among them) are printed for review
 
 
 def test_wrong_usage_fails_naming_request_and_field(sim, clean_tree, host_vars):
