@@ -18,16 +18,15 @@ collecting every difference instead of stopping at the first:
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import stat
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ansible_collections.gb10.dspark.plugins.module_utils._files import write_json_atomic
 from ansible_collections.gb10.dspark.plugins.module_utils._digest import sha256_file
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, Mismatch
 from ansible_collections.gb10.dspark.plugins.module_utils._strict_json import json_equal, json_kind, loads
@@ -338,22 +337,6 @@ def check_total_size(index: dict | None, expected: Expected, rank: str, report: 
 
 # ----------------------------------------------------------------------------------------------
 # Deep mode
-
-
-def write_json_atomic(path: str, data: dict) -> None:
-    """Write a JSON file so a reader never sees it half-written: temp file + os.replace."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, sort_keys=True)
-            handle.write("\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 class Progress:

@@ -24,15 +24,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import re
 import shlex
-import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from ansible_collections.gb10.dspark.plugins.module_utils import _pin
+from ansible_collections.gb10.dspark.plugins.module_utils._files import write_json_atomic  # noqa: F401 (the gate's writer)
 from ansible_collections.gb10.dspark.plugins.module_utils._strict_json import (
     StrictJSONError,
     json_equal,
@@ -987,51 +986,3 @@ class Gate:
 
 def summary_line(document: dict, output: str) -> str:
     return f"RUNTIME_GATE status={document['status']} errors={len(document['errors'])} output={output}"
-
-
-# ============================================================================================
-# the atomic writer
-# ============================================================================================
-def check_finite(value: object, path: str = "$") -> None:
-    """Refuse anything JSON cannot hold exactly: non-finite floats, non-string keys, other types."""
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"{path} is not a finite number ({value!r})")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise ValueError(f"{path} has a non-string key {key!r}")
-            check_finite(item, f"{path}.{key}")
-    elif isinstance(value, (list, tuple)):
-        for index, item in enumerate(value):
-            check_finite(item, f"{path}[{index}]")
-    elif value is not None and not isinstance(value, (str, int, bool)):
-        raise ValueError(f"{path} is a {type(value).__name__}, not a JSON value")
-
-
-def write_json_atomic(path: str, document: object) -> None:
-    """Write ``document`` as pretty JSON (sorted keys, indent 2) so that ``path`` is either the old
-    file or the complete new one: a temp file in the same directory, fsync, rename, directory fsync.
-    Non-finite numbers are refused before anything is written."""
-    check_finite(document)
-    text = json.dumps(document, sort_keys=True, indent=2, allow_nan=False) + "\n"
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, temp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            os.fchmod(handle.fileno(), 0o644)
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        try:
-            os.unlink(temp)
-        except FileNotFoundError:
-            pass
-        raise
-    dir_fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)

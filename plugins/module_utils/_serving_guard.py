@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from ansible_collections.gb10.dspark.plugins.module_utils._http import json_client
+
 PROMPTS = 64
 MAX_TOKENS = 128
 
@@ -255,7 +257,7 @@ def run(base_url: str, model: str, api_key: str | None, plan: list[dict], concur
     import concurrent.futures as cf
     import time
 
-    http = http or _urllib_http(base_url, api_key)
+    http = http or json_client(base_url, api_key)
     start = time.monotonic()
     counts: dict[str, int | None] = {}
     for item in plan:  # the server's own count of each prompt, for usage.prompt_tokens
@@ -296,28 +298,3 @@ def run(base_url: str, model: str, api_key: str | None, plan: list[dict], concur
                        "concurrency": concurrency, "request_timeout_s": request_timeout,
                        "overall_timeout_s": overall_timeout, "accuracy_threshold": threshold}
     return out
-
-
-def _urllib_http(base_url: str, api_key: str | None):
-    import urllib.error
-    import urllib.request
-
-    def call(method: str, path: str, body: dict, timeout: float):
-        headers = {"Content-Type": "application/json"}
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
-        req = urllib.request.Request(base_url.rstrip("/") + path, data=json.dumps(body).encode(), headers=headers,
-                                     method=method)
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                text = resp.read().decode("utf-8", "replace")
-                status = resp.status
-        except urllib.error.HTTPError as exc:
-            return exc.code, None
-        if body.get("stream"):
-            return status, text
-        try:
-            return status, json.loads(text)
-        except ValueError:
-            return status, text
-    return call

@@ -100,25 +100,11 @@ report:
   type: dict
 """
 
-import json
-import os
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gb10.dspark.plugins.module_utils._files import write_json_atomic
 from ansible_collections.gb10.dspark.plugins.module_utils._serving_guard import requests_plan, run
-
-
-def _write(path: str, report: dict) -> None:
-    folder = os.path.dirname(path) or "."
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".serving-guard.")
-    with os.fdopen(fd, "w") as f:
-        json.dump(report, f, indent=2, sort_keys=True, allow_nan=False)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def main() -> None:
@@ -143,7 +129,7 @@ def main() -> None:
     report = run(p["base_url"], p["model"], p["api_key"], requests_plan(p["prompts"], p["max_tokens"]),
                  p["concurrency"], p["request_timeout"], p["overall_timeout"], p["accuracy_threshold"])
     if p["report_path"]:
-        _write(p["report_path"], report)
+        write_json_atomic(p["report_path"], report, make_dirs=True)
     if report["status"] != "PASS":
         shown = report["errors"][:20]
         more = len(report["errors"]) - len(shown)

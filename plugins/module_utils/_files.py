@@ -1,0 +1,57 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gb10.dspark contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Files the collection writes: one atomic JSON writer for every report, row and progress file."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+
+
+def check_finite(value: object, path: str = "$") -> None:
+    """Refuse anything JSON cannot hold exactly: non-finite floats, non-string keys, other types."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{path} is not a finite number ({value!r})")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValueError(f"{path} has a non-string key {key!r}")
+            check_finite(item, f"{path}.{key}")
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            check_finite(item, f"{path}[{index}]")
+    elif value is not None and not isinstance(value, (str, int, bool)):
+        raise ValueError(f"{path} is a {type(value).__name__}, not a JSON value")
+
+
+def write_json_atomic(path: str, document: object, mode: int = 0o644, make_dirs: bool = False) -> None:
+    """Write ``document`` as pretty JSON (sorted keys, indent 2) so that ``path`` is either the old
+    file or the complete new one: a temp file in the same directory, fsync, rename, directory fsync.
+    With ``make_dirs`` a missing directory is created. Non-finite numbers are refused before anything is written."""
+    check_finite(document)
+    text = json.dumps(document, sort_keys=True, indent=2, allow_nan=False) + "\n"
+    directory = os.path.dirname(os.path.abspath(path))
+    if make_dirs:
+        os.makedirs(directory, exist_ok=True)
+    fd, temp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            os.fchmod(handle.fileno(), mode)
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except FileNotFoundError:
+            pass
+        raise
+    dir_fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

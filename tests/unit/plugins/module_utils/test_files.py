@@ -1,0 +1,47 @@
+"""The one atomic JSON writer (``_files``) used by the gate, the guard, NIAH rows and progress files."""
+import json
+import math
+import os
+
+import pytest
+
+from ansible_collections.gb10.dspark.plugins.module_utils import _files as rg
+
+
+
+
+def test_writer_writes_sorted_pretty_json_atomically(tmp_path):
+    target = tmp_path / "runtime-gate.json"
+    target.write_text("old")
+    doc = {"status": "PASS", "b": [1, 2.5], "a": {"z": None, "y": True}}
+    rg.write_json_atomic(str(target), doc)
+    text = target.read_text()
+    assert text == json.dumps(doc, sort_keys=True, indent=2) + "\n"
+    assert text.index('"a"') < text.index('"b"') and json.loads(text) == doc
+    assert os.listdir(tmp_path) == ["runtime-gate.json"]
+    assert oct(target.stat().st_mode & 0o777) == "0o644"
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_writer_refuses_non_finite_numbers_and_keeps_the_old_file(tmp_path, bad):
+    target = tmp_path / "runtime-gate.json"
+    target.write_text("old")
+    with pytest.raises(ValueError, match=r"\$\.evidence\.retrieval\.usage\[1\] is not a finite number"):
+        rg.write_json_atomic(str(target), {"evidence": {"retrieval": {"usage": [1, bad]}}})
+    assert target.read_text() == "old" and os.listdir(tmp_path) == ["runtime-gate.json"]
+
+
+def test_writer_refuses_what_json_cannot_hold(tmp_path):
+    for bad in ({1: "int key"}, {"s": {1, 2}}, {"o": object()}):
+        with pytest.raises(ValueError):
+            rg.write_json_atomic(str(tmp_path / "x.json"), bad)
+    assert os.listdir(tmp_path) == []
+
+
+def test_writer_creates_the_directory_and_honours_the_mode(tmp_path):
+    target = tmp_path / "a" / "b" / "row.json"
+    with pytest.raises(FileNotFoundError):
+        rg.write_json_atomic(str(target), {"x": 1})
+    rg.write_json_atomic(str(target), {"x": 1}, mode=0o600, make_dirs=True)
+    assert json.loads(target.read_text()) == {"x": 1}
+    assert oct(target.stat().st_mode & 0o777) == "0o600"

@@ -1,0 +1,79 @@
+"""The guard's and NIAH's HTTP client against a real local server."""
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from ansible_collections.gb10.dspark.plugins.module_utils._http import json_client
+
+SEEN = []
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def _send(self, status, text, ctype="application/json"):
+        data = text.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        SEEN.append(("GET", self.path, self.headers.get("Authorization"), self.headers.get("Content-Length")))
+        if self.path == "/metrics":
+            return self._send(200, "vllm:x 1\n", "text/plain")
+        return self._send(200, json.dumps({"data": [{"id": "m"}]}))
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        SEEN.append(("POST", self.path, self.headers.get("Authorization"), body))
+        if self.path == "/bad":
+            return self._send(400, json.dumps({"error": {"message": "too long", "code": 400}}))
+        if self.path == "/plain500":
+            return self._send(500, "Internal Server Error", "text/plain")
+        if body.get("stream"):
+            return self._send(200, 'data: {"x": 1}\n\ndata: [DONE]\n\n', "text/event-stream")
+        return self._send(200, json.dumps({"echo": body}))
+
+
+@pytest.fixture(scope="module")
+def base_url():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_json_round_trip_and_bearer_key(base_url):
+    SEEN.clear()
+    call = json_client(base_url, "sk-secret")
+    assert call("POST", "/v1/completions", {"a": 1}, 5) == (200, {"echo": {"a": 1}})
+    assert SEEN[-1] == ("POST", "/v1/completions", "Bearer sk-secret", {"a": 1})
+
+
+def test_get_sends_no_body_and_no_key_when_none(base_url):
+    SEEN.clear()
+    status, doc = json_client(base_url, None)("GET", "/v1/models", None, 5)
+    assert (status, doc) == (200, {"data": [{"id": "m"}]})
+    assert SEEN[-1] == ("GET", "/v1/models", None, None)
+
+
+def test_text_bodies_stay_text(base_url):
+    call = json_client(base_url, None)
+    assert call("GET", "/metrics", None, 5) == (200, "vllm:x 1\n")
+    assert call("POST", "/s", {"stream": True}, 5) == (200, 'data: {"x": 1}\n\ndata: [DONE]\n\n')
+
+
+def test_http_errors_keep_the_error_document(base_url):
+    call = json_client(base_url, None)
+    assert call("POST", "/bad", {}, 5) == (400, {"error": {"message": "too long", "code": 400}})
+    assert call("POST", "/plain500", {}, 5) == (500, None)
+
+
+def test_transport_errors_raise_oserror():
+    with pytest.raises(OSError):
+        json_client("http://127.0.0.1:9", None)("GET", "/v1/models", None, 2)
