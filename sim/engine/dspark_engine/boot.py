@@ -243,7 +243,12 @@ class Boot:
         if not cfg.is_head:
             return
         try:
-            cfg.check_kv_capacity()
+            if self.settings.kv_overcommit and cfg.kv_tokens < cfg.max_model_len:
+                self.procs.core.warning("kv_cache_utils.py:1081", f"The KV cache holds {cfg.kv_tokens:,} tokens, fewer "
+                                        f"than max_model_len {cfg.max_model_len:,}; a request whose prompt does not "
+                                        "fit stays waiting (DSPARK_SIM_KV_OVERCOMMIT=1).")
+            else:
+                cfg.check_kv_capacity()
         except config.ConfigError as exc:
             self._fail(self.procs.core, "core.py:708", "EngineCore failed to start.", CORE_FRAMES,
                        f"ValueError: {exc}")

@@ -129,6 +129,14 @@ class Generation:
         eng, m = self.engine, self.engine.metrics
         with m.lock:
             m.waiting += 1
+        if len(self.prompt_ids) > eng.cfg.kv_tokens:
+            # never schedulable (only possible with DSPARK_SIM_KV_OVERCOMMIT=1): it waits, as in vLLM's
+            # scheduler, until the engine dies or exits; the client's timeout ends it
+            while not eng.dead:
+                time.sleep(0.5)
+            with m.lock:
+                m.waiting -= 1
+            raise EngineDead()
         eng._slots.acquire()
         with m.lock:
             m.waiting -= 1

@@ -35,6 +35,7 @@ class SimSettings:
     heartbeat_timeout_s: float = 5.0
     die_after_requests: int = 3
     kv_tokens: int = None
+    kv_overcommit: bool = False
 
     def has(self, fault):
         return fault in self.faults
@@ -57,6 +58,15 @@ def _number(env, name, default, cast, minimum):
     return value
 
 
+def _flag(env, name):
+    raw = (env.get(name) or "").strip()
+    if raw in ("", "0"):
+        return False
+    if raw == "1":
+        return True
+    raise SettingsError(f"{name}={raw!r} must be 0 or 1")
+
+
 def load(env=None):
     """SimSettings from ``env`` (default ``os.environ``); SettingsError when invalid."""
     env = os.environ if env is None else env
@@ -75,4 +85,5 @@ def load(env=None):
         heartbeat_timeout_s=_number(env, "DSPARK_SIM_HEARTBEAT_TIMEOUT_S", 5.0, float, 0.1),
         die_after_requests=_number(env, "DSPARK_SIM_DIE_AFTER_REQUESTS", 3, int, 1),
         kv_tokens=_number(env, "DSPARK_SIM_KV_TOKENS", None, int, 0),
+        kv_overcommit=_flag(env, "DSPARK_SIM_KV_OVERCOMMIT"),
     )

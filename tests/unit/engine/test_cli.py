@@ -156,6 +156,35 @@ def test_kv_capacity_error_exits_1(engines, model_dir):
     assert "Starting vLLM API server" not in logs
 
 
+def test_kv_overcommit_starts_and_a_prompt_longer_than_the_cache_waits(engines, model_dir):
+    from .conftest import free_port
+    port = free_port()
+    proc = engines([model_dir, "--max-model-len", "4096", "--port", str(port), "--host", "127.0.0.1"],
+                   {"DSPARK_SIM_KV_TOKENS": "1000", "DSPARK_SIM_KV_OVERCOMMIT": "1"}, name="kvo", port=port)
+    proc.wait_ready()
+    assert "The KV cache holds 1,000 tokens, fewer than max_model_len 4,096" in proc.logs()
+    status, metrics = proc.get("/metrics")
+    assert status == 200 and b'kv_cache_size_tokens="1000"' in metrics
+    ok, body = proc.post("/v1/completions", {"model": model_dir, "prompt": "Compute 6 multiplied by 7.",
+                                             "max_tokens": 8})
+    assert ok == 200 and "42" in body["choices"][0]["text"]
+    import socket
+    with pytest.raises(socket.timeout):  # 1,200 prompt tokens never fit a 1,000-token cache: no answer
+        proc.request("POST", "/v1/completions", {"model": model_dir, "prompt": list(range(100, 1300)),
+                                                 "max_tokens": 4}, timeout=3)
+    waiting = [line for line in proc.get("/metrics")[1].decode().splitlines()
+               if line.startswith("vllm:num_requests_waiting")]
+    assert waiting and float(waiting[0].split()[-1]) == 1.0
+
+
+def test_kv_overcommit_flag_is_strict():
+    from dspark_engine import faults
+    assert faults.load({"DSPARK_SIM_KV_OVERCOMMIT": "1"}).kv_overcommit is True
+    assert faults.load({}).kv_overcommit is False
+    with pytest.raises(faults.SettingsError, match="must be 0 or 1"):
+        faults.load({"DSPARK_SIM_KV_OVERCOMMIT": "yes"})
+
+
 def test_api_key_is_redacted_from_the_non_default_args_log():
     from dspark_engine.cli import parse_args
 
