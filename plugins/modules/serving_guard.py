@@ -57,6 +57,13 @@ options:
     description: Share of the accuracy set that must be answered right.
     type: float
     default: 0.9
+  context:
+    description:
+      - What was served, recorded verbatim as the report's C(context) (pair, profile, profile hash,
+        CUDA-graph implementation, image ID), so the evidence pack can tell breakable rows from
+        regular ones. Never put secrets here.
+    type: dict
+    default: {}
   report_path:
     description: Where to write the JSON report (atomically); unset writes none.
     type: path
@@ -95,7 +102,7 @@ changed:
   returned: always
   type: bool
 report:
-  description: status (PASS/FAIL), requests, failed_requests, accuracy, errors, completions, elapsed_s, settings.
+  description: status (PASS/FAIL), requests, failed_requests, accuracy, errors, completions, elapsed_s, settings, context.
   returned: always
   type: dict
 """
@@ -120,6 +127,7 @@ def main() -> None:
             "overall_timeout": {"type": "float", "default": 1800},
             "accuracy_threshold": {"type": "float", "default": 0.9},
             "report_path": {"type": "path"},
+            "context": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
@@ -128,6 +136,7 @@ def main() -> None:
         module.exit_json(changed=False, skipped=True, msg="check mode: no requests sent", report={})
     report = run(p["base_url"], p["model"], p["api_key"], requests_plan(p["prompts"], p["max_tokens"]),
                  p["concurrency"], p["request_timeout"], p["overall_timeout"], p["accuracy_threshold"])
+    report["context"] = p["context"]
     if p["report_path"]:
         write_json_atomic(p["report_path"], report, make_dirs=True)
     if report["status"] != "PASS":

@@ -1,0 +1,88 @@
+# Copyright (c) gb10.dspark contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Wait for a NIAH run on a head to finish, printing its progress; the run itself is an async job
+on the head, so it survives an interrupted control node and this wait can be re-attached."""
+from __future__ import annotations
+
+import time
+
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+from ansible_collections.gb10.dspark.plugins.module_utils._niah import WAIT_ARGUMENT_SPEC
+
+display = Display()
+
+
+def _progress_line(host: str, status: dict, elapsed: float) -> str:
+    prog = status.get("progress") or {}
+    depth = prog.get("depth")
+    done = len(status.get("rows_done") or [])
+    total = prog.get("total") or "?"
+    since = ""
+    if prog.get("current_started") and prog.get("updated"):
+        since = f", this depth running {max(0, int(time.time() - prog['current_started']))} s"
+    return (f"[{host}] NIAH {prog.get('state', 'starting')}: depth {depth if depth else '-'} "
+            f"({prog.get('index', '-')}/{total}), {done} row(s) written{since}; waited {elapsed:.0f} s")
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(WAIT_ARGUMENT_SPEC)
+
+    def _status(self, output_dir: str, task_vars: dict) -> dict:
+        return self._execute_module(module_name="gb10.dspark.niah",
+                                    module_args={"state": "status", "output_dir": output_dir}, task_vars=task_vars)
+
+    def _job(self, jid: str, task_vars: dict) -> dict:
+        return self._execute_module(module_name="ansible.builtin.async_status",
+                                    module_args={"jid": jid, "mode": "status"}, task_vars=task_vars)
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        _, args = self.validate_argument_spec(argument_spec=WAIT_ARGUMENT_SPEC)
+        output_dir = args["output_dir"]
+        jid = args.get("jid") or None
+        budget, interval, every = args["budget"], args["interval"], args["progress_every"]
+        host = (task_vars or {}).get("inventory_hostname", "?")
+        if self._task.check_mode:
+            result.update(changed=False, skipped=True, msg="check mode: no NIAH run to wait for")
+            return result
+        start = time.monotonic()
+        last_line, last_print = None, -every
+        while True:
+            elapsed = time.monotonic() - start
+            status = self._status(output_dir, task_vars)
+            if status.get("failed"):
+                result.update(failed=True, msg=f"{host}: reading the NIAH status failed: {status.get('msg')}")
+                return result
+            job = self._job(jid, task_vars) if jid else None
+            if job is not None and job.get("failed") and not job.get("finished"):
+                result.update(failed=True, msg=f"{host}: the NIAH job {jid} is unknown: {job.get('msg')}")
+                return result
+            finished = bool(job.get("finished")) if job is not None else not status.get("running")
+            if finished:
+                if job is not None and job.get("failed"):
+                    result.update(failed=True, job=job, status=status,
+                                  msg=f"{host}: the NIAH run failed: {job.get('msg')}")
+                    return result
+                summary = status.get("summary")
+                if not summary:
+                    result.update(failed=True, status=status,
+                                  msg=f"{host}: the NIAH run in {output_dir} ended without a summary (niah.json)")
+                    return result
+                result.update(changed=False, summary=summary, elapsed_s=round(elapsed, 1),
+                              msg=f"NIAH {summary.get('status')}: {summary.get('pass_count')}/{summary.get('total')} "
+                                  f"passed, ran {summary.get('ran')}, resumed {summary.get('resumed')}")
+                return result
+            if elapsed >= budget:
+                result.update(failed=True, status=status,
+                              msg=f"TIMEOUT {host}: the NIAH run in {output_dir} did not finish within {budget:.0f} s; "
+                                  "it keeps running on the head - run the playbook again to wait for it")
+                return result
+            line = _progress_line(host, status, elapsed)
+            key = ((status.get("progress") or {}).get("depth"), len(status.get("rows_done") or []))
+            if key != last_line or elapsed - last_print >= every:
+                display.display(line)
+                last_line, last_print = key, elapsed
+            time.sleep(interval)
