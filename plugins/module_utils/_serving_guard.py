@@ -40,9 +40,12 @@ class Verdict:
     text: str = ""
     usage: dict | None = None
     finish_reason: str | None = None
+    infra: bool = False  # no answer to judge: a transport error, a server error, or the time bound
 
     def fail(self, what: str, actual: object, expected: object) -> None:
         self.errors.append(f"request {self.request}: {what} is {_show(actual)}, expected {expected}")
+        if what in ("transport", "answer") or (what == "HTTP status" and (actual is None or int(actual) >= 500)):
+            self.infra = True
 
 
 def _show(value: object) -> str:
@@ -196,6 +199,8 @@ def report(verdicts: list[Verdict], accuracy_section: dict | None, bound_hit: bo
         "status": "PASS" if not errors else "FAIL",
         "requests": len(verdicts),
         "failed_requests": sum(1 for v in verdicts if v.errors),
+        "infra_failures": sum(1 for v in verdicts if v.errors and v.infra),
+        "contract_failures": sum(1 for v in verdicts if v.errors and not v.infra),
         "accuracy": accuracy_section,
         "errors": errors,
         "completions": [{"request": v.request, "finish_reason": v.finish_reason, "usage": v.usage, "text": v.text}

@@ -113,6 +113,11 @@ def test_report_fails_on_any_violation_accuracy_or_bound():
     bad = sg.check_completion("2", 200, dict(GOOD, model="x"), expect())
     r = sg.report([ok, bad], acc)
     assert r["status"] == "FAIL" and r["failed_requests"] == 1 and r["errors"][0].startswith("request 2: model")
+    assert (r["contract_failures"], r["infra_failures"]) == (1, 0)  # a wrong answer is the server's, not infra
+    down = sg.check_completion("3", 503, None, expect())
+    refused = sg.check_completion("4", 400, None, expect())
+    r = sg.report([ok, down, refused], acc)
+    assert (r["failed_requests"], r["infra_failures"], r["contract_failures"]) == (2, 1, 1)
     assert sg.report([ok], sg.accuracy([("1", "2")], 1.0))["status"] == "FAIL"
     r = sg.report([ok], acc, bound_hit=True)
     assert r["status"] == "FAIL" and "time bound" in r["errors"][0]
@@ -166,7 +171,7 @@ def test_run_passes_on_a_healthy_server():
 
 def test_run_fails_on_wrong_usage_naming_request_and_field():
     out = sg.run("http://x", MODEL, None, sg.requests_plan(), 4, 5, 60, 0.9, http=FakeServer(wrong_usage=True))
-    assert out["status"] == "FAIL" and out["failed_requests"] == 64
+    assert out["status"] == "FAIL" and out["failed_requests"] == 64 and out["infra_failures"] == 0
     assert any(e.startswith("request 01: usage.total_tokens") or e.startswith("request 01: usage.prompt_tokens")
                for e in out["errors"])
 
@@ -174,6 +179,7 @@ def test_run_fails_on_wrong_usage_naming_request_and_field():
 def test_run_fails_when_the_server_dies_after_n_requests():
     out = sg.run("http://x", MODEL, None, sg.requests_plan(), 1, 5, 60, 0.5, http=FakeServer(fail_after=3))
     assert out["status"] == "FAIL" and "request 04: HTTP status is 500, expected 200" in out["errors"]
+    assert out["infra_failures"] == out["failed_requests"] > 0
 
 
 def test_run_stops_at_its_bound():

@@ -1,0 +1,911 @@
+# Copyright (c) gb10.dspark contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The evidence pack: one folder per pair and run, written once, on the control node.
+
+A pack holds the run's artifacts (pin, manifest, profile, gate, guard, NIAH, inspect data, ...),
+an ``index.json`` and an ``index.md`` that say what the run was and whether it may be published,
+and a ``SHA256SUMS`` over every other file. The work is split in two:
+
+* :func:`plan_pack` reads every source, redacts it, judges publication and renders every file in
+  memory. It writes nothing, so check mode runs it alone.
+* :func:`write_pack` writes the plan into a hidden staging folder next to the destination,
+  re-hashes every file from disk, scans the folder for secrets and private control-node paths, and
+  only then renames it into place. On any fault the staging folder is removed: the destination
+  never holds a partial or leaking pack.
+
+Standard library only (plus the collection's own file helpers).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from ansible_collections.gb10.dspark.plugins.module_utils._digest import sha256_file
+from ansible_collections.gb10.dspark.plugins.module_utils._files import check_finite, write_json_atomic
+from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, IdentityError, Mismatch
+
+RANK = "control node"
+SCHEMA_VERSION = 1
+KINDS = ("pin", "manifest", "profile", "compilation_config", "gate", "guard", "niah", "niah_row", "inspect",
+         "readiness", "tree", "other")
+IMPLEMENTATIONS = ("regular", "breakable")
+INDEX_JSON = "index.json"
+INDEX_MD = "index.md"
+SUMS = "SHA256SUMS"
+GENERATED = (INDEX_JSON, INDEX_MD, SUMS)
+REDACTED = "<redacted>"
+FILE_MODE = 0o644
+DIR_MODE = 0o755
+
+SENSITIVE_ENV = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
+API_KEY_INLINE = re.compile(r"(--api-key(?:=|\s+))(\S+)")
+ARGV_KEYS = ("Args", "Cmd", "Entrypoint")
+CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _mismatch(item: str, actual: object, expected: object) -> Mismatch:
+    return Mismatch(rank=RANK, item=item, expected=expected, actual=actual, expected_word="expected")
+
+
+# --------------------------------------------------------------------------------------------
+# inputs
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Prefix:
+    """A control-node path and the placeholder that stands for it inside the pack."""
+
+    prefix: str
+    placeholder: str
+
+
+def normalise_prefixes(items: list[dict] | None) -> list[Prefix]:
+    """The redaction prefixes, trailing slashes dropped, each also under its resolved (symlink-free)
+    spelling, longest first so that a nested prefix wins over the folder that holds it."""
+    found: dict[str, str] = {}
+    problems: list[Mismatch] = []
+    for i, item in enumerate(items or []):
+        prefix = item.get("prefix") if isinstance(item, dict) else None
+        placeholder = item.get("placeholder") if isinstance(item, dict) else None
+        if not isinstance(prefix, str) or not prefix.startswith("/") or os.path.normpath(prefix) == "/":
+            problems.append(_mismatch(f"redact_prefixes[{i}].prefix", repr(prefix),
+                                      "an absolute control-node path other than /"))
+            continue
+        if (not isinstance(placeholder, str) or not placeholder or CONTROL_CHARS.search(placeholder)
+                or '"' in placeholder or "\\" in placeholder):
+            problems.append(_mismatch(f"redact_prefixes[{i}].placeholder", repr(placeholder),
+                                      "a non-empty single-line text without quotes or backslashes"))
+            continue
+        for spelling in (os.path.normpath(prefix), os.path.realpath(prefix)):
+            found.setdefault(spelling, placeholder)
+    for spelling, placeholder in found.items():
+        if any(other in placeholder for other in found):
+            problems.append(_mismatch(f"redact_prefixes placeholder for {spelling}", placeholder,
+                                      "a placeholder that holds no redacted path"))
+    if problems:
+        raise IdentityError(problems)
+    return sorted((Prefix(p, h) for p, h in found.items()), key=lambda p: (-len(p.prefix), p.prefix))
+
+
+def name_problems(name: object) -> str | None:
+    """Why ``name`` cannot be a file of the pack, or None when it can."""
+    if not isinstance(name, str) or not name:
+        return "an empty name"
+    if name.startswith("/"):
+        return "an absolute path"
+    if "\\" in name or CONTROL_CHARS.search(name):
+        return "a name with a backslash or a control character"
+    parts = name.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        return "a path with an empty, '.' or '..' component"
+    if any(len(part.encode("utf-8")) > 255 for part in parts):
+        return "a path with a component longer than 255 bytes"
+    if name.lower() in (g.lower() for g in GENERATED):
+        return "a name the pack reserves for its own index and checksums"
+    return None
+
+
+def check_names(names: list[str]) -> list[Mismatch]:
+    """Every artifact name must be a relative path inside the pack, unique, and no file may be
+    another one's folder."""
+    problems = []
+    for name in names:
+        why = name_problems(name)
+        if why:
+            problems.append(_mismatch(f"artifact name {name!r}", why, "a relative path inside the pack"))
+    clean = [n for n in names if not name_problems(n)]
+    seen: set[str] = set()
+    for name in clean:
+        if name in seen:
+            problems.append(_mismatch(f"artifact name {name!r}", "given twice", "unique"))
+        seen.add(name)
+    for name in sorted(seen):
+        if any(other.startswith(name + "/") for other in seen):
+            problems.append(_mismatch(f"artifact name {name!r}", "also the folder of another artifact",
+                                      "a file name"))
+    return problems
+
+
+def check_label(item: str, value: object) -> Mismatch | None:
+    if not isinstance(value, str) or not value.strip() or CONTROL_CHARS.search(value):
+        return _mismatch(item, repr(value), "a non-empty single-line text")
+    return None
+
+
+def check_dest(dest: str) -> None:
+    """A pack is written once: the destination must be absent or an empty folder."""
+    if not os.path.lexists(dest):
+        return
+    if os.path.islink(dest):
+        actual = "a symlink"
+    elif not os.path.isdir(dest):
+        actual = "a file"
+    else:
+        try:
+            count = len(os.listdir(dest))
+        except OSError as exc:
+            raise CheckError(RANK, f"cannot list the evidence pack {dest}: {exc.strerror}") from exc
+        if not count:
+            return
+        actual = f"a non-empty folder ({count} entries)"
+    raise IdentityError(_mismatch(f"evidence pack {dest}", actual, "absent or an empty folder (packs are never overwritten)"))
+
+
+# --------------------------------------------------------------------------------------------
+# redaction
+# --------------------------------------------------------------------------------------------
+def redact_text(text: str, prefixes: list[Prefix]) -> str:
+    for p in prefixes:
+        text = text.replace(p.prefix, p.placeholder)
+    return text
+
+
+def redact_value(value: object, prefixes: list[Prefix]) -> object:
+    """``value`` with every prefix replaced by its placeholder, in strings and keys at any depth."""
+    if isinstance(value, str):
+        return redact_text(value, prefixes)
+    if isinstance(value, dict):
+        return {redact_value(k, prefixes): redact_value(v, prefixes) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_value(v, prefixes) for v in value]
+    return value
+
+
+def _redact_env(entry: object) -> object:
+    if isinstance(entry, str) and "=" in entry:
+        name = entry.split("=", 1)[0]
+        if SENSITIVE_ENV.search(name):
+            return f"{name}={REDACTED}"
+    return entry
+
+
+def _redact_argv(argv: list) -> list:
+    out = []
+    hide_next = False
+    for element in argv:
+        if hide_next and isinstance(element, str):
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        hide_next = element == "--api-key"
+        out.append(API_KEY_INLINE.sub(lambda m: m.group(1) + REDACTED, element)
+                   if isinstance(element, str) else element)
+    return out
+
+
+def redact_inspect(value: object) -> object:
+    """Container inspect data with secret-looking ``Env`` values and every ``--api-key`` value in
+    ``Args``, ``Cmd`` and ``Entrypoint`` replaced by ``<redacted>``, at any depth."""
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            if key == "Env" and isinstance(item, list):
+                out[key] = [_redact_env(e) for e in item]
+            elif key in ARGV_KEYS and isinstance(item, list):
+                out[key] = _redact_argv(item)
+            elif key in ARGV_KEYS and isinstance(item, str):
+                out[key] = API_KEY_INLINE.sub(lambda m: m.group(1) + REDACTED, item)
+            else:
+                out[key] = redact_inspect(item)
+        return out
+    if isinstance(value, list):
+        return [redact_inspect(v) for v in value]
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# artifacts
+# --------------------------------------------------------------------------------------------
+def json_bytes(document: object) -> bytes:
+    """The bytes ``write_json_atomic`` writes for ``document``; the writer verifies every file it
+    wrote against these, so a drift between the two fails the run instead of the index."""
+    return (json.dumps(document, sort_keys=True, indent=2, allow_nan=False) + "\n").encode("utf-8")
+
+
+@dataclass
+class Entry:
+    """One file of the pack (or an artifact that is not there)."""
+
+    name: str
+    kind: str
+    required: bool = False
+    state: str = "present"  # present | missing | absent
+    data: bytes | None = None
+    document: object = None
+    is_json: bool = False  # written through write_json_atomic from ``document``
+    source_sha256: str | None = None
+    redacted: bool = False
+
+    @property
+    def sha256(self) -> str | None:
+        return hashlib.sha256(self.data).hexdigest() if self.data is not None else None
+
+    @property
+    def size(self) -> int | None:
+        return len(self.data) if self.data is not None else None
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "required": self.required, "state": self.state,
+                "bytes": self.size, "sha256": self.sha256, "source_sha256": self.source_sha256,
+                "redacted": self.redacted}
+
+
+def _as_json_document(name: str, kind: str, document: object, prefixes: list[Prefix]) -> tuple[object, bool]:
+    cleaned = redact_value(document, prefixes)
+    if kind == "inspect":
+        cleaned = redact_inspect(cleaned)
+    try:
+        check_finite(cleaned)
+    except ValueError as exc:
+        raise CheckError(RANK, f"artifact {name}: content cannot be written as JSON: {exc}") from exc
+    return cleaned, cleaned != document
+
+
+def _parse_inspect(name: str, text: str) -> object:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise CheckError(RANK, f"artifact {name} (inspect) is not JSON, so its Env and --api-key values cannot be "
+                               f"redacted: {exc}") from exc
+
+
+def _from_text(entry: Entry, text: str, prefixes: list[Prefix]) -> None:
+    if entry.kind == "inspect":
+        document, changed = _as_json_document(entry.name, entry.kind, _parse_inspect(entry.name, text), prefixes)
+        entry.document, entry.is_json, entry.redacted = document, True, changed
+        entry.data = json_bytes(document)
+    else:
+        cleaned = redact_text(text, prefixes)
+        entry.data, entry.redacted = cleaned.encode("utf-8"), cleaned != text
+
+
+def load_artifact(spec: dict, prefixes: list[Prefix]) -> Entry:
+    """Read (or render) one artifact, redacted. A source that does not exist is ``missing`` when the
+    artifact is required and ``absent`` when it is not; any other read fault fails the run."""
+    name, kind = spec["name"], spec.get("kind") or "other"
+    entry = Entry(name=name, kind=kind, required=bool(spec.get("required")))
+    if kind not in KINDS:
+        raise IdentityError(_mismatch(f"artifact {name} kind", kind, "one of " + ", ".join(KINDS)))
+    src, content = spec.get("src"), spec.get("content")
+    if (src is None) == (content is None):
+        raise IdentityError(_mismatch(f"artifact {name}", "given both src and content" if src is not None
+                                      else "given neither src nor content", "exactly one of src and content"))
+    if content is not None:
+        if isinstance(content, (dict, list)):
+            entry.document, entry.redacted = _as_json_document(name, kind, content, prefixes)
+            entry.is_json, entry.data = True, json_bytes(entry.document)
+        elif isinstance(content, str):
+            _from_text(entry, content, prefixes)
+        else:
+            raise IdentityError(_mismatch(f"artifact {name} content", type(content).__name__,
+                                          "a dict, a list or a string"))
+        return entry
+    if not os.path.exists(src):
+        entry.state = "missing" if entry.required else "absent"
+        return entry
+    if os.path.isdir(src):
+        raise CheckError(RANK, f"artifact {name}: its source {src} is a folder, expected a file")
+    try:
+        with open(src, "rb") as handle:
+            raw = handle.read()
+        entry.source_sha256 = sha256_file(src)
+    except OSError as exc:
+        raise CheckError(RANK, f"artifact {name}: cannot read its source {src}: {exc.strerror or exc}") from exc
+    if entry.source_sha256 != hashlib.sha256(raw).hexdigest():
+        raise CheckError(RANK, f"artifact {name}: its source {src} changed while it was read")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        if kind == "inspect":
+            raise CheckError(RANK, f"artifact {name} (inspect) is not UTF-8 JSON, so its Env and --api-key values "
+                                   "cannot be redacted") from None
+        entry.data = raw  # binary: copied as is; the leak scan still covers it
+        return entry
+    _from_text(entry, text, prefixes)
+    return entry
+
+
+# --------------------------------------------------------------------------------------------
+# discovery: what a pair's evidence folder holds, and the facts its own files state
+# --------------------------------------------------------------------------------------------
+PAIR_FILES = (  # name in the pair folder, kind, required
+    ("readiness.json", "readiness", True),
+    ("runtime-gate.json", "gate", True),
+    ("runtime-gate-config.json", "other", False),
+    ("serving-guard.json", "guard", False),
+)
+_DEPTH_ROW = re.compile(r"depth-\d+\.json")
+
+
+def _read_json(path: str) -> object:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def latest_niah_run(pair_dir: str) -> str | None:
+    """The NIAH run folder (``niah/<run key>``) whose summary was written last, if any."""
+    root = os.path.join(pair_dir, "niah")
+    try:
+        runs = [os.path.join(root, d) for d in os.listdir(root)]
+    except OSError:
+        return None
+    done = [(os.stat(os.path.join(r, "niah.json")).st_mtime, r) for r in runs
+            if os.path.isfile(os.path.join(r, "niah.json"))]
+    return max(done)[1] if done else None
+
+
+def discover(pair_dir: str, tree_record: str | None = None) -> tuple[list[dict], dict]:
+    """Artifacts and facts from a pair's evidence folder on the control node: readiness, the runtime
+    gate, the serving guard, the latest NIAH run (summary, rows, what served it) and the wrapper-tree
+    record. Facts come from those files' own contents; nothing is assumed."""
+    artifacts = [{"name": name, "src": os.path.join(pair_dir, name), "kind": kind, "required": required}
+                 for name, kind, required in PAIR_FILES]
+    facts: dict = {}
+    kinds: list[str] = []
+    readiness = _read_json(os.path.join(pair_dir, "readiness.json"))
+    gate = _read_json(os.path.join(pair_dir, "runtime-gate.json"))
+    if isinstance(readiness, dict):
+        facts["profile"] = {"name": readiness.get("profile"), "sha256": readiness.get("profile_sha256"),
+                            "experimental": readiness.get("experimental"),
+                            "departures": readiness.get("departures") or []}
+    if isinstance(gate, dict):
+        implementation = (gate.get("evidence") or {}).get("expected_cudagraph_implementation")
+        if implementation in IMPLEMENTATIONS:
+            kinds.append(implementation)
+            facts.setdefault("profile", {})["cudagraph_implementation"] = implementation
+    guard = _read_json(os.path.join(pair_dir, "serving-guard.json"))
+    if isinstance(guard, dict):
+        facts["guard_infra_errors"] = guard.get("infra_failures")
+        facts["guard_model_failures"] = guard.get("contract_failures")
+        implementation = (guard.get("context") or {}).get("cudagraph_implementation")
+        if implementation in IMPLEMENTATIONS:
+            kinds.append(implementation)
+    run = latest_niah_run(pair_dir)
+    if run:
+        rel = os.path.relpath(run, pair_dir)
+        for name in sorted(os.listdir(run)):
+            if name == "niah.json":
+                kind = "niah"
+            elif _DEPTH_ROW.fullmatch(name):
+                kind = "niah_row"
+            elif name.endswith(".json"):
+                kind = "other"
+            else:
+                continue
+            artifacts.append({"name": f"{rel}/{name}", "src": os.path.join(run, name), "kind": kind,
+                              "required": name == "niah.json"})
+        summary = _read_json(os.path.join(run, "niah.json"))
+        if isinstance(summary, dict):
+            facts["niah_infra_errors"] = summary.get("infra_error_count")
+            facts["niah_model_failures"] = summary.get("fail_count")
+        implementation = (_read_json(os.path.join(run, "context.json")) or {}).get("cudagraph_implementation")
+        if implementation in IMPLEMENTATIONS:
+            kinds.append(implementation)
+    facts["row_kinds"] = sorted(set(kinds))
+    if tree_record:
+        artifacts.append({"name": "wrapper-tree.json", "src": tree_record, "kind": "tree", "required": True})
+        tree = _read_json(tree_record)
+        if isinstance(tree, dict):
+            facts["tree"] = {"dirty": tree.get("dirty"), "allow_dirty": tree.get("allowed_dirty"),
+                             "commit": tree.get("revision")}
+    return artifacts, facts
+
+
+def merge_facts(found: dict, given: dict | None) -> dict:
+    """The facts found in the files, with every value the caller gave explicitly (not None) on top."""
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in found.items()}
+    for key, value in (given or {}).items():
+        if value is None:
+            continue
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key].update({k: v for k, v in value.items() if v is not None})
+        else:
+            out[key] = value
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# publication
+# --------------------------------------------------------------------------------------------
+def _status_of(entry: Entry) -> str | None:
+    document = entry.document if entry.is_json else None
+    if not entry.is_json and entry.data is not None:
+        try:
+            document = json.loads(entry.data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            document = None
+    if isinstance(document, dict) and document.get("status") is not None:
+        return str(document["status"])
+    return None
+
+
+def judge_result(label: str, kind: str, fact_status: str | None, entries: list[Entry],
+                 always: bool = False, also_kinds: tuple[str, ...] = ()) -> tuple[dict, list[str]]:
+    """One result (gate, guard, NIAH): its status from the facts and from the pack's own files.
+
+    A result counts as run when ``always``, when any artifact of ``kind`` (or ``also_kinds``) is in the
+    pack, or when the facts give a status. A run result is publishable only when its file is in the
+    pack and every status seen (facts and files) is PASS."""
+    present = [e for e in entries if e.kind == kind and e.state == "present"]
+    related = [e for e in entries if e.kind in also_kinds and e.state == "present"]
+    if not (always or present or related or fact_status is not None):
+        return {"status": None, "ran": False, "sources": []}, []
+    reasons = []
+    seen = [("facts", fact_status)] if fact_status is not None else []
+    seen += [(e.name, s) for e in present if (s := _status_of(e)) is not None]
+    for source, status in seen:
+        if fact_status is not None and source != "facts" and status != fact_status:
+            reasons.append(f"{label} status is {status} in {source} but {fact_status} in the facts")
+    failing = [status for _, status in seen if status != "PASS"]
+    status = failing[0] if failing else ("PASS" if seen else None)
+    if not present:
+        reasons.append(f"{label} result is missing from the pack")
+    elif status is None:
+        reasons.append(f"{label} status is not recorded")
+    if status is not None and status != "PASS":
+        reasons.append(f"{label} status is {status}, expected PASS")
+    return {"status": status, "ran": True, "sources": [s for s, _ in seen]}, reasons
+
+
+def _departure(item: object) -> str:
+    if isinstance(item, dict) and "key" in item:
+        return f"{item['key']} {item.get('actual')} (qualified {item.get('qualified')})"
+    return str(item)
+
+
+def publication_reasons(facts: dict, entries: list[Entry]) -> tuple[list[str], dict]:
+    """Every reason the run may not be published, and the results section of the index."""
+    reasons: list[str] = []
+    pin = facts.get("pin") or {}
+    for key, label in (("image_id", "image id"), ("model_revision", "model revision")):
+        if not pin.get(key):
+            reasons.append(f"{label} is not recorded (facts.pin.{key})")
+
+    manifest, pinned = facts.get("manifest_sha256"), pin.get("runtime_manifest_sha256")
+    if not manifest:
+        reasons.append("runtime manifest sha256 is not recorded (facts.manifest_sha256)")
+    elif pinned and manifest != pinned:
+        reasons.append(f"runtime manifest sha256 is {manifest}, pinned {pinned}")
+
+    tree = facts.get("tree") or {}
+    commit = tree.get("commit") or "an unrecorded commit"
+    if tree.get("dirty") is None:
+        reasons.append("wrapper tree state is not recorded (facts.tree.dirty)")
+    elif tree["dirty"]:
+        how = "allowed by allow_dirty" if tree.get("allow_dirty") else "without allow_dirty"
+        reasons.append(f"wrapper tree at {commit} is dirty ({how})")
+
+    profile = facts.get("profile") or {}
+    label = profile.get("name") or "(unnamed)"
+    if not profile.get("name"):
+        reasons.append("profile is not recorded (facts.profile.name)")
+    if profile.get("experimental"):
+        reasons.append(f"profile {label} is experimental")
+    elif profile.get("experimental") is None and profile.get("name"):
+        reasons.append(f"profile {label}: whether it is experimental is not recorded")
+    departures = profile.get("departures") or []
+    if departures:
+        reasons.append(f"profile {label} departs from the qualified profile: "
+                       + "; ".join(_departure(d) for d in departures))
+
+    gate, why = judge_result("runtime gate", "gate", facts.get("gate_status"), entries, always=True)
+    reasons += why
+    guard, why = judge_result("serving guard", "guard", facts.get("guard_status"), entries)
+    reasons += why
+    niah, why = judge_result("NIAH", "niah", facts.get("niah_status"), entries, also_kinds=("niah_row",))
+    reasons += why
+    for section, prefix, label_ in ((guard, "guard", "serving guard"), (niah, "niah", "NIAH")):
+        section["infra_errors"] = facts.get(f"{prefix}_infra_errors")
+        section["model_failures"] = facts.get(f"{prefix}_model_failures")
+        if section["infra_errors"]:
+            reasons.append(f"{label_} counted {section['infra_errors']} infra error(s); publishable rows need 0")
+
+    kinds = sorted(set(facts.get("row_kinds") or []))
+    implementation = profile.get("cudagraph_implementation")
+    if len(kinds) > 1:
+        reasons.append(f"result rows mix CUDA-graph implementations: {', '.join(kinds)}")
+    elif kinds and implementation and kinds[0] != implementation:
+        reasons.append(f"result rows are {kinds[0]}, but profile {label} runs {implementation}")
+
+    for entry in entries:
+        if entry.state == "missing":
+            reasons.append(f"required artifact {entry.name} ({entry.kind}) is missing")
+    return reasons, {"gate": gate, "guard": guard, "niah": niah, "row_kinds": kinds}
+
+
+def check_facts(facts: dict) -> list[Mismatch]:
+    problems = []
+    for key in ("guard_infra_errors", "guard_model_failures", "niah_infra_errors", "niah_model_failures"):
+        value = facts.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            problems.append(_mismatch(f"facts.{key}", repr(value), "a count (an integer >= 0)"))
+    for kind in facts.get("row_kinds") or []:
+        if kind not in IMPLEMENTATIONS:
+            problems.append(_mismatch("facts.row_kinds element", repr(kind), " or ".join(IMPLEMENTATIONS)))
+    return problems
+
+
+# --------------------------------------------------------------------------------------------
+# index and checksums
+# --------------------------------------------------------------------------------------------
+def build_index(pair: str, run_id: str, playbook: str, created: str, facts: dict, entries: list[Entry],
+                reasons: list[str], results: dict) -> dict:
+    pin = facts.get("pin") or {}
+    profile = facts.get("profile") or {}
+    tree = facts.get("tree") or {}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "pair": pair,
+        "run_id": run_id,
+        "playbook": playbook,
+        "created_utc": created,
+        "identity": {key: pin.get(key) for key in ("release", "image_id", "model_id", "model_revision",
+                                                   "runtime_manifest_sha256")},
+        "manifest_sha256": facts.get("manifest_sha256"),
+        "profile": {key: profile.get(key) for key in ("name", "sha256", "experimental", "departures",
+                                                      "cudagraph_implementation")},
+        "tree": {key: tree.get(key) for key in ("commit", "dirty", "allow_dirty")},
+        "invalid_for_publish": bool(reasons),
+        "reasons": list(reasons),
+        "results": results,
+        "artifacts": [e.as_dict() for e in entries],
+        "generated": list(GENERATED),
+    }
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "not recorded"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def _code(value: str) -> str:
+    return "`" + _cell(value).replace("`", "'") + "`"
+
+
+def _result_row(label: str, section: dict, counts: bool) -> str:
+    status = section["status"] if section["ran"] else "not run"
+    if not counts:
+        return f"| {label} | {_cell(status)} | - | - |"
+    return f"| {label} | {_cell(status)} | {_cell(section.get('infra_errors'))} | {_cell(section.get('model_failures'))} |"
+
+
+def render_markdown(index: dict, index_json: Entry) -> str:
+    profile = index["profile"]
+    identity = index["identity"]
+    invalid = "true" if index["invalid_for_publish"] else "false"
+    lines = [
+        f"# Evidence pack: pair {_cell(index['pair'])}, run {_cell(index['run_id'])}",
+        "",
+        f"`invalid_for_publish: {invalid}`",
+        "",
+        "| Field | Value |",
+        "|---|---|",
+        f"| pair | {_cell(index['pair'])} |",
+        f"| run_id | {_cell(index['run_id'])} |",
+        f"| playbook | {_cell(index['playbook'])} |",
+        f"| created (UTC) | {_cell(index['created_utc'])} |",
+        f"| image id | {_cell(identity['image_id'])} |",
+        f"| model revision | {_cell(identity['model_revision'])} |",
+        f"| manifest sha256 | {_cell(index['manifest_sha256'])} |",
+        f"| profile | {_cell(profile['name'])} (sha256 {_cell(profile['sha256'])}) |",
+        f"| wrapper tree | {_cell(index['tree']['commit'])} (dirty: {_cell(index['tree']['dirty'])}) |",
+        f"| invalid_for_publish | {invalid} |",
+        "",
+        "## Reasons not valid for publication",
+        "",
+    ]
+    lines += [f"- {_cell(reason)}" for reason in index["reasons"]] or ["none"]
+    results = index["results"]
+    lines += [
+        "",
+        "## Results",
+        "",
+        "Infra errors and model failures are counted separately; publishable rows need 0 infra errors.",
+        "",
+        "| Check | Status | Infra errors | Model failures |",
+        "|---|---|---|---|",
+        _result_row("runtime gate", results["gate"], counts=False),
+        _result_row("serving guard", results["guard"], counts=True),
+        _result_row("NIAH", results["niah"], counts=True),
+        "",
+        f"Result row implementations: {', '.join(results['row_kinds']) or 'not recorded'}",
+        "",
+        "## Artifacts",
+        "",
+        "| File | Kind | State | Bytes | sha256 |",
+        "|---|---|---|---|---|",
+    ]
+    for artifact in index["artifacts"]:
+        state = artifact["state"]
+        size = artifact["bytes"] if state == "present" else state
+        digest = artifact["sha256"] if state == "present" else state
+        lines.append(f"| {_code(artifact['name'])} | {artifact['kind']} | {state} | {size} | {digest} |")
+    lines += [
+        f"| {_code(index_json.name)} | index | present | {index_json.size} | {index_json.sha256} |",
+        f"| {_code(INDEX_MD)} | index | present | - | this file; listed in {SUMS} |",
+        f"| {_code(SUMS)} | checksums | present | - | sha256 of every other file (`sha256sum -c {SUMS}`) |",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def sha256sums(entries: list[Entry]) -> bytes:
+    """``sha256sum -c`` input: ``<hex>  <relative path>`` per file, sorted by path."""
+    rows = sorted((e.name, e.sha256) for e in entries if e.data is not None)
+    return "".join(f"{digest}  {name}\n" for name, digest in rows).encode("utf-8")
+
+
+# --------------------------------------------------------------------------------------------
+# leak scan
+# --------------------------------------------------------------------------------------------
+def _spellings(value: str) -> set[bytes]:
+    forms = {value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1],
+             value.replace("/", "\\/")}
+    return {form.encode("utf-8") for form in forms if form}
+
+
+def _strings(value: object):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(key)
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def _holds(data: bytes, decoded: list[str], needle: str) -> bool:
+    return any(form in data for form in _spellings(needle)) or any(needle in s for s in decoded)
+
+
+def find_leaks(name: str, data: bytes, secrets: list[str], prefixes: list[Prefix]) -> list[Mismatch]:
+    """Secrets and control-node paths left in one file. The message names the file and the secret's
+    position in O(secrets), never its value."""
+    try:
+        decoded = list(_strings(json.loads(data.decode("utf-8"))))
+    except (UnicodeDecodeError, ValueError):
+        decoded = []
+    leaks = []
+    for number, secret in enumerate(secrets, 1):
+        if secret and _holds(data, decoded, secret):
+            leaks.append(_mismatch(f"pack file {name}", f"carrying secret #{number} (value withheld)",
+                                   "free of secrets"))
+    for prefix in prefixes:
+        if _holds(data, decoded, prefix.prefix):
+            leaks.append(_mismatch(f"pack file {name}", f"carrying the control-node path {prefix.prefix}",
+                                   f"{prefix.placeholder} in its place"))
+    return leaks
+
+
+def name_leaks(names: list[str], secrets: list[str]) -> list[Mismatch]:
+    leaks = []
+    for number, secret in enumerate(secrets, 1):
+        if secret and any(secret in name for name in names):
+            leaks.append(_mismatch("an artifact name", f"carrying secret #{number} (value withheld)", "free of secrets"))
+    return leaks
+
+
+# --------------------------------------------------------------------------------------------
+# plan
+# --------------------------------------------------------------------------------------------
+@dataclass
+class Plan:
+    dest: str
+    entries: list[Entry]
+    generated: list[Entry]
+    reasons: list[str]
+    index: dict
+    secrets: list[str] = field(default_factory=list, repr=False)
+    prefixes: list[Prefix] = field(default_factory=list)
+
+    @property
+    def invalid_for_publish(self) -> bool:
+        return bool(self.reasons)
+
+    def written(self) -> list[Entry]:
+        """Every file, in writing order: artifacts, index.json, index.md, SHA256SUMS last."""
+        return [e for e in self.entries if e.state == "present"] + self.generated
+
+    def files(self) -> list[str]:
+        return sorted(e.name for e in self.written())
+
+
+def utc_stamp(now: datetime | None = None) -> str:
+    moment = now or datetime.now(timezone.utc)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def plan_pack(dest: str, pair: str, run_id: str, playbook: str, artifacts: list[dict], facts: dict | None = None,
+              secrets: list[str] | None = None, redact_prefixes: list[dict] | None = None,
+              now: datetime | None = None) -> Plan:
+    """Everything the pack will hold, rendered and scanned in memory; nothing is written."""
+    dest = os.path.abspath(dest)
+    secrets = [s for s in (secrets or []) if s]
+    prefixes = normalise_prefixes(redact_prefixes)
+    facts = facts or {}
+    problems = [m for m in (check_label("pair", pair), check_label("run_id", run_id),
+                            check_label("playbook", playbook)) if m]
+    if not artifacts:
+        problems.append(_mismatch("artifacts", "an empty list", "at least one artifact"))
+    problems += check_names([a.get("name") for a in artifacts or []])
+    problems += check_facts(facts)
+    if problems:
+        raise IdentityError(problems)
+    check_dest(dest)
+
+    entries = sorted((load_artifact(spec, prefixes) for spec in artifacts), key=lambda e: e.name)
+    facts = redact_value(facts, prefixes)  # type: ignore[assignment]
+    reasons, results = publication_reasons(facts, entries)
+    index = build_index(pair, run_id, playbook, utc_stamp(now), facts, entries, reasons, results)
+    index_json = Entry(INDEX_JSON, "index", data=json_bytes(index), document=index, is_json=True)
+    index_md = Entry(INDEX_MD, "index", data=render_markdown(index, index_json).encode("utf-8"))
+    present = [e for e in entries if e.state == "present"]
+    sums = Entry(SUMS, "checksums", data=sha256sums(present + [index_json, index_md]))
+    plan = Plan(dest, entries, [index_json, index_md, sums], reasons, index, secrets, prefixes)
+
+    leaks = name_leaks([e.name for e in entries], secrets)
+    for entry in plan.written():
+        leaks += find_leaks(entry.name, entry.data or b"", secrets, prefixes)
+    if leaks:
+        raise IdentityError(leaks)
+    return plan
+
+
+# --------------------------------------------------------------------------------------------
+# write
+# --------------------------------------------------------------------------------------------
+def _make_parents(path: str, created: list[str]) -> None:
+    """Create ``path`` and its missing parents (0755), appending each one created to ``created``
+    (outermost first), so a caller can undo them even when this fails half way."""
+    missing = []
+    while not os.path.isdir(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, DIR_MODE)
+        except FileExistsError:
+            continue
+        created.append(folder)
+        os.chmod(folder, DIR_MODE)
+
+
+def _remove_empty(folders: list[str]) -> None:
+    for folder in reversed(folders):
+        try:
+            os.rmdir(folder)
+        except OSError:
+            return
+
+
+def _write_bytes(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), FILE_MODE)
+    with os.fdopen(fd, "wb") as handle:
+        os.fchmod(handle.fileno(), FILE_MODE)
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _place(root: str, entry: Entry) -> str:
+    parts = entry.name.split("/")
+    folder = root
+    for part in parts[:-1]:
+        folder = os.path.join(folder, part)
+        if not os.path.isdir(folder):
+            os.mkdir(folder, DIR_MODE)
+            os.chmod(folder, DIR_MODE)
+    path = os.path.join(folder, parts[-1])
+    if entry.is_json:
+        write_json_atomic(path, entry.document, mode=FILE_MODE)
+    else:
+        _write_bytes(path, entry.data or b"")
+    return path
+
+
+def scan_folder(root: str, plan: Plan) -> list[Mismatch]:
+    """Re-read the written folder: exactly the planned files, each with its planned sha256, and no
+    secret or control-node path in any of them."""
+    expected = {e.name: e.sha256 for e in plan.written()}
+    problems = []
+    found = set()
+    for folder, dirs, files in os.walk(root):
+        for entry in dirs + files:
+            path = os.path.join(folder, entry)
+            if os.path.islink(path):
+                problems.append(_mismatch(f"pack entry {os.path.relpath(path, root)}", "a symlink", "a plain file"))
+        for filename in files:
+            path = os.path.join(folder, filename)
+            name = os.path.relpath(path, root).replace(os.sep, "/")
+            found.add(name)
+            if name not in expected:
+                problems.append(_mismatch(f"pack file {name}", "present", "absent (not in the plan)"))
+                continue
+            digest = sha256_file(path)
+            if digest != expected[name]:
+                problems.append(_mismatch(f"pack file {name} sha256", digest, expected[name]))
+            with open(path, "rb") as handle:
+                problems += find_leaks(name, handle.read(), plan.secrets, plan.prefixes)
+    for name in sorted(set(expected) - found):
+        problems.append(_mismatch(f"pack file {name}", "absent", "written"))
+    return problems
+
+
+def write_pack(plan: Plan) -> None:
+    """Write ``plan`` into a staging folder beside its destination, verify and scan it from disk, then
+    rename it into place. On any fault nothing of the pack is left behind (nor the parent folders
+    this call created)."""
+    dest = plan.dest
+    parent = os.path.dirname(dest)
+    created: list[str] = []
+    staging = None
+    done = False
+    try:
+        _make_parents(parent, created)
+        staging = tempfile.mkdtemp(prefix=f".{os.path.basename(dest)}.", suffix=".partial", dir=parent)
+        os.chmod(staging, DIR_MODE)
+        for entry in plan.written():
+            _place(staging, entry)
+        problems = scan_folder(staging, plan)
+        if problems:
+            raise IdentityError(problems)
+        check_dest(dest)
+        try:
+            os.rename(staging, dest)
+        except OSError as exc:
+            raise IdentityError(_mismatch(f"evidence pack {dest}", f"not writable ({exc.strerror or exc})",
+                                          "absent or an empty folder")) from exc
+        done = True
+        _fsync_dir(parent)
+    except OSError as exc:
+        raise CheckError(RANK, f"cannot write the evidence pack {dest}: {exc}") from exc
+    finally:
+        if not done:
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
+            _remove_empty(created)

@@ -1,0 +1,571 @@
+# Copyright (c) gb10.dspark contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The evidence pack logic: planning, redaction, publication verdict, writing and the leak scan."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.gb10.dspark.plugins.module_utils import _evidence as ev
+from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, IdentityError
+
+MANIFEST = "f6777b31e8c8977361d629ca99c37a199d3b52b9abc134f1de624eb202f083a9"
+API_KEY = "sk-live-7Q2vX9pL4mN8"
+NOW = datetime(2026, 8, 5, 12, 0, 3, tzinfo=timezone.utc)
+
+
+def clean_facts(**changes) -> dict:
+    facts = {
+        "pin": {"image_id": "sha256:" + "2d" * 32, "model_revision": "9e165c30e2704aec5d9d593cce3eebd58bbef1cb",
+                "runtime_manifest_sha256": MANIFEST, "release": "v026"},
+        "manifest_sha256": MANIFEST,
+        "profile": {"name": "production", "sha256": "b9" * 32, "experimental": False, "departures": [],
+                    "cudagraph_implementation": "regular"},
+        "tree": {"dirty": False, "allow_dirty": False, "commit": "4d9a358e0f2b6f1d6f4a4c8f1bb1b1e7c1a2d3e4"},
+        "gate_status": "PASS",
+        "row_kinds": ["regular"],
+    }
+    facts.update(changes)
+    return facts
+
+
+def sources(root: Path) -> dict[str, Path]:
+    """Realistic control-node files of one run under ``root``/evidence/sim01."""
+    run = root / "evidence" / "sim01"
+    run.mkdir(parents=True)
+    files = {
+        "gate": run / "runtime-gate.json",
+        "guard": run / "serving-guard.json",
+        "niah": run / "niah-summary.json",
+        "row": run / "niah-rows.jsonl",
+        "inspect": run / "inspect-head.json",
+        "env": run / "production.env",
+    }
+    files["gate"].write_text(json.dumps({"schema_version": 3, "status": "PASS", "errors": [],
+                                         "evidence": {"output": str(files["gate"])}}))
+    files["guard"].write_text(json.dumps({"schema_version": 1, "status": "PASS", "requests": 64, "errors": []}))
+    files["niah"].write_text(json.dumps({"status": "PASS", "depths": [0.25, 0.5, 0.9]}))
+    files["row"].write_text('{"depth": 0.25, "status": "PASS", "implementation": "regular"}\n')
+    files["inspect"].write_text(json.dumps([{
+        "Id": "c0ffee",
+        "Args": ["serve", "/model", "--api-key", API_KEY, "--port", "8888"],
+        "Config": {"Env": [f"VLLM_API_KEY={API_KEY}", "hf_token=hf_abc", "PATH=/usr/bin", "NCCL_IB_HCA=mlx5_0",
+                           "DB_PASSWORD=pw1", "MY_SECRET_THING=s3"],
+                   "Cmd": ["vllm", "serve", f"--api-key={API_KEY}"],
+                   "Entrypoint": ["bash", "-c", f"exec vllm serve --api-key {API_KEY}"]},
+        "Mounts": [{"Source": str(run / "manifest.json")}],
+    }]))
+    files["env"].write_text(f"MAX_MODEL_LEN=327680\nDSPARK_MODEL_DIR={root}/models/dsv4\n")
+    return files
+
+
+def full_artifacts(files: dict[str, Path]) -> list[dict]:
+    return [
+        {"name": "runtime-gate.json", "src": str(files["gate"]), "kind": "gate", "required": True},
+        {"name": "serving-guard.json", "src": str(files["guard"]), "kind": "guard"},
+        {"name": "niah/summary.json", "src": str(files["niah"]), "kind": "niah"},
+        {"name": "niah/rows.jsonl", "src": str(files["row"]), "kind": "niah_row"},
+        {"name": "inspect/head.json", "src": str(files["inspect"]), "kind": "inspect", "required": True},
+        {"name": "profile/production.env", "src": str(files["env"]), "kind": "profile", "required": True},
+        {"name": "profile/compilation-config.json", "kind": "compilation_config",
+         "content": {"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_implementation": "regular"}},
+        {"name": "pin.json", "kind": "pin", "content": clean_facts()["pin"], "required": True},
+        {"name": "manifest.sha256", "kind": "manifest", "content": f"{MANIFEST}  runtime-manifest.json\n"},
+    ]
+
+
+def prefixes(root: Path) -> list[dict]:
+    return [{"prefix": str(root), "placeholder": "<root>"},
+            {"prefix": str(root / "evidence"), "placeholder": "<evidence>"}]
+
+
+def plan(root: Path, artifacts: list[dict] | None = None, facts: dict | None = None, **kwargs) -> ev.Plan:
+    files = sources(root) if artifacts is None else None
+    kwargs.setdefault("secrets", [API_KEY])
+    kwargs.setdefault("redact_prefixes", prefixes(root))
+    return ev.plan_pack(str(kwargs.pop("dest", root / "evidence" / "sim01" / "runs" / "r1")), "sim01", "r1",
+                        "provision", artifacts if artifacts is not None else full_artifacts(files),
+                        facts=clean_facts() if facts is None else facts, now=NOW, **kwargs)
+
+
+def tree(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+# --- the written pack -----------------------------------------------------------------------------------
+def test_pack_is_written_and_every_file_is_checksummed(tmp_path):
+    old = os.umask(0o077)  # modes must not depend on the umask
+    try:
+        p = plan(tmp_path)
+        ev.write_pack(p)
+    finally:
+        os.umask(old)
+    dest = Path(p.dest)
+    files = sorted(str(f.relative_to(dest)) for f in dest.rglob("*") if f.is_file())
+    assert files == p.files()
+    assert {"SHA256SUMS", "index.json", "index.md", "inspect/head.json", "niah/rows.jsonl"} <= set(files)
+
+    lines = (dest / "SHA256SUMS").read_text().splitlines()
+    listed = [line.split("  ", 1)[1] for line in lines]
+    assert listed == sorted(listed)
+    assert set(listed) == set(files) - {"SHA256SUMS"}
+    for line in lines:
+        digest, name = line.split("  ", 1)
+        assert hashlib.sha256((dest / name).read_bytes()).hexdigest() == digest, name
+
+    if shutil.which("sha256sum"):
+        res = subprocess.run(["sha256sum", "-c", "--strict", "SHA256SUMS"], cwd=dest, capture_output=True, text=True)
+        assert res.returncode == 0, res.stdout + res.stderr
+
+    for path in [dest, *dest.rglob("*")]:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        assert mode == (0o755 if path.is_dir() else 0o644), (path, oct(mode))
+    assert not [p for p in dest.parent.iterdir() if p.name != "r1"]  # no staging folder left behind
+
+
+def test_index_lists_every_file_with_its_checksum(tmp_path):
+    p = plan(tmp_path)
+    ev.write_pack(p)
+    dest = Path(p.dest)
+    index = json.loads((dest / "index.json").read_text())
+    assert index == p.index
+    assert index["pair"] == "sim01" and index["run_id"] == "r1" and index["created_utc"] == "2026-08-05T12:00:03Z"
+    on_disk = {str(f.relative_to(dest)): hashlib.sha256(f.read_bytes()).hexdigest()
+               for f in dest.rglob("*") if f.is_file()}
+    listed = {a["name"]: a for a in index["artifacts"]}
+    assert set(listed) == set(on_disk) - set(ev.GENERATED)
+    for name, artifact in listed.items():
+        assert artifact["sha256"] == on_disk[name] and artifact["bytes"] == (dest / name).stat().st_size
+    markdown = (dest / "index.md").read_text()
+    for name, digest in on_disk.items():
+        assert f"`{name}`" in markdown
+        if name not in ("index.md", "SHA256SUMS"):
+            assert digest in markdown, name
+    assert "`invalid_for_publish: false`" in markdown and "| pair | sim01 |" in markdown
+    assert str(tmp_path) not in markdown and str(tmp_path) not in (dest / "index.json").read_text()
+
+
+def test_source_hash_differs_from_pack_hash_only_when_redacted(tmp_path):
+    p = plan(tmp_path)
+    by_name = {e.name: e for e in p.entries}
+    guard = by_name["serving-guard.json"]  # holds no path: copied byte for byte
+    assert not guard.redacted and guard.source_sha256 == guard.sha256
+    gate = by_name["runtime-gate.json"]  # holds the control-node path of its own output
+    assert gate.redacted and gate.source_sha256 != gate.sha256
+    assert by_name["pin.json"].source_sha256 is None
+
+
+def test_binary_source_is_copied_as_is(tmp_path):
+    blob = tmp_path / "trace.bin"
+    blob.write_bytes(bytes(range(256)) * 4)
+    p = plan(tmp_path, artifacts=[{"name": "trace.bin", "src": str(blob)}], secrets=[], redact_prefixes=[])
+    ev.write_pack(p)
+    assert (Path(p.dest) / "trace.bin").read_bytes() == blob.read_bytes()
+
+
+# --- publication verdict --------------------------------------------------------------------------------
+def test_clean_run_is_publishable(tmp_path):
+    p = plan(tmp_path)
+    assert p.reasons == [] and p.invalid_for_publish is False
+    assert p.index["invalid_for_publish"] is False
+    assert p.index["results"]["gate"]["status"] == "PASS"
+    assert p.index["results"]["guard"]["status"] == "PASS" and p.index["results"]["niah"]["status"] == "PASS"
+
+
+def test_dirty_tree_and_experimental_profile_are_both_reasons(tmp_path):
+    facts = clean_facts(tree={"dirty": True, "allow_dirty": True, "commit": "4d9a358"},
+                        profile={"name": "production-k8", "sha256": "ab" * 32, "experimental": True,
+                                 "departures": [{"key": "max_num_seqs", "qualified": 16, "actual": 8}],
+                                 "cudagraph_implementation": "regular"})
+    p = plan(tmp_path, facts=facts)
+    assert p.invalid_for_publish is True
+    assert "wrapper tree at 4d9a358 is dirty (allowed by allow_dirty)" in p.reasons
+    assert "profile production-k8 is experimental" in p.reasons
+    assert "profile production-k8 departs from the qualified profile: max_num_seqs 8 (qualified 16)" in p.reasons
+    assert len(p.reasons) == 3
+    assert p.index["reasons"] == p.reasons and p.index["invalid_for_publish"] is True
+    markdown = p.generated[1].data.decode()
+    assert "`invalid_for_publish: true`" in markdown
+    assert "- profile production-k8 is experimental" in markdown
+
+
+def test_mixed_row_kinds_are_a_reason(tmp_path):
+    p = plan(tmp_path, facts=clean_facts(row_kinds=["regular", "breakable", "regular"]))
+    assert p.reasons == ["result rows mix CUDA-graph implementations: breakable, regular"]
+
+
+def test_rows_of_another_implementation_than_the_profile_are_a_reason(tmp_path):
+    p = plan(tmp_path, facts=clean_facts(row_kinds=["breakable"]))
+    assert p.reasons == ["result rows are breakable, but profile production runs regular"]
+
+
+def test_infra_errors_are_counted_apart_from_model_failures(tmp_path):
+    p = plan(tmp_path, facts=clean_facts(guard_infra_errors=2, guard_model_failures=1, niah_infra_errors=0,
+                                         niah_model_failures=3))
+    assert p.reasons == ["serving guard counted 2 infra error(s); publishable rows need 0"]
+    results = p.index["results"]
+    assert (results["guard"]["infra_errors"], results["guard"]["model_failures"]) == (2, 1)
+    assert (results["niah"]["infra_errors"], results["niah"]["model_failures"]) == (0, 3)
+    assert "| serving guard | PASS | 2 | 1 |" in p.generated[1].data.decode()
+
+
+def test_gate_status_is_read_from_the_pack_and_checked_against_the_facts(tmp_path):
+    files = sources(tmp_path)
+    files["gate"].write_text(json.dumps({"schema_version": 3, "status": "FAIL", "errors": ["x"]}))
+    p = plan(tmp_path, artifacts=full_artifacts(files))
+    assert "runtime gate status is FAIL in runtime-gate.json but PASS in the facts" in p.reasons
+    assert "runtime gate status is FAIL, expected PASS" in p.reasons
+    assert p.index["results"]["gate"]["status"] == "FAIL"
+
+
+def test_missing_gate_guard_failure_and_niah_status(tmp_path):
+    files = sources(tmp_path)
+    files["gate"].unlink()
+    files["guard"].write_text(json.dumps({"status": "FAIL"}))
+    files["niah"].write_text(json.dumps({"status": "ERROR"}))
+    p = plan(tmp_path, artifacts=full_artifacts(files), facts=clean_facts(gate_status=None))
+    assert p.reasons == [
+        "runtime gate result is missing from the pack",
+        "serving guard status is FAIL, expected PASS",
+        "NIAH status is ERROR, expected PASS",
+        "required artifact runtime-gate.json (gate) is missing",
+    ]
+    gate = next(e for e in p.entries if e.name == "runtime-gate.json")
+    assert gate.state == "missing" and gate.sha256 is None and "runtime-gate.json" not in p.files()
+
+
+def test_optional_missing_source_is_absent_and_no_reason(tmp_path):
+    files = sources(tmp_path)
+    artifacts = full_artifacts(files) + [{"name": "readiness.json", "src": str(tmp_path / "nope.json"),
+                                          "kind": "readiness"}]
+    p = plan(tmp_path, artifacts=artifacts)
+    entry = next(e for e in p.entries if e.name == "readiness.json")
+    assert entry.state == "absent" and p.reasons == []
+    assert "| `readiness.json` | readiness | absent | absent | absent |" in p.generated[1].data.decode()
+
+
+def test_guard_status_without_its_file_is_a_reason(tmp_path):
+    files = sources(tmp_path)
+    artifacts = [a for a in full_artifacts(files) if a["kind"] != "guard"]
+    p = plan(tmp_path, artifacts=artifacts, facts=clean_facts(guard_status="PASS"))
+    assert p.reasons == ["serving guard result is missing from the pack"]
+    assert plan(tmp_path / "b", artifacts=[a for a in full_artifacts(sources(tmp_path / "b"))
+                                          if a["kind"] != "guard"]).reasons == []
+
+
+def test_unrecorded_facts_are_reasons_and_manifest_must_match_the_pin(tmp_path):
+    p = plan(tmp_path, facts={"gate_status": "PASS", "manifest_sha256": "0" * 64,
+                              "pin": {"runtime_manifest_sha256": MANIFEST}})
+    assert p.reasons == [
+        "image id is not recorded (facts.pin.image_id)",
+        "model revision is not recorded (facts.pin.model_revision)",
+        f"runtime manifest sha256 is {'0' * 64}, pinned {MANIFEST}",
+        "wrapper tree state is not recorded (facts.tree.dirty)",
+        "profile is not recorded (facts.profile.name)",
+    ]
+    facts = clean_facts(profile={"name": "production", "departures": []})
+    assert plan(tmp_path / "b", facts=facts).reasons == ["profile production: whether it is experimental is not recorded"]
+
+
+def test_bad_fact_counts_are_refused(tmp_path):
+    with pytest.raises(IdentityError) as info:
+        plan(tmp_path, facts=clean_facts(niah_infra_errors=-1, row_kinds=["regular", "piecewise"]))
+    assert "rank control node: facts.niah_infra_errors is -1, expected a count" in str(info.value)
+    assert "facts.row_kinds element is 'piecewise', expected regular or breakable" in str(info.value)
+
+
+# --- redaction -------------------------------------------------------------------------------------------
+def test_control_node_paths_are_replaced_longest_prefix_first(tmp_path):
+    p = plan(tmp_path)
+    ev.write_pack(p)
+    dest = Path(p.dest)
+    gate = json.loads((dest / "runtime-gate.json").read_text())
+    assert gate["evidence"]["output"] == "<evidence>/sim01/runtime-gate.json"
+    assert (dest / "profile/production.env").read_text() == \
+        "MAX_MODEL_LEN=327680\nDSPARK_MODEL_DIR=<root>/models/dsv4\n"
+    for f in dest.rglob("*"):
+        if f.is_file():
+            assert str(tmp_path) not in f.read_text(), f
+
+
+def test_prefixes_under_a_symlink_are_replaced_in_both_spellings(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    text = tmp_path / "notes.txt"
+    text.write_text(f"{link}/a and {real}/b\n")
+    p = plan(tmp_path, artifacts=[{"name": "notes.txt", "src": str(text)}], secrets=[],
+             redact_prefixes=[{"prefix": str(link) + "/", "placeholder": "<data>"}])
+    assert p.entries[0].data == b"<data>/a and <data>/b\n"
+
+
+def test_path_left_in_an_escaped_spelling_fails_the_plan(tmp_path):
+    src = tmp_path / "escaped.json"
+    src.write_text('{"output": "' + str(tmp_path / "evidence").replace("/", "\\/") + '/x.json"}')  # valid JSON
+    assert json.loads(src.read_text())["output"].startswith(str(tmp_path))
+    with pytest.raises(IdentityError) as info:
+        plan(tmp_path, artifacts=[{"name": "escaped.json", "src": str(src)}], secrets=[])
+    assert f"pack file escaped.json is carrying the control-node path {tmp_path}" in str(info.value)
+
+
+def test_inspect_env_and_api_key_are_redacted(tmp_path):
+    p = plan(tmp_path)
+    ev.write_pack(p)
+    raw = (Path(p.dest) / "inspect/head.json").read_text()
+    assert API_KEY not in raw and "hf_abc" not in raw and "pw1" not in raw
+    container = json.loads(raw)[0]
+    assert container["Config"]["Env"] == ["VLLM_API_KEY=<redacted>", "hf_token=<redacted>", "PATH=/usr/bin",
+                                          "NCCL_IB_HCA=mlx5_0", "DB_PASSWORD=<redacted>", "MY_SECRET_THING=<redacted>"]
+    assert container["Args"] == ["serve", "/model", "--api-key", "<redacted>", "--port", "8888"]
+    assert container["Config"]["Cmd"] == ["vllm", "serve", "--api-key=<redacted>"]
+    assert container["Config"]["Entrypoint"][-1] == "exec vllm serve --api-key <redacted>"
+    assert container["Mounts"][0]["Source"] == "<evidence>/sim01/manifest.json"
+    assert next(e for e in p.entries if e.name == "inspect/head.json").redacted is True
+
+
+def test_inspect_redaction_leaves_other_kinds_alone():
+    doc = {"Env": ["A_TOKEN=x"], "Args": ["--api-key", "k"]}
+    assert ev.redact_inspect(doc) == {"Env": ["A_TOKEN=<redacted>"], "Args": ["--api-key", "<redacted>"]}
+    entry = ev.load_artifact({"name": "x.json", "kind": "other", "content": doc}, [])
+    assert json.loads(entry.data) == doc
+
+
+def test_inspect_that_is_not_json_fails(tmp_path):
+    src = tmp_path / "inspect.txt"
+    src.write_text("Env: TOKEN=abc\n")
+    with pytest.raises(CheckError, match="inspect.json .inspect. is not JSON"):
+        plan(tmp_path, artifacts=[{"name": "inspect.json", "src": str(src), "kind": "inspect"}], secrets=[])
+
+
+# --- secrets ---------------------------------------------------------------------------------------------
+def test_secret_in_an_artifact_fails_the_plan_without_naming_it(tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text(f"curl -H 'Authorization: Bearer {API_KEY}'\n")
+    files = sources(tmp_path)
+    with pytest.raises(IdentityError) as info:
+        plan(tmp_path, artifacts=full_artifacts(files) + [{"name": "notes.txt", "src": str(notes)}])
+    assert API_KEY not in str(info.value)
+    assert str(info.value) == "rank control node: pack file notes.txt is carrying secret #1 (value withheld), " \
+                              "expected free of secrets"
+    assert not (tmp_path / "evidence" / "sim01" / "runs").exists()
+
+
+def test_secret_in_facts_reaches_the_index_and_fails(tmp_path):
+    with pytest.raises(IdentityError, match="pack file index.json is carrying secret #2"):
+        plan(tmp_path, facts=clean_facts(tree={"dirty": False, "allow_dirty": False, "commit": "hunter22"}),
+             secrets=[API_KEY, "hunter22"])
+
+
+def test_non_ascii_secret_is_found_in_escaped_json():
+    secret = "pässwörd-42"
+    entry = ev.load_artifact({"name": "a.json", "content": {"note": secret}}, [])
+    assert secret.encode() not in entry.data  # written as \u escapes
+    assert [m.item for m in ev.find_leaks("a.json", entry.data, [secret], [])] == ["pack file a.json"]
+
+
+def test_leak_found_on_disk_removes_everything_written(tmp_path):
+    p = plan(tmp_path, dest=tmp_path / "evidence" / "sim01" / "runs" / "r1")
+    p.secrets.append("c0ffee")  # a value the plan did not know about, present in inspect/head.json
+    with pytest.raises(IdentityError) as info:
+        ev.write_pack(p)
+    assert "pack file inspect/head.json is carrying secret #2 (value withheld)" in str(info.value)
+    assert "c0ffee" not in str(info.value)
+    assert not (tmp_path / "evidence" / "sim01" / "runs").exists()  # the pack and the parents it created
+    assert (tmp_path / "evidence" / "sim01" / "runtime-gate.json").exists()  # sources untouched
+
+
+# --- destination and names -------------------------------------------------------------------------------
+def test_non_empty_destination_is_refused(tmp_path):
+    dest = tmp_path / "evidence" / "sim01" / "runs" / "r1"
+    dest.mkdir(parents=True)
+    (dest / "index.json").write_text("{}")
+    with pytest.raises(IdentityError) as info:
+        plan(tmp_path / "src", dest=dest)
+    assert str(info.value) == (f"rank control node: evidence pack {dest} is a non-empty folder (1 entries), "
+                               "expected absent or an empty folder (packs are never overwritten)")
+    assert (dest / "index.json").read_text() == "{}"
+
+
+def test_file_destination_is_refused_and_empty_folder_is_used(tmp_path):
+    target = tmp_path / "pack"
+    target.write_text("x")
+    with pytest.raises(IdentityError, match="is a file, expected absent or an empty folder"):
+        plan(tmp_path / "a", dest=target)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    p = plan(tmp_path / "b", dest=empty)
+    ev.write_pack(p)
+    assert "index.json" in os.listdir(empty)
+
+
+def test_destination_written_meanwhile_is_not_overwritten(tmp_path):
+    p = plan(tmp_path)
+    Path(p.dest).mkdir(parents=True)
+    (Path(p.dest) / "other").write_text("theirs")
+    with pytest.raises(IdentityError, match="non-empty folder"):
+        ev.write_pack(p)
+    assert tree(Path(p.dest)) == ["other"]
+    assert [n for n in os.listdir(Path(p.dest).parent) if n != "r1"] == []
+
+
+def test_plan_writes_nothing(tmp_path):
+    files = sources(tmp_path)
+    before = tree(tmp_path)
+    p = plan(tmp_path, artifacts=full_artifacts(files))
+    assert tree(tmp_path) == before
+    assert p.files() == sorted(["SHA256SUMS", "index.json", "index.md", "inspect/head.json", "manifest.sha256",
+                                "niah/rows.jsonl", "niah/summary.json", "pin.json", "profile/compilation-config.json",
+                                "profile/production.env", "runtime-gate.json", "serving-guard.json"])
+
+
+@pytest.mark.parametrize("name, why", [
+    ("../escape.json", "'..'"),
+    ("a/../../b", "'..'"),
+    ("/etc/passwd", "an absolute path"),
+    ("a//b", "empty"),
+    ("./a", "'.'"),
+    ("", "an empty name"),
+    ("a\\b", "backslash"),
+    ("line\nbreak", "control character"),
+    ("SHA256SUMS", "reserves"),
+    ("Index.JSON", "reserves"),
+])
+def test_bad_names_are_refused(tmp_path, name, why):
+    with pytest.raises(IdentityError) as info:
+        plan(tmp_path, artifacts=[{"name": name, "content": "x"}], secrets=[], redact_prefixes=[])
+    assert why in str(info.value)
+    assert not (tmp_path / "evidence").exists()
+
+
+def test_duplicate_and_folder_clashing_names_are_refused():
+    problems = ev.check_names(["a.json", "a.json", "inspect", "inspect/head.json", "ok.txt"])
+    assert [m.message for m in problems] == [
+        "rank control node: artifact name 'a.json' is given twice, expected unique",
+        "rank control node: artifact name 'inspect' is also the folder of another artifact, expected a file name",
+    ]
+
+
+def test_src_and_content_are_exclusive_and_one_is_needed():
+    with pytest.raises(IdentityError, match="given both src and content"):
+        ev.load_artifact({"name": "a", "src": "/x", "content": "y"}, [])
+    with pytest.raises(IdentityError, match="given neither src nor content"):
+        ev.load_artifact({"name": "a"}, [])
+
+
+def test_folder_source_fails(tmp_path):
+    with pytest.raises(CheckError, match="is a folder, expected a file"):
+        ev.load_artifact({"name": "a", "src": str(tmp_path)}, [])
+
+
+@pytest.mark.parametrize("item, match", [
+    ({"prefix": "/", "placeholder": "<root>"}, "other than /"),
+    ({"prefix": "relative/path", "placeholder": "<x>"}, "absolute"),
+    ({"prefix": "/srv/ev", "placeholder": 'say "hi"'}, "without quotes"),
+    ({"prefix": "/srv/ev", "placeholder": "/srv/ev/x"}, "holds no redacted path"),
+])
+def test_bad_prefixes_are_refused(item, match):
+    with pytest.raises(IdentityError, match=match):
+        ev.normalise_prefixes([item])
+
+
+def test_sha256sums_format():
+    entries = [ev.Entry("b.txt", "other", data=b"b"), ev.Entry("a/x.json", "other", data=b"{}"),
+               ev.Entry("gone", "other", state="absent")]
+    assert ev.sha256sums(entries).decode().splitlines() == [
+        f"{hashlib.sha256(b'{}').hexdigest()}  a/x.json",
+        f"{hashlib.sha256(b'b').hexdigest()}  b.txt",
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# discovery from a pair's evidence folder
+# --------------------------------------------------------------------------------------------
+def _put(path: Path, doc: object) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def pair_folder(root: Path, guard_impl: str = "regular", dirty: bool = False) -> tuple[Path, Path]:
+    pair = root / "evidence" / "sim01"
+    _put(pair / "readiness.json", {"profile": "long-1m", "profile_sha256": "ab" * 32, "experimental": False,
+                                   "departures": [], "kv_cache_size_tokens": 1253231})
+    _put(pair / "runtime-gate.json", {"status": "PASS", "errors": [],
+                                      "evidence": {"expected_cudagraph_implementation": "regular"}})
+    _put(pair / "serving-guard.json", {"status": "FAIL", "infra_failures": 2, "contract_failures": 1,
+                                       "context": {"cudagraph_implementation": guard_impl}})
+    old = pair / "niah" / "long-1m-000000000000"
+    _put(old / "niah.json", {"status": "FAIL"})
+    os.utime(old / "niah.json", (1_000_000, 1_000_000))
+    new = pair / "niah" / "long-1m-111111111111"
+    _put(new / "niah.json", {"status": "ERROR", "infra_error_count": 1, "fail_count": 0})
+    _put(new / "depth-262128.json", {"status": "PASS"})
+    _put(new / "depth-524256.json", {"status": "ERROR"})
+    _put(new / "context.json", {"cudagraph_implementation": "regular"})
+    (new / ".lock").write_text("")
+    tree = _put(root / "evidence" / "wrapper-tree.json", {"dirty": dirty, "allowed_dirty": dirty,
+                                                          "revision": "9cef5c53d9e5b9ed8fb1b7ff8024f2a4b5aa540c"})
+    return pair, tree
+
+
+def test_discover_takes_the_pair_files_and_only_the_latest_niah_run(tmp_path):
+    pair, tree = pair_folder(tmp_path)
+    artifacts, facts = ev.discover(str(pair), str(tree))
+    names = {a["name"]: (a["kind"], a["required"]) for a in artifacts}
+    assert names["readiness.json"] == ("readiness", True) and names["runtime-gate.json"] == ("gate", True)
+    assert names["serving-guard.json"] == ("guard", False)
+    assert names["niah/long-1m-111111111111/niah.json"] == ("niah", True)
+    assert names["niah/long-1m-111111111111/depth-524256.json"] == ("niah_row", False)
+    assert names["niah/long-1m-111111111111/context.json"] == ("other", False)
+    assert names["wrapper-tree.json"] == ("tree", True)
+    assert not any("000000000000" in n or n.endswith(".lock") for n in names)
+    assert facts["profile"] == {"name": "long-1m", "sha256": "ab" * 32, "experimental": False, "departures": [],
+                                "cudagraph_implementation": "regular"}
+    assert (facts["guard_infra_errors"], facts["guard_model_failures"]) == (2, 1)
+    assert (facts["niah_infra_errors"], facts["niah_model_failures"]) == (1, 0)
+    assert facts["row_kinds"] == ["regular"]
+    assert facts["tree"] == {"dirty": False, "allow_dirty": False, "commit": "9cef5c53d9e5b9ed8fb1b7ff8024f2a4b5aa540c"}
+
+
+def test_discovered_breakable_guard_and_dirty_tree_are_publication_reasons(tmp_path):
+    pair, tree = pair_folder(tmp_path, guard_impl="breakable", dirty=True)
+    artifacts, facts = ev.discover(str(pair), str(tree))
+    assert facts["row_kinds"] == ["breakable", "regular"]
+    facts = ev.merge_facts(facts, {"pin": clean_facts()["pin"], "manifest_sha256": MANIFEST})
+    plan = ev.plan_pack(str(tmp_path / "pack"), "sim01", "20260805T120003Z", "niah", artifacts, facts=facts, now=NOW)
+    text = " | ".join(plan.reasons)
+    assert plan.invalid_for_publish
+    assert "mix CUDA-graph implementations: breakable, regular" in text
+    assert "wrapper tree at 9cef5c53d9e5b9ed8fb1b7ff8024f2a4b5aa540c is dirty (allowed by allow_dirty)" in text
+    assert "serving guard counted 2 infra error(s)" in text and "NIAH counted 1 infra error(s)" in text
+
+
+def test_merge_facts_given_values_win_and_none_keeps_the_found(tmp_path):
+    found = {"profile": {"name": "production", "experimental": False}, "row_kinds": ["regular"]}
+    merged = ev.merge_facts(found, {"profile": {"name": None, "experimental": True}, "row_kinds": None,
+                                    "gate_status": "PASS"})
+    assert merged == {"profile": {"name": "production", "experimental": True}, "row_kinds": ["regular"],
+                      "gate_status": "PASS"}
+    assert found["profile"]["experimental"] is False  # the found facts are not changed in place
+
+
+def test_an_empty_pair_folder_marks_the_required_results_missing(tmp_path):
+    pair = tmp_path / "sim02"
+    pair.mkdir()
+    artifacts, facts = ev.discover(str(pair))
+    assert facts == {"row_kinds": []}
+    plan = ev.plan_pack(str(tmp_path / "pack"), "sim02", "r1", "evidence",
+                        artifacts + [{"name": "pin.json", "content": clean_facts()["pin"], "kind": "pin"}],
+                        facts=clean_facts(profile=None, tree=None), now=NOW)
+    text = " | ".join(plan.reasons)
+    assert "required artifact readiness.json (readiness) is missing" in text
+    assert "required artifact runtime-gate.json (gate) is missing" in text
