@@ -35,8 +35,10 @@ class ActionModule(ActionBase):
                                     module_args={"state": "status", "output_dir": output_dir}, task_vars=task_vars)
 
     def _job(self, jid: str, task_vars: dict) -> dict:
-        return self._execute_module(module_name="ansible.builtin.async_status",
-                                    module_args={"jid": jid, "mode": "status"}, task_vars=task_vars)
+        # what ansible.builtin.async_status does: the job file lives in the shell's async_dir on the head
+        async_dir = self._remote_expand_user(self.get_shell_option("async_dir", default="~/.ansible_async"))
+        return self._execute_module(module_name="ansible.legacy.async_status", task_vars=task_vars,
+                                    module_args={"jid": jid, "mode": "status", "_async_dir": async_dir})
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)

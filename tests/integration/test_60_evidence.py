@@ -1,0 +1,89 @@
+"""The evidence pack on the simulator: one folder per pair and run whose index lists every file
+with its checksum (and SHA256SUMS verifies), with no control-node path and no API key in it; a run
+from a dirty tree (allowed) with an experimental profile is marked invalid for publication."""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from simhelpers import INVENTORY, ROOT, playbook
+
+KEY = "sk-evidence-test-5b1e9c"
+
+
+def site() -> dict:
+    return yaml.safe_load((INVENTORY / "group_vars" / "all" / "site.yml").read_text())
+
+
+def runs(pair) -> list[Path]:
+    root = Path(site()["dspark_evidence_dir"]) / f"sim{pair.index:02d}" / "runs"
+    return sorted(root.iterdir()) if root.exists() else []
+
+
+def newest_pack(pair, before: list[Path]) -> Path:
+    new = [p for p in runs(pair) if p not in before]
+    assert len(new) == 1, new
+    return new[0]
+
+
+def index_rows(pack: Path) -> dict[str, str]:
+    rows = {}
+    for line in (pack / "index.md").read_text().splitlines():
+        m = re.match(r"\| `([^`]+)` \| \w+ \| present \| \d+ \| ([0-9a-f]{64}) \|$", line)
+        if m:
+            rows[m.group(1)] = m.group(2)
+    return rows
+
+
+def test_pack_lists_every_file_with_its_checksum_and_leaks_nothing(sim, clean_tree, host_vars):
+    pair = sim[0]
+    for rank in (pair.head, pair.worker):
+        host_vars(rank, {"dspark_api_key": KEY})
+    before = runs(pair)
+    playbook("provision.yml", clean_tree, "--limit", pair.group)
+    pack = newest_pack(pair, before)
+    files = sorted(str(p.relative_to(pack)) for p in pack.rglob("*") if p.is_file())
+    assert {"pin.json", "readiness.json", "runtime-gate.json", "wrapper-tree.json", "inspect/head.json",
+            "inspect/worker.json", "profiles/head/production.env", "profiles/worker/production.compilation-config.json",
+            "SHA256SUMS", "index.md", "index.json"} <= set(files)
+    listed = index_rows(pack)
+    for name in files:
+        if name in ("index.md", "SHA256SUMS"):
+            continue
+        assert listed[name] == hashlib.sha256((pack / name).read_bytes()).hexdigest(), name
+    assert subprocess.run(["sha256sum", "--quiet", "-c", "SHA256SUMS"], cwd=pack).returncode == 0
+    for path in pack.rglob("*"):
+        if path.is_file():
+            text = path.read_text(errors="replace")
+            assert KEY not in text, path
+            assert str(ROOT) not in text and str(clean_tree) not in text, path
+    env = json.loads((pack / "inspect" / "head.json").read_text())[0]["Config"]["Env"]
+    assert "VLLM_API_KEY=<redacted>" in env
+    index = json.loads((pack / "index.json").read_text())
+    assert index["invalid_for_publish"] is False, index["reasons"]
+
+
+def test_dirty_tree_and_experimental_profile_are_invalid_for_publication(sim, clean_tree, tmp_path):
+    pair = sim[0]
+    dirty = tmp_path / "dirty" / "gb10-dspark"
+    shutil.copytree(clean_tree, dirty, symlinks=True)
+    (dirty / "README.md").write_text((dirty / "README.md").read_text() + "\nlocal edit\n")
+    before = runs(pair)
+    playbook("provision.yml", dirty, "--limit", pair.group, "-e", "dspark_preflight_allow_dirty_tree=true",
+             "-e", '{"dspark_profile_overrides": {"max_num_seqs": 8}, "dspark_profile_allow_experimental": true}')
+    pack = newest_pack(pair, before)
+    index = json.loads((pack / "index.json").read_text())
+    text = " | ".join(index["reasons"])
+    assert index["invalid_for_publish"] is True
+    assert "is dirty (allowed by allow_dirty)" in text
+    assert "profile production is experimental" in text and "max_num_seqs" in text
+    md = (pack / "index.md").read_text()
+    assert "`invalid_for_publish: true`" in md and "is dirty" in md
+    assert str(dirty) not in (pack / "wrapper-tree.json").read_text()
+    playbook("provision.yml", clean_tree, "--limit", pair.group)  # back to the qualified profile, clean tree
