@@ -68,6 +68,8 @@ class ActionModule(ActionBase):
                     result.update(failed=True, job=job, status=status,
                                   msg=f"{host}: the NIAH run failed: {job.get('msg')}")
                     return result
+                if job is not None:  # the run may have ended after the status above was read
+                    status = self._status(output_dir, task_vars)
                 summary = status.get("summary")
                 if not summary:
                     result.update(failed=True, status=status,
