@@ -51,7 +51,7 @@ def test_niah_passes_at_three_depths_and_restores_production(sim, clean_tree):
     doc = summary(runs[0])
     assert doc["status"] == "PASS" and doc["max_model_len"] == LONG_WINDOW
     assert doc["depths"] == DEPTHS and [r["status"] for r in doc["rows"]] == ["PASS"] * 3
-    assert doc["kv_cache_size_tokens"] == 1_253_231 and doc["kv_below_window"] is False
+    assert doc["kv_cache_size_tokens"] >= LONG_WINDOW and doc["kv_below_window"] is False
     for row in doc["rows"]:
         assert row["prompt_tokens_constructed"] == row["depth"]
         assert row["usage"]["prompt_tokens"] == row["depth"]  # the server counted exactly the constructed prompt
