@@ -30,8 +30,9 @@ def sim_cli(*args: str, check: bool = True, timeout: float = 600) -> subprocess.
     return res
 
 
-def ansible(*args: str, tool: str = "ansible", check: bool = True, timeout: float = 900) -> subprocess.CompletedProcess:
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0")
+def ansible(*args: str, tool: str = "ansible", check: bool = True, timeout: float = 900,
+            env: dict | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0", **(env or {}))
     exe = str(Path(sys.executable).with_name(tool))
     res = subprocess.run([exe, "-i", str(INVENTORY), *args], cwd=ROOT, env=env, text=True,
                          capture_output=True, timeout=timeout)
@@ -74,7 +75,8 @@ def container_state(rank: layout.Rank, name: str = "dspark_vllm") -> dict:
 
 
 
-def playbook(name: str, tree: Path, *extra: str, check: bool = True, timeout: float = 1800) -> subprocess.CompletedProcess:
+def playbook(name: str, tree: Path, *extra: str, check: bool = True, timeout: float = 1800,
+             env: dict | None = None) -> subprocess.CompletedProcess:
     """Run playbooks/<name> deploying from the clean checkout ``tree``."""
     return ansible(f"playbooks/{name}", "-e", f"dspark_preflight_wrapper_path={tree}", *extra,
-                   tool="ansible-playbook", check=check, timeout=timeout)
+                   tool="ansible-playbook", check=check, timeout=timeout, env=env)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from simhelpers import INVENTORY, ansible, playbook
+from simhelpers import INVENTORY, ansible, on_rank, playbook
 
 
 def site() -> dict:
@@ -73,3 +73,31 @@ def test_slow_tokens_stop_at_the_bound(sim, clean_tree, host_vars):
     doc = report(pair)
     assert doc["elapsed_s"] < 60
     assert any("time bound" in e or "transport" in e for e in doc["errors"])
+
+
+def labelled(rank) -> list[str]:
+    out = on_rank(rank, ["docker", "container", "ls", "--all", "--filter", "label=io.gb10.dspark.pair",
+                         "--format", "{{.Names}}"]).stdout
+    return sorted(out.split())
+
+
+def test_ci_guard_takes_the_model_dir_from_the_runner_and_removes_leftovers(sim, clean_tree):
+    pair = sim[1]
+    model_dir = site()["dspark_model_dir"]
+    image = yaml.safe_load((INVENTORY / "group_vars" / "all" / "pin.yml").read_text())["dspark_pin"]["image_id"]
+    on_rank(pair.head, ["docker", "container", "rm", "--force", "dspark_guard_leftover"], check=False)
+    on_rank(pair.head, ["docker", "container", "create", "--name", "dspark_guard_leftover",
+                        "--label", "io.gb10.dspark.pair=sim02", image])
+    assert "dspark_guard_leftover" in labelled(pair.head)
+
+    # a wrong directory on the runner stops the job before anything changes
+    bad = playbook("guard_ci.yml", clean_tree, "--limit", pair.group, check=False,
+                   env={"DSPARK_MODEL_DIR": "/srv/no-such-model"})
+    assert bad.returncode != 0
+    assert "/srv/no-such-model" in flat(bad)
+    assert "dspark_guard_leftover" in labelled(pair.head)
+
+    ok = playbook("guard_ci.yml", clean_tree, "--limit", pair.group, env={"DSPARK_MODEL_DIR": model_dir})
+    assert "serving guard PASS" in flat(ok)
+    assert labelled(pair.head) == ["dspark_vllm"]
+    assert report(pair)["status"] == "PASS" and report(pair)["context"]["profile"] == "production"
