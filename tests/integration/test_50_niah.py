@@ -100,3 +100,41 @@ def test_kv_smaller_than_the_window_and_resume_after_an_interruption(sim, clean_
     assert d2["status"] == "PASS"
     assert d3["status"] == "ERROR" and d3["kind"] == "capacity" and "600000" in d3["reason"].replace(",", "")
     assert d3["http_status"] is None  # never sent
+
+
+def test_an_interrupted_control_node_reattaches_and_restarts_nothing(sim, clean_tree, host_vars):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from simhelpers import ROOT
+
+    pair = sim[0]
+    # every generated token takes 0.5 s, so a depth takes seconds: time to interrupt the control node
+    host_vars(pair.head, {"dspark_engine_extra_env": {"DSPARK_SIM_STARTUP_DELAY_S": "1", "DSPARK_SIM_TOKEN_DELAY_S": "0.5"}})
+    host_vars(pair.worker, {"dspark_engine_extra_env": {"DSPARK_SIM_STARTUP_DELAY_S": "1", "DSPARK_SIM_TOKEN_DELAY_S": "0.5"}})
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0")
+    argv = [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(INVENTORY), "playbooks/niah.yml",
+            "--limit", pair.group, "-e", f"dspark_preflight_wrapper_path={clean_tree}", "-e", "dspark_niah_poll_interval=1"]
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    seen = []
+    deadline = time.monotonic() + 600
+    for line in proc.stdout:
+        seen.append(line)
+        if "NIAH running: depth" in line or time.monotonic() > deadline:
+            break
+    assert any("NIAH running: depth" in line for line in seen), "".join(seen[-40:])
+    os.killpg(proc.pid, signal.SIGKILL)  # the control node goes away mid-ladder
+    proc.wait()
+    engine = (container_state(pair.head)["StartedAt"], container_state(pair.worker)["StartedAt"])
+
+    again = playbook("niah.yml", clean_tree, "--limit", pair.group, "-e", "dspark_niah_poll_interval=1")
+    out = flat(again)
+    assert "a NIAH run is in progress on the head; the pair is not touched" in out
+    assert (container_state(pair.head)["StartedAt"], container_state(pair.worker)["StartedAt"]) == engine
+    run = max((r for r in niah_runs(pair) if r.name.startswith("long-1m-")), key=lambda r: (r / "niah.json").stat().st_mtime)
+    doc = summary(run)
+    assert doc["status"] == "PASS" and doc["ran"] == DEPTHS and doc["resumed"] == []  # one job did every depth
