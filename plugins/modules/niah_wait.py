@@ -17,6 +17,8 @@ description:
     waits for a healthy long run instead of restarting it.
   - Returns the run's summary when it ends; fails when the job failed, when it ended without a
     summary, or when I(budget) runs out (the run keeps going on the head).
+extends_documentation_fragment:
+  - gb10.dspark._attributes.wait
 options:
   output_dir:
     description: The run's folder on the head (rows, progress, summary).
@@ -37,19 +39,6 @@ options:
     description: Seconds between progress lines when nothing changes.
     type: float
     default: 300
-attributes:
-  check_mode:
-    support: full
-    details: In check mode no run was started, so it skips.
-  diff_mode:
-    support: none
-    details: Changes nothing.
-  idempotent:
-    support: full
-    details: Read-only.
-  action:
-    support: full
-    details: Runs on the controller and calls gb10.dspark.niah and ansible.builtin.async_status on the head.
 seealso:
   - module: gb10.dspark.niah
 author:

@@ -18,6 +18,8 @@ description:
     and a containerd store are not comparable).
   - Lists every problem, not just the first; each message names the rank, the expected and the
     actual value. Changes nothing.
+extends_documentation_fragment:
+  - gb10.dspark._attributes.read_only
 options:
   hosts:
     description:
@@ -33,16 +35,6 @@ options:
     description: Whether to check images; C(false) checks the pairing only (a preflight before any image work).
     type: bool
     default: true
-attributes:
-  check_mode:
-    support: full
-    details: Read-only; runs the same in check mode.
-  diff_mode:
-    support: none
-    details: Changes nothing, so there is nothing to diff.
-  idempotent:
-    support: full
-    details: Read-only.
 seealso:
   - module: gb10.dspark.image_identity
 author:

@@ -17,6 +17,7 @@ description:
     ranks; fails with C(TIMEOUT) and the same logs when I(budget) runs out.
   - Returns the KV cache size the engine reports, for the evidence.
 extends_documentation_fragment:
+  - gb10.dspark._attributes.wait
   - gb10.dspark._probe
 options:
   budget:
@@ -35,19 +36,6 @@ options:
     description: Log lines per rank printed on failure.
     type: int
     default: 30
-attributes:
-  check_mode:
-    support: full
-    details: In check mode nothing was started, so it skips.
-  diff_mode:
-    support: none
-    details: Changes nothing.
-  idempotent:
-    support: full
-    details: Read-only.
-  action:
-    support: full
-    details: Runs on the controller and calls gb10.dspark.engine_probe on the head.
 seealso:
   - module: gb10.dspark.engine_probe
 author:
