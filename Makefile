@@ -71,6 +71,7 @@ test: lint test-unit test-integration test-molecule
 
 lint: deps
 	@$(VENV)/bin/ruff check plugins sim tools tests molecule
+	@$(VENV)/bin/actionlint -config-file docs/ci/actionlint.yaml -shellcheck "$$(command -v shellcheck || true)" docs/ci/dspark-*.yml
 
 test-unit: deps
 	@$(PY) -m pytest tests/unit

@@ -15,6 +15,7 @@ packages=(
   procps
   git
   curl
+  shellcheck         # actionlint checks the CI workflow's run: scripts with it
 )
 missing=()
 for p in "${packages[@]}"; do
