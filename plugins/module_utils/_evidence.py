@@ -32,7 +32,7 @@ from ansible_collections.gb10.dspark.plugins.module_utils._identity import Check
 
 RANK = "control node"
 SCHEMA_VERSION = 1
-KINDS = ("pin", "manifest", "profile", "compilation_config", "gate", "guard", "niah", "niah_row", "inspect",
+KINDS = ("pin", "manifest", "profile", "compilation_config", "gate", "guard", "niah", "niah_row", "systems", "inspect",
          "readiness", "tree", "other")
 IMPLEMENTATIONS = ("regular", "breakable")
 INDEX_JSON = "index.json"
@@ -338,6 +338,8 @@ PAIR_FILES = (  # name in the pair folder, kind, required
     ("runtime-gate.json", "gate", True),
     ("runtime-gate-config.json", "other", False),
     ("serving-guard.json", "guard", False),
+    ("systems.json", "systems", False),
+    ("systems.md", "other", False),
 )
 _DEPTH_ROW = re.compile(r"depth-\d+\.json")
 
@@ -386,6 +388,13 @@ def discover(pair_dir: str, tree_record: str | None = None) -> tuple[list[dict],
         facts["guard_infra_errors"] = guard.get("infra_failures")
         facts["guard_model_failures"] = guard.get("contract_failures")
         implementation = (guard.get("context") or {}).get("cudagraph_implementation")
+        if implementation in IMPLEMENTATIONS:
+            kinds.append(implementation)
+    systems = _read_json(os.path.join(pair_dir, "systems.json"))
+    if isinstance(systems, dict):
+        counts = systems.get("counts") or {}
+        facts["systems_infra_errors"] = counts.get("error")
+        implementation = (systems.get("context") or {}).get("cudagraph_implementation")
         if implementation in IMPLEMENTATIONS:
             kinds.append(implementation)
     run = latest_niah_run(pair_dir)
@@ -522,7 +531,10 @@ def publication_reasons(facts: dict, entries: list[Entry]) -> tuple[list[str], d
     reasons += why
     niah, why = judge_result("NIAH", "niah", facts.get("niah_status"), entries, also_kinds=("niah_row",))
     reasons += why
-    for section, prefix, label_ in ((guard, "guard", "serving guard"), (niah, "niah", "NIAH")):
+    systems, why = judge_result("systems lanes", "systems", facts.get("systems_status"), entries)
+    reasons += why
+    for section, prefix, label_ in ((guard, "guard", "serving guard"), (niah, "niah", "NIAH"),
+                                    (systems, "systems", "systems lanes")):
         section["infra_errors"] = facts.get(f"{prefix}_infra_errors")
         section["model_failures"] = facts.get(f"{prefix}_model_failures")
         if section["infra_errors"]:
@@ -538,12 +550,13 @@ def publication_reasons(facts: dict, entries: list[Entry]) -> tuple[list[str], d
     for entry in entries:
         if entry.state == "missing":
             reasons.append(f"required artifact {entry.name} ({entry.kind}) is missing")
-    return reasons, {"gate": gate, "guard": guard, "niah": niah, "row_kinds": kinds}
+    return reasons, {"gate": gate, "guard": guard, "niah": niah, "systems": systems, "row_kinds": kinds}
 
 
 def check_facts(facts: dict) -> list[Mismatch]:
     problems = []
-    for key in ("guard_infra_errors", "guard_model_failures", "niah_infra_errors", "niah_model_failures"):
+    for key in ("guard_infra_errors", "guard_model_failures", "niah_infra_errors", "niah_model_failures",
+                "systems_infra_errors", "systems_model_failures"):
         value = facts.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             problems.append(_mismatch(f"facts.{key}", repr(value), "a count (an integer >= 0)"))
@@ -638,6 +651,7 @@ def render_markdown(index: dict, index_json: Entry) -> str:
         _result_row("runtime gate", results["gate"], counts=False),
         _result_row("serving guard", results["guard"], counts=True),
         _result_row("NIAH", results["niah"], counts=True),
+        _result_row("systems lanes", results["systems"], counts=True),
         "",
         f"Result row implementations: {', '.join(results['row_kinds']) or 'not recorded'}",
         "",

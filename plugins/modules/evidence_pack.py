@@ -157,6 +157,15 @@ options:
       niah_model_failures:
         description: NIAH rows the model failed, counted apart from infra errors.
         type: int
+      systems_status:
+        description: Status of the systems lanes (C(systems.json)), when they ran.
+        type: str
+      systems_infra_errors:
+        description: Systems lane rows that ended in an error (no figure recorded).
+        type: int
+      systems_model_failures:
+        description: Systems lane rows the model failed (the canary).
+        type: int
       row_kinds:
         description: The CUDA-graph implementations of the result rows in the pack.
         type: list
@@ -447,6 +456,9 @@ def main() -> None:
                     "niah_status": {"type": "str"},
                     "niah_infra_errors": {"type": "int"},
                     "niah_model_failures": {"type": "int"},
+                    "systems_status": {"type": "str"},
+                    "systems_infra_errors": {"type": "int"},
+                    "systems_model_failures": {"type": "int"},
                     "row_kinds": {"type": "list", "elements": "str", "choices": list(IMPLEMENTATIONS)},
                 },
             },

@@ -569,3 +569,20 @@ def test_an_empty_pair_folder_marks_the_required_results_missing(tmp_path):
     text = " | ".join(plan.reasons)
     assert "required artifact readiness.json (readiness) is missing" in text
     assert "required artifact runtime-gate.json (gate) is missing" in text
+
+
+def test_discovered_systems_lanes_with_error_rows_are_a_reason(tmp_path):
+    pair, tree = pair_folder(tmp_path)
+    _put(pair / "systems.json", {"status": "ERROR", "counts": {"pass": 4, "error": 2, "not_implemented": 2},
+                                 "context": {"cudagraph_implementation": "regular"}})
+    (pair / "systems.md").write_text("| lane | status |\n")
+    artifacts, facts = ev.discover(str(pair), str(tree))
+    kinds = {a["name"]: a["kind"] for a in artifacts}
+    assert kinds["systems.json"] == "systems" and kinds["systems.md"] == "other"
+    assert facts["systems_infra_errors"] == 2
+    facts = ev.merge_facts(facts, {"pin": clean_facts()["pin"], "manifest_sha256": MANIFEST})
+    plan = ev.plan_pack(str(tmp_path / "pack"), "sim01", "r2", "pubsuite", artifacts, facts=facts, now=NOW)
+    text = " | ".join(plan.reasons)
+    assert "systems lanes status is ERROR, expected PASS" in text
+    assert "systems lanes counted 2 infra error(s)" in text
+    assert plan.index["results"]["systems"]["status"] == "ERROR"
