@@ -393,7 +393,8 @@ def discover(pair_dir: str, tree_record: str | None = None) -> tuple[list[dict],
     systems = _read_json(os.path.join(pair_dir, "systems.json"))
     if isinstance(systems, dict):
         counts = systems.get("counts") or {}
-        facts["systems_infra_errors"] = counts.get("error")
+        facts["systems_infra_errors"] = counts.get("ERROR")
+        facts["systems_model_failures"] = counts.get("FAIL")
         implementation = (systems.get("context") or {}).get("cudagraph_implementation")
         if implementation in IMPLEMENTATIONS:
             kinds.append(implementation)

@@ -573,7 +573,7 @@ def test_an_empty_pair_folder_marks_the_required_results_missing(tmp_path):
 
 def test_discovered_systems_lanes_with_error_rows_are_a_reason(tmp_path):
     pair, tree = pair_folder(tmp_path)
-    _put(pair / "systems.json", {"status": "ERROR", "counts": {"pass": 4, "error": 2, "not_implemented": 2},
+    _put(pair / "systems.json", {"status": "ERROR", "counts": {"PASS": 4, "ERROR": 2, "FAIL": 0, "NOT_IMPLEMENTED": 2},
                                  "context": {"cudagraph_implementation": "regular"}})
     (pair / "systems.md").write_text("| lane | status |\n")
     artifacts, facts = ev.discover(str(pair), str(tree))

@@ -1,0 +1,195 @@
+"""gb10.dspark.systems_lanes end to end: the module's main() against the real engine stand-in
+(``sim/engine/bin/vllm serve``, a plain local process), in run, check and diff mode."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.gb10.dspark.plugins.modules import systems_lanes
+
+REPO = Path(__file__).resolve().parents[4]
+VLLM = REPO / "sim" / "engine" / "bin" / "vllm"
+SERVED = "deepseek-v4-flash-dspark"
+SMALL = {"latency_reps": 2, "latency_max_tokens": 8, "concurrency_levels": [1, 2], "concurrency_reps": 2,
+         "concurrency_max_tokens": 8, "decode_reps": 2, "decode_max_tokens": 16, "prefill_reps": 2,
+         "prefill_prompt_tokens": 2000, "request_timeout": 30}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    """The engine stand-in on a free port, 20 ms per generated token; stopped at the end."""
+    workdir = tmp_path_factory.mktemp("engine")
+    (workdir / "model").mkdir()
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DSPARK_", "VLLM_", "NCCL_"))}
+    env["DSPARK_SIM_TOKEN_DELAY_S"] = "0.02"
+    log = open(workdir / "engine.log", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen([sys.executable, str(VLLM), "serve", str(workdir / "model"), "--port", str(port),
+                             "--host", "127.0.0.1", "--served-model-name", SERVED, "--speculative-config",
+                             '{"method":"dspark","num_speculative_tokens":6}'],
+                            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, (workdir / "engine.log").read_text(errors="replace")[-2000:]
+            assert time.monotonic() < deadline, "the engine stand-in did not come up within 30 s"
+            try:
+                with urllib.request.urlopen(url + "/v1/models", timeout=1):
+                    break
+            except OSError:
+                time.sleep(0.1)
+        yield url
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        log.close()
+
+
+def _args(url: str, out: Path, **kw) -> dict:
+    args = {"base_url": url, "model": SERVED, "output_dir": str(out), **SMALL}
+    args.update(kw)
+    return args
+
+
+def test_run_writes_the_report_and_returns_it(run_module, engine, tmp_path):
+    out = tmp_path / "systems"
+    result = run_module(systems_lanes, _args(engine, out, api_key="sk-not-needed"), diff=True)
+    assert result["failed"] is False, result.get("msg")
+    assert result["changed"] is True and result["status"] == "PASS"
+    report = result["report"]
+    assert json.loads((out / "systems.json").read_text()) == report
+    assert (out / "systems.md").read_text().startswith(f"# Systems lanes: {SERVED}")
+    assert oct(out.stat().st_mode & 0o777) == "0o750"
+    statuses = [(r["lane"], r["level"], r["status"]) for r in report["rows"]]
+    assert statuses[:7] == [("canary", None, "PASS"), ("latency", None, "PASS"), ("concurrency", 1, "PASS"),
+                            ("concurrency", 2, "PASS"), ("throughput", "decode", "PASS"),
+                            ("throughput", "prefill", "PASS"), ("spec_decode", None, "PASS")]
+    assert [s for _, _, s in statuses[7:]] == ["NOT_IMPLEMENTED", "NOT_IMPLEMENTED"]
+    assert report["settings"]["concurrency_levels"] == [1, 2] and "api_key" not in json.dumps(report)
+    assert "sk-not-needed" not in json.dumps(result)
+    assert result["diff"] == {"before": {}, "after": {"status": "PASS", "finished": report["finished"],
+                                                      "counts": report["counts"]}}
+    assert "plan" not in result
+
+
+def test_second_run_diff_shows_the_previous_report(run_module, engine, tmp_path):
+    out = tmp_path / "systems"
+    first = run_module(systems_lanes, _args(engine, out, lanes=["canary"]))
+    second = run_module(systems_lanes, _args(engine, out, lanes=["canary", "spec_decode"]), diff=True)
+    assert second["changed"] is True
+    assert second["diff"]["before"] == {"status": "PASS", "finished": first["report"]["finished"],
+                                        "counts": first["report"]["counts"]}
+    assert second["diff"]["after"]["counts"]["total"] == 2
+    assert "diff" not in first
+
+
+def test_error_rows_do_not_fail_the_module(run_module, engine, tmp_path):
+    # a prompt longer than the window is refused with HTTP 400: that row is ERROR, the module still succeeds
+    out = tmp_path / "systems"
+    result = run_module(systems_lanes, _args(engine, out, lanes=["throughput"], prefill_reps=1,
+                                             prefill_prompt_tokens=1048576))
+    assert result["failed"] is False and result["status"] == "ERROR"
+    decode, prefill = result["report"]["rows"]
+    assert decode["status"] == "PASS" and prefill["status"] == "ERROR"
+    assert prefill["client"]["tok_s"] is None and prefill["client"]["ttft_ms"] is None
+    assert "HTTP status is 400, expected 200 (server: This model's maximum context length" in prefill["reasons"][0]
+    assert (out / "systems.json").exists()
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    seen: list = []
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        self.seen.append(("GET", self.path))
+        self.send_error(500)
+
+    def do_POST(self):
+        self.seen.append(("POST", self.path))
+        self.send_error(500)
+
+
+def test_check_mode_sends_nothing_and_writes_nothing(run_module, tmp_path):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Recorder.seen = []
+    try:
+        out = tmp_path / "systems"
+        result = run_module(systems_lanes, _args(f"http://127.0.0.1:{server.server_address[1]}", out),
+                            check_mode=True, diff=True)
+    finally:
+        server.shutdown()
+    assert result["failed"] is False and result["changed"] is False
+    assert _Recorder.seen == [] and not out.exists()
+    assert result["report"] is None and result["status"] is None
+    lanes = [(s["lane"], s["level"]) for s in result["plan"]["steps"]]
+    assert lanes[:4] == [("canary", None), ("latency", None), ("concurrency", 1), ("concurrency", 2)]
+    assert result["plan"]["files"] == [str(out / "systems.json"), str(out / "systems.md")]
+    assert result["diff"]["before"] == {} and result["diff"]["after"]["status"] == "(would run)"
+
+
+def test_model_not_served_fails_naming_expected_and_actual(run_module, engine, tmp_path):
+    result = run_module(systems_lanes, _args(engine, tmp_path / "systems", model="other-model"))
+    assert result["failed"] is True and result["changed"] is False
+    assert result["msg"] == f"rank head: served models is [{SERVED}], expected other-model (the model is not served)"
+    assert result["mismatches"][0]["expected"] == "other-model"
+    assert not (tmp_path / "systems" / "systems.json").exists()
+
+
+def test_output_dir_not_writable_fails(run_module, engine, tmp_path):
+    (tmp_path / "file").write_text("x")
+    result = run_module(systems_lanes, _args(engine, tmp_path / "file" / "systems"))
+    assert result["failed"] is True
+    assert result["msg"].startswith(f"rank head: output_dir {tmp_path}/file/systems is not writable")
+
+
+def test_invalid_options_fail_in_check_mode_too(run_module, tmp_path):
+    result = run_module(systems_lanes, _args("http://127.0.0.1:9", tmp_path / "s", latency_reps=1,
+                                             concurrency_levels=[2, 2]), check_mode=True)
+    assert result["failed"] is True
+    assert "rank head: option latency_reps is 1, expected at least 2" in result["msg"]
+    assert "rank head: option concurrency_levels is [2, 2], expected distinct levels" in result["msg"]
+
+
+def test_external_lanes_not_implemented_without_a_client(run_module, tmp_path):
+    # the external lane alone sends no request: nothing listens on the port
+    result = run_module(systems_lanes, _args(f"http://127.0.0.1:{_free_port()}", tmp_path / "s",
+                                             lanes=["external"]))
+    assert result["failed"] is False and result["status"] == "PASS"
+    assert [(r["level"], r["status"], r["reasons"]) for r in result["report"]["rows"]] == [
+        ("bfcl_mt", "NOT_IMPLEMENTED", ["no external benchmark client configured"]),
+        ("bfcl_ast", "NOT_IMPLEMENTED", ["no external benchmark client configured"])]
+
+
+def test_external_client_with_missing_checkout_fails(run_module, tmp_path):
+    result = run_module(systems_lanes, _args("http://127.0.0.1:9", tmp_path / "s", lanes=["external"],
+                                             external_client={"path": str(tmp_path / "nowhere"),
+                                                              "python": sys.executable}))
+    assert result["failed"] is True
+    assert f"rank head: option external_client.path is {tmp_path}/nowhere, expected an existing checkout" \
+        in result["msg"]
