@@ -1,0 +1,119 @@
+"""playbooks/systems.yml and playbooks/pubsuite.yml on the simulator: the lanes' figures follow the
+stand-in's per-token delay, a wrong-usage fault gives error rows and no figure, and the
+publication suite runs end to end and resumes after an interruption without redoing a stage."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from simhelpers import INVENTORY, container_state, playbook
+
+DELAY_S = 0.05
+SMALL = json.dumps({
+    "dspark_systems_latency_reps": 3, "dspark_systems_latency_max_tokens": 16,
+    "dspark_systems_concurrency_levels": [1, 2], "dspark_systems_concurrency_reps": 1,
+    "dspark_systems_concurrency_max_tokens": 16, "dspark_systems_decode_reps": 2,
+    "dspark_systems_decode_max_tokens": 32, "dspark_systems_prefill_reps": 1,
+    "dspark_systems_prefill_prompt_tokens": 2000})
+
+
+def site() -> dict:
+    return yaml.safe_load((INVENTORY / "group_vars" / "all" / "site.yml").read_text())
+
+
+def pair_dir(pair) -> Path:
+    return Path(site()["dspark_evidence_dir"]) / f"sim{pair.index:02d}"
+
+
+def systems(pair) -> dict:
+    return json.loads((pair_dir(pair) / "systems.json").read_text())
+
+
+def rows(doc: dict, lane: str) -> list[dict]:
+    return [r for r in doc["rows"] if r["lane"] == lane]
+
+
+def flat(res) -> str:
+    return " ".join((res.stdout + res.stderr).split())
+
+
+def slow(pair, host_vars, **extra):
+    env = {"DSPARK_SIM_STARTUP_DELAY_S": "1", "DSPARK_SIM_TOKEN_DELAY_S": str(DELAY_S), **extra}
+    host_vars(pair.head, {"dspark_engine_extra_env": env})
+    host_vars(pair.worker, {"dspark_engine_extra_env": {k: v for k, v in env.items() if k != "DSPARK_SIM_FAULT"}})
+
+
+def test_lanes_follow_the_per_token_delay(sim, clean_tree, host_vars):
+    pair = sim[0]
+    slow(pair, host_vars)
+    playbook("provision.yml", clean_tree, "--limit", pair.group)
+    res = playbook("systems.yml", clean_tree, "--limit", pair.group, "-e", SMALL)
+    assert "systems lanes PASS" in flat(res)
+    doc = systems(pair)
+    assert doc["status"] == "PASS" and doc["context"]["profile"] == "production"
+    latency = rows(doc, "latency")[0]
+    # each generated token takes DELAY_S on the stand-in: the measured inter-token latency is that
+    # delay plus scheduling noise, never less
+    assert DELAY_S * 1000 * 0.9 <= latency["client"]["itl_ms"] <= DELAY_S * 1000 * 2.0, latency
+    assert latency["client"]["ttft_ms"] > 0 and latency["client"]["tok_s"] <= 1.0 / DELAY_S * 1.1
+    levels = {r["level"]: r for r in rows(doc, "concurrency")}
+    assert set(levels) == {1, 2} and all(r["status"] == "PASS" for r in levels.values())
+    assert levels[2]["client"]["tok_s"] > levels[1]["client"]["tok_s"] * 1.4  # two streams, one delay each
+    spec = rows(doc, "spec_decode")[0]
+    assert spec["status"] == "PASS" and 0 < spec["server"]["acceptance_rate"] <= 1
+    external = rows(doc, "external")
+    assert external and all(r["status"] == "NOT_IMPLEMENTED" for r in external)
+    assert "client" in latency and "server" in latency  # client and server figures are kept apart
+    assert "| latency |" in (pair_dir(pair) / "systems.md").read_text()
+
+
+def test_wrong_usage_is_an_error_row_not_a_figure(sim, clean_tree, host_vars):
+    pair = sim[1]
+    slow(pair, host_vars, DSPARK_SIM_FAULT="wrong_usage")
+    playbook("provision.yml", clean_tree, "--limit", pair.group, check=False)  # the gate fails on usage too
+    res = playbook("systems.yml", clean_tree, "--limit", pair.group, "-e", SMALL, check=False)
+    assert res.returncode != 0
+    doc = systems(pair)
+    latency = rows(doc, "latency")[0]
+    assert latency["status"] == "ERROR" and latency["client"]["itl_ms"] is None and latency["client"]["tok_s"] is None
+    assert any("usage" in reason for reason in latency["reasons"])
+    assert "systems lanes ERROR" in flat(res)
+
+
+def test_pubsuite_runs_end_to_end_and_resumes_without_redoing_a_stage(sim, clean_tree, host_vars):
+    pair = sim[0]
+    slow(pair, host_vars)
+    suite = ["-e", "dspark_pubsuite_id=t70", "-e", "dspark_niah_poll_interval=1", "-e", SMALL]
+    stages_file = pair_dir(pair) / "pubsuite" / "t70" / "stages.json"
+    # the first run is interrupted in the systems stage (an unknown lane is refused there)
+    first = playbook("pubsuite.yml", clean_tree, "--limit", pair.group, *suite,
+                     "-e", '{"dspark_systems_lanes": ["latency", "no_such_lane"]}', check=False)
+    assert first.returncode != 0
+    stages = json.loads(stages_file.read_text())["stages"]
+    assert list(stages) == ["niah", "production"] and stages["niah"]["status"] == "PASS"
+    engine = (container_state(pair.head)["StartedAt"], container_state(pair.worker)["StartedAt"])
+    niah_summaries = sorted(pair_dir(pair).glob("niah/long-1m-*/niah.json"))
+    niah_mtimes = [p.stat().st_mtime for p in niah_summaries]
+
+    second = playbook("pubsuite.yml", clean_tree, "--limit", pair.group, *suite)
+    out = flat(second)
+    assert "finished stages ['niah', 'production']" in out
+    stages = json.loads(stages_file.read_text())["stages"]
+    assert list(stages) == ["niah", "production", "systems", "repro", "pack"]
+    assert stages["systems"]["status"] == "PASS" and stages["repro"]["status"] == "PASS"
+    # NIAH and the production launch were not done again: same engine, same NIAH summary
+    assert (container_state(pair.head)["StartedAt"], container_state(pair.worker)["StartedAt"]) == engine
+    assert [p.stat().st_mtime for p in niah_summaries] == niah_mtimes
+    packs = sorted((pair_dir(pair) / "runs").iterdir())
+    index = json.loads((packs[-1] / "index.json").read_text())
+    assert index["playbook"] == "pubsuite"
+    names = {a["name"] for a in index["artifacts"]}
+    assert {"systems.json", "serving-guard.json", "runtime-gate.json"} <= names
+    assert any(n.startswith("niah/long-1m-") and n.endswith("niah.json") for n in names)
+    # NIAH ran on long-1m and the lanes on production, both regular: no breakable/regular mix
+    assert not any("mix CUDA-graph" in r for r in index["reasons"])
+
+    third = playbook("pubsuite.yml", clean_tree, "--limit", pair.group, *suite)
+    assert "finished stages ['niah', 'production', 'systems', 'repro', 'pack']" in flat(third)
