@@ -4,6 +4,7 @@ publication suite runs end to end and resumes after an interruption without redo
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
 import yaml
@@ -85,8 +86,9 @@ def test_wrong_usage_is_an_error_row_not_a_figure(sim, clean_tree, host_vars):
 def test_pubsuite_runs_end_to_end_and_resumes_without_redoing_a_stage(sim, clean_tree, host_vars):
     pair = sim[0]
     slow(pair, host_vars)
-    suite = ["-e", "dspark_pubsuite_id=t70", "-e", "dspark_niah_poll_interval=1", "-e", SMALL]
-    stages_file = pair_dir(pair) / "pubsuite" / "t70" / "stages.json"
+    suite_id = f"t70-{uuid.uuid4().hex[:8]}"  # a new suite: nothing recorded yet
+    suite = ["-e", f"dspark_pubsuite_id={suite_id}", "-e", "dspark_niah_poll_interval=1", "-e", SMALL]
+    stages_file = pair_dir(pair) / "pubsuite" / suite_id / "stages.json"
     # the first run is interrupted in the systems stage (an unknown lane is refused there)
     first = playbook("pubsuite.yml", clean_tree, "--limit", pair.group, *suite,
                      "-e", '{"dspark_systems_lanes": ["latency", "no_such_lane"]}', check=False)
@@ -114,6 +116,9 @@ def test_pubsuite_runs_end_to_end_and_resumes_without_redoing_a_stage(sim, clean
     assert any(n.startswith("niah/long-1m-") and n.endswith("niah.json") for n in names)
     # NIAH ran on long-1m and the lanes on production, both regular: no breakable/regular mix
     assert not any("mix CUDA-graph" in r for r in index["reasons"])
+
+    assert stages["pack"]["status"] == "PUBLISHABLE", index["reasons"]
+    assert "all PASS, the pack is publishable" in out
 
     third = playbook("pubsuite.yml", clean_tree, "--limit", pair.group, *suite)
     assert "finished stages ['niah', 'production', 'systems', 'repro', 'pack']" in flat(third)
