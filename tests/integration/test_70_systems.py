@@ -4,6 +4,7 @@ publication suite runs end to end and resumes after an interruption without redo
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from pathlib import Path
 
@@ -101,7 +102,7 @@ def test_pubsuite_runs_end_to_end_and_resumes_without_redoing_a_stage(sim, clean
 
     second = playbook("pubsuite.yml", clean_tree, "--limit", pair.group, *suite)
     out = flat(second)
-    assert "finished stages ['niah', 'production']" in out
+    assert re.search(r"finished stages: niah, production\b(?!,)", out)
     stages = json.loads(stages_file.read_text())["stages"]
     assert list(stages) == ["niah", "production", "systems", "repro", "pack"]
     assert stages["systems"]["status"] == "PASS" and stages["repro"]["status"] == "PASS"
@@ -121,4 +122,4 @@ def test_pubsuite_runs_end_to_end_and_resumes_without_redoing_a_stage(sim, clean
     assert "all PASS, the pack is publishable" in out
 
     third = playbook("pubsuite.yml", clean_tree, "--limit", pair.group, *suite)
-    assert "finished stages ['niah', 'production', 'systems', 'repro', 'pack']" in flat(third)
+    assert re.search(r"finished stages: niah, production, systems, repro, pack\b", flat(third))
