@@ -95,7 +95,7 @@ def test_pubsuite_runs_end_to_end_and_resumes_without_redoing_a_stage(sim, clean
                      "-e", '{"dspark_systems_lanes": ["latency", "no_such_lane"]}', check=False)
     assert first.returncode != 0
     stages = json.loads(stages_file.read_text())["stages"]
-    assert list(stages) == ["niah", "production"] and stages["niah"]["status"] == "PASS"
+    assert set(stages) == {"niah", "production"} and stages["niah"]["status"] == "PASS"
     engine = (container_state(pair.head)["StartedAt"], container_state(pair.worker)["StartedAt"])
     niah_summaries = sorted(pair_dir(pair).glob("niah/long-1m-*/niah.json"))
     niah_mtimes = [p.stat().st_mtime for p in niah_summaries]
@@ -104,7 +104,7 @@ def test_pubsuite_runs_end_to_end_and_resumes_without_redoing_a_stage(sim, clean
     out = flat(second)
     assert re.search(r"finished stages: niah, production\b(?!,)", out)
     stages = json.loads(stages_file.read_text())["stages"]
-    assert list(stages) == ["niah", "production", "systems", "repro", "pack"]
+    assert set(stages) == {"niah", "production", "systems", "repro", "pack"}
     assert stages["systems"]["status"] == "PASS" and stages["repro"]["status"] == "PASS"
     # NIAH and the production launch were not done again: same engine, same NIAH summary
     assert (container_state(pair.head)["StartedAt"], container_state(pair.worker)["StartedAt"]) == engine
