@@ -28,11 +28,15 @@ def check_finite(value: object, path: str = "$") -> None:
 
 
 def write_json_atomic(path: str, document: object, mode: int = 0o644, make_dirs: bool = False) -> None:
-    """Write ``document`` as pretty JSON (sorted keys, indent 2) so that ``path`` is either the old
-    file or the complete new one: a temp file in the same directory, fsync, rename, directory fsync.
-    With ``make_dirs`` a missing directory is created. Non-finite numbers are refused before anything is written."""
+    """Write ``document`` as pretty JSON (sorted keys, indent 2) with :func:`write_text_atomic`.
+    Non-finite numbers and what JSON cannot hold are refused before anything is written."""
     check_finite(document)
-    text = json.dumps(document, sort_keys=True, indent=2, allow_nan=False) + "\n"
+    write_text_atomic(path, json.dumps(document, sort_keys=True, indent=2, allow_nan=False) + "\n", mode, make_dirs)
+
+
+def write_text_atomic(path: str, text: str, mode: int = 0o644, make_dirs: bool = False) -> None:
+    """Write ``text`` so that ``path`` is either the old file or the complete new one: a temp file in
+    the same directory, fsync, rename, directory fsync. With ``make_dirs`` a missing directory is created."""
     directory = os.path.dirname(os.path.abspath(path))
     if make_dirs:
         os.makedirs(directory, exist_ok=True)

@@ -45,7 +45,7 @@ from datetime import datetime, timezone
 from typing import Callable
 
 from ansible_collections.gb10.dspark.plugins.module_utils._engine_probe import parse_metrics
-from ansible_collections.gb10.dspark.plugins.module_utils._files import write_json_atomic
+from ansible_collections.gb10.dspark.plugins.module_utils._files import write_json_atomic, write_text_atomic
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, IdentityError, Mismatch
 from ansible_collections.gb10.dspark.plugins.module_utils._serving_guard import (
     Expect,
@@ -903,24 +903,6 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write_text_atomic(path: str, text: str, mode: int = 0o644) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, temp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            os.fchmod(handle.fileno(), mode)
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        try:
-            os.unlink(temp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
 def prepare_output_dir(path: str) -> None:
     """Create ``path`` (mode 0750) and prove it is writable, before anything is sent."""
     try:
@@ -1032,7 +1014,7 @@ def run(s: Settings, call: Call, post: Callable[[str, dict, float], Streamed], a
               "finished": utc_now(), "status": overall_status(rows), "counts": counts(rows), "rows": rows,
               "spec_decode": spec, "files": {"json": json_path, "markdown": md_path}, "context": dict(s.context or {})}
     write_json_atomic(json_path, report)
-    _write_text_atomic(md_path, markdown(report))
+    write_text_atomic(md_path, markdown(report))
     after = {"status": report["status"], "finished": report["finished"], "counts": report["counts"]}
     return {"changed": True, "report": report, "status": report["status"], "output_dir": s.output_dir,
             "diff": {"before": before_doc, "after": after}}

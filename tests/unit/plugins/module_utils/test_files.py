@@ -45,3 +45,13 @@ def test_writer_creates_the_directory_and_honours_the_mode(tmp_path):
     rg.write_json_atomic(str(target), {"x": 1}, mode=0o600, make_dirs=True)
     assert json.loads(target.read_text()) == {"x": 1}
     assert oct(target.stat().st_mode & 0o777) == "0o600"
+
+
+def test_text_writer_replaces_whole_files_only(tmp_path):
+    target = tmp_path / "systems.md"
+    target.write_text("old")
+    rg.write_text_atomic(str(target), "| lane |\n")
+    assert target.read_text() == "| lane |\n" and os.listdir(tmp_path) == ["systems.md"]
+    with pytest.raises(TypeError):
+        rg.write_text_atomic(str(target), b"bytes are not text")
+    assert target.read_text() == "| lane |\n" and os.listdir(tmp_path) == ["systems.md"]

@@ -4,91 +4,42 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+
+from tests.support import standin
 
 from ansible_collections.gb10.dspark.plugins.module_utils import _systems as S
 from ansible_collections.gb10.dspark.plugins.module_utils._http import json_client
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, IdentityError
 from ansible_collections.gb10.dspark.plugins.module_utils._serving_guard import Expect
 
-REPO = Path(__file__).resolve().parents[4]
-VLLM = REPO / "sim" / "engine" / "bin" / "vllm"
-SERVED = "deepseek-v4-flash-dspark"
+SERVED = standin.SERVED
 TOKEN_DELAY = 0.02
 SMALL = {"latency_reps": 3, "latency_max_tokens": 16, "concurrency_levels": (1, 2), "concurrency_reps": 2,
          "concurrency_max_tokens": 16, "decode_reps": 2, "decode_max_tokens": 32, "prefill_reps": 2,
          "prefill_prompt_tokens": 2000, "request_timeout": 30.0}
 
 
-# ---- the engine stand-in as a local process ------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _start_engine(workdir: Path, fault: str = ""):
-    model = workdir / "model"
-    model.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DSPARK_", "VLLM_", "NCCL_"))}
-    env["DSPARK_SIM_TOKEN_DELAY_S"] = str(TOKEN_DELAY)
-    if fault:
-        env["DSPARK_SIM_FAULT"] = fault
-    log = open(workdir / "engine.log", "wb")  # noqa: SIM115 - closed by the finalizer
-    proc = subprocess.Popen([sys.executable, str(VLLM), "serve", str(model), "--port", str(port), "--host",
-                             "127.0.0.1", "--served-model-name", SERVED, "--speculative-config",
-                             '{"method":"dspark","num_speculative_tokens":6}'],
-                            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError((workdir / "engine.log").read_text(errors="replace")[-2000:])
-        try:
-            with urllib.request.urlopen(url + "/v1/models", timeout=1) as resp:
-                if resp.status == 200:
-                    return proc, log, url
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise AssertionError("the engine stand-in did not come up within 30 s")
-
-
-def _stop_engine(proc, log) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-    log.close()
-
-
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
-    proc, log, url = _start_engine(tmp_path_factory.mktemp("engine"))
+    proc, log, url = standin.start(tmp_path_factory.mktemp("engine"), {"DSPARK_SIM_TOKEN_DELAY_S": str(TOKEN_DELAY)})
     yield url
-    _stop_engine(proc, log)
+    standin.stop(proc, log)
 
 
 @pytest.fixture(scope="module")
 def wrong_usage_engine(tmp_path_factory):
-    proc, log, url = _start_engine(tmp_path_factory.mktemp("engine-wrong-usage"), fault="wrong_usage")
+    proc, log, url = standin.start(tmp_path_factory.mktemp("engine-wrong-usage"),
+                                   {"DSPARK_SIM_TOKEN_DELAY_S": str(TOKEN_DELAY), "DSPARK_SIM_FAULT": "wrong_usage"})
     yield url
-    _stop_engine(proc, log)
+    standin.stop(proc, log)
 
 
 def _settings(url: str, output_dir: Path, **kw) -> S.Settings:
@@ -321,7 +272,7 @@ def test_stream_client_timestamps_each_line_as_it_arrives(slow_server):
 def test_stream_client_http_error_and_refused(slow_server):
     got = S.stream_client(slow_server, "sk-x")("/bad", {"stream": True}, 5)
     assert got.status == 404 and got.error_body["error"]["message"] == "no such model" and got.error is None
-    got = S.stream_client(f"http://127.0.0.1:{_free_port()}", None)("/v1/completions", {}, 2)
+    got = S.stream_client(f"http://127.0.0.1:{standin.free_port()}", None)("/v1/completions", {}, 2)
     assert got.status is None and got.error
 
 
@@ -435,7 +386,7 @@ def test_output_dir_not_writable_fails_before_sending(tmp_path):
 
 
 def test_unreachable_engine_fails(tmp_path):
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{standin.free_port()}"
     s = S.Settings(model=SERVED, output_dir=str(tmp_path / "out"), base_url=url, lanes=("canary",))
     with pytest.raises(CheckError, match=r"^rank head: the engine's API is unreachable"):
         S.run(s, json_client(url, None), S.stream_client(url, None))

@@ -3,69 +3,29 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
 import sys
 import threading
-import time
-import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+from tests.support import standin
+
 from ansible_collections.gb10.dspark.plugins.modules import systems_lanes
 
-REPO = Path(__file__).resolve().parents[4]
-VLLM = REPO / "sim" / "engine" / "bin" / "vllm"
-SERVED = "deepseek-v4-flash-dspark"
+SERVED = standin.SERVED
 SMALL = {"latency_reps": 2, "latency_max_tokens": 8, "concurrency_levels": [1, 2], "concurrency_reps": 2,
          "concurrency_max_tokens": 8, "decode_reps": 2, "decode_max_tokens": 16, "prefill_reps": 2,
          "prefill_prompt_tokens": 2000, "request_timeout": 30}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
     """The engine stand-in on a free port, 20 ms per generated token; stopped at the end."""
-    workdir = tmp_path_factory.mktemp("engine")
-    (workdir / "model").mkdir()
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DSPARK_", "VLLM_", "NCCL_"))}
-    env["DSPARK_SIM_TOKEN_DELAY_S"] = "0.02"
-    log = open(workdir / "engine.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([sys.executable, str(VLLM), "serve", str(workdir / "model"), "--port", str(port),
-                             "--host", "127.0.0.1", "--served-model-name", SERVED, "--speculative-config",
-                             '{"method":"dspark","num_speculative_tokens":6}'],
-                            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, (workdir / "engine.log").read_text(errors="replace")[-2000:]
-            assert time.monotonic() < deadline, "the engine stand-in did not come up within 30 s"
-            try:
-                with urllib.request.urlopen(url + "/v1/models", timeout=1):
-                    break
-            except OSError:
-                time.sleep(0.1)
-        yield url
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
-        log.close()
+    proc, log, url = standin.start(tmp_path_factory.mktemp("engine"), {"DSPARK_SIM_TOKEN_DELAY_S": "0.02"})
+    yield url
+    standin.stop(proc, log)
 
 
 def _args(url: str, out: Path, **kw) -> dict:
@@ -178,7 +138,7 @@ def test_invalid_options_fail_in_check_mode_too(run_module, tmp_path):
 
 def test_external_lanes_not_implemented_without_a_client(run_module, tmp_path):
     # the external lane alone sends no request: nothing listens on the port
-    result = run_module(systems_lanes, _args(f"http://127.0.0.1:{_free_port()}", tmp_path / "s",
+    result = run_module(systems_lanes, _args(f"http://127.0.0.1:{standin.free_port()}", tmp_path / "s",
                                              lanes=["external"]))
     assert result["failed"] is False and result["status"] == "PASS"
     assert [(r["level"], r["status"], r["reasons"]) for r in result["report"]["rows"]] == [
