@@ -1,0 +1,561 @@
+# Copyright (c) gb10.dspark contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The fleet audit: what one rank holds (:func:`collect`), and one verdict per pair (:func:`pair_verdict`).
+
+:func:`collect` runs on a rank (module ``gb10.dspark.rank_audit``) and gathers, in one module
+call, everything the verdict needs: the images the engine holds, the engine container (state,
+image, the collection's ``io.gb10.dspark.*`` labels, the sha256 of its command and of its
+non-secret environment), the rendered profile env file of the labelled profile and whether the
+container still runs with it, the runtime manifest's sha256, the model revision marker and, on
+the head, the OpenAI API and a few ``/metrics`` values. It only reads. Nothing that is down
+makes it fail: a dead engine is ``docker.reachable false``, a missing file is ``present false``.
+
+:func:`pair_verdict` is pure: the two ranks' audits against the pair's desired state give exactly
+one verdict, checked in this order: ``UNREACHABLE`` (a rank could not be audited), ``DOWN`` (an
+engine, a container or the head's API is not up), ``DRIFT`` (anything differs; every difference is
+listed), else ``OK``.
+
+No secret reaches a result: the API key is only sent as a header, environment values of names
+that look secret (:data:`SECRET_NAME`) are neither returned nor hashed, and any secret value seen
+is scrubbed from every returned string.
+
+Standard library only; it runs on the ranks.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Iterable
+
+from ansible_collections.gb10.dspark.plugins.module_utils._digest import sha256_file
+from ansible_collections.gb10.dspark.plugins.module_utils._engine_probe import (
+    api_state,
+    container_state,
+    http_json,
+    parse_metrics,
+)
+from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, Mismatch
+from ansible_collections.gb10.dspark.plugins.module_utils._runtime_gate import (
+    command_string,
+    scrub,
+    sha256_text,
+)
+
+Run = Callable[[list[str]], tuple[int, str, str]]
+
+VERDICTS = ("OK", "DRIFT", "DOWN", "UNREACHABLE")
+ROLES = ("head", "worker")
+EXIT_OK = 0
+EXIT_NOT_OK = 2
+
+LABEL_PREFIX = "io.gb10.dspark."
+LABEL_PAIR = LABEL_PREFIX + "pair"
+LABEL_RANK = LABEL_PREFIX + "rank"
+LABEL_PROFILE = LABEL_PREFIX + "profile"
+LABEL_PROFILE_SHA256 = LABEL_PREFIX + "profile.sha256"
+LABEL_CUDAGRAPH = LABEL_PREFIX + "cudagraph.implementation"
+LABEL_IMAGE_ID = LABEL_PREFIX + "image.id"
+LABEL_MANIFEST_SHA256 = LABEL_PREFIX + "manifest.sha256"
+LABEL_MODEL_REVISION = LABEL_PREFIX + "model.revision"
+
+# An environment variable whose name matches this holds (or may hold) a secret: its value is never
+# returned, never hashed, and scrubbed from every returned string.
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+SCRUB_MIN = 8  # shorter secret values ("0", "1") are not scrubbed from text: they would mangle it
+
+REVISION_MARKER = ".r0b0tlab-model-revision"
+MARKER_LIMIT = 4096  # a marker holds one revision
+ENV_FILE_LIMIT = 1 << 20
+_PROFILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_ERROR_LIMIT = 300
+
+DESIRED_REQUIRED = ("image_id", "manifest_sha256", "model_revision", "profile", "profile_sha256", "served_model")
+AUDIT_KEYS = ("rank", "docker", "images", "container", "profile_file", "manifest", "model", "api", "metrics")
+
+
+# ============================================================================================
+# small helpers
+# ============================================================================================
+def _excerpt(text: str) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= _ERROR_LIMIT else text[:_ERROR_LIMIT] + "..."
+
+
+def is_secret_name(name: str) -> bool:
+    return bool(SECRET_NAME.search(name))
+
+
+def _env_name(entry: str) -> str:
+    return entry.partition("=")[0]
+
+
+def env_sha256(env: Iterable[str]) -> str:
+    """sha256 of the sorted ``NAME=value`` lines (each ending in a newline) whose NAME is not
+    secret-looking: changes when a non-secret variable of the container changes."""
+    kept = sorted(e for e in env if isinstance(e, str) and not is_secret_name(_env_name(e)))
+    return sha256_text("".join(e + "\n" for e in kept))
+
+
+def secret_values(env: Iterable[str]) -> list[str]:
+    """The values of the secret-looking entries, long enough to scrub safely."""
+    out = []
+    for entry in env:
+        if isinstance(entry, str) and "=" in entry and is_secret_name(_env_name(entry)):
+            value = entry.partition("=")[2]
+            if len(value) >= SCRUB_MIN:
+                out.append(value)
+    return out
+
+
+# ============================================================================================
+# docker
+# ============================================================================================
+def parse_image_list(text: str) -> list[dict]:
+    """``docker image ls --no-trunc --format '{{json .}}'`` → ``[{id, tags}]`` (sorted by ID; an
+    image with several tags is listed once; ``<none>`` tags are left out)."""
+    images: dict[str, set[str]] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(row, dict) or not isinstance(row.get("ID"), str) or not row["ID"]:
+            continue
+        tags = images.setdefault(row["ID"], set())
+        repo, tag = row.get("Repository"), row.get("Tag")
+        if isinstance(repo, str) and repo and repo != "<none>" and isinstance(tag, str) and tag and tag != "<none>":
+            tags.add(f"{repo}:{tag}")
+    return [{"id": image_id, "tags": sorted(tags)} for image_id, tags in sorted(images.items())]
+
+
+def read_images(run: Run, docker: str) -> tuple[dict, list[dict]]:
+    """(``docker`` section, images). A failing ``docker image ls`` means the engine is unreachable."""
+    rc, out, err = run([docker, "image", "ls", "--no-trunc", "--format", "{{json .}}"])
+    if rc != 0:
+        detail = _excerpt((err or out).strip()) or f"docker image ls exited {rc}"
+        return {"reachable": False, "error": detail}, []
+    return {"reachable": True, "error": None}, parse_image_list(out)
+
+
+def _empty_container(name: str, exists: bool | None, error: str | None) -> dict:
+    return {"name": name, "exists": exists, "running": False if exists is False else None,
+            "status": "absent" if exists is False else None, "exit_code": None, "image_id": None, "labels": {},
+            "started_at": None, "finished_at": None, "restart_count": None, "command_sha256": None,
+            "env_sha256": None, "profile": None, "error": error}
+
+
+def read_container(run: Run, docker: str, name: str) -> tuple[dict, list[str] | None]:
+    """(the ``container`` section, the container's Env list or None when unknown)."""
+    rc, out, err = run([docker, "container", "inspect", name])
+    if rc != 0:
+        if "no such" in (err + out).lower():
+            return _empty_container(name, False, None), None
+        return _empty_container(name, None, _excerpt((err or out).strip()) or f"docker container inspect exited {rc}"), None
+    state = container_state(out)
+    if state.get("error") or not state.get("exists"):
+        if state.get("error"):
+            return _empty_container(name, None, state["error"]), None
+        return _empty_container(name, False, None), None
+    doc = json.loads(out)[0]  # container_state parsed it: a non-empty list
+    config = doc.get("Config") if isinstance(doc.get("Config"), dict) else {}
+    env = [e for e in (config.get("Env") or []) if isinstance(e, str)]
+    labels = state.get("labels") or {}
+    section = {
+        "name": name,
+        "exists": True,
+        "running": state.get("running"),
+        "status": state.get("status"),
+        "exit_code": state.get("exit_code"),
+        "image_id": state.get("image"),
+        "labels": dict(sorted(labels.items())),
+        "started_at": state.get("started_at"),
+        "finished_at": state.get("finished_at"),
+        "restart_count": state.get("restart_count"),
+        "command_sha256": sha256_text(command_string(doc.get("Path"), doc.get("Args"))),
+        "env_sha256": env_sha256(env),
+        "profile": labels.get(LABEL_PROFILE),
+        "error": None,
+    }
+    return section, env
+
+
+# ============================================================================================
+# files on the rank
+# ============================================================================================
+def _read_limited(path: str, limit: int) -> bytes:
+    with open(path, "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{path} is larger than {limit} bytes")
+    return data
+
+
+def parse_env_file(text: str) -> list[str]:
+    """The entries of a Docker env file: stripped lines, blank lines and ``#`` comments left out.
+    A line without ``=`` is a bare NAME (Docker passes the caller's value through)."""
+    out = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line and not line.startswith("#"):
+            out.append(line)
+    return out
+
+
+def env_file_differences(entries: list[str], container_env: list[str]) -> list[str]:
+    """The names of the env file entries the container does not run with (names only: the
+    values may be secret)."""
+    have = set(container_env)
+    names = {_env_name(e) for e in container_env}
+    missing = []
+    for entry in entries:
+        if "=" in entry:
+            if entry not in have:
+                missing.append(_env_name(entry))
+        elif entry not in names:
+            missing.append(entry)
+    return sorted(set(missing))
+
+
+def profile_file_state(profiles_dir: str, profile: str | None, container_env: list[str] | None) -> dict:
+    """The rendered env file ``<profiles_dir>/<profile>.env`` of the profile the container is
+    labelled with, and whether every one of its entries is in the container's environment."""
+    out: dict = {"profile": profile, "path": None, "present": False, "sha256": None,
+                 "env_matches_container": None, "env_differences": [], "error": None}
+    if profile is None:
+        out["error"] = "no profile label on the container"
+        return out
+    if not _PROFILE_NAME.match(profile):
+        out["error"] = f"profile label {profile!r} is not a plain name"
+        return out
+    path = os.path.join(profiles_dir, profile + ".env")
+    out["path"] = path
+    if not os.path.isfile(path):
+        out["error"] = f"no env file {path}"
+        return out
+    out["present"] = True
+    try:
+        out["sha256"] = sha256_file(path)
+        entries = parse_env_file(_read_limited(path, ENV_FILE_LIMIT).decode("utf-8"))
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+        out["error"] = f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}"
+        return out
+    if container_env is not None:
+        out["env_differences"] = env_file_differences(entries, container_env)
+        out["env_matches_container"] = not out["env_differences"]
+    return out
+
+
+def manifest_state(path: str) -> dict:
+    out: dict = {"path": path, "present": os.path.isfile(path), "sha256": None, "error": None}
+    if not out["present"]:
+        out["error"] = f"no file {path}"
+        return out
+    try:
+        out["sha256"] = sha256_file(path)
+    except OSError as exc:
+        out["error"] = f"cannot read {path}: {exc.strerror or exc}"
+    return out
+
+
+def model_state(model_dir: str, marker: str) -> dict:
+    out: dict = {"dir": model_dir, "present": os.path.isdir(model_dir), "marker": marker, "revision": None,
+                 "error": None}
+    if not out["present"]:
+        out["error"] = f"no directory {model_dir}"
+        return out
+    path = os.path.join(model_dir, marker)
+    if not os.path.isfile(path):
+        out["error"] = f"no marker file {path}"
+        return out
+    try:
+        out["revision"] = _read_limited(path, MARKER_LIMIT).decode("utf-8").strip() or None
+    except (OSError, ValueError) as exc:
+        out["error"] = f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}"
+        return out
+    if out["revision"] is None:
+        out["error"] = f"marker {path} is empty"
+    return out
+
+
+def check_marker_name(rank: str, marker: str) -> None:
+    """The revision marker is a plain file name inside the model directory (CheckError otherwise)."""
+    if not marker or "/" in marker or marker in (".", ".."):
+        raise CheckError(rank, f"revision_marker {marker!r} is not a file name inside model_dir")
+
+
+# ============================================================================================
+# the head's API
+# ============================================================================================
+def _counter(metrics: dict, name: str) -> int | None:
+    samples = metrics.get(name)
+    if not samples:
+        return None
+    return int(sum(value for _, value in samples))
+
+
+def metrics_state(base_url: str, timeout: float, api_key: str | None) -> dict:
+    status, text, err = http_json(base_url.rstrip("/") + "/metrics", timeout, api_key)
+    if status != 200 or not isinstance(text, str):
+        return {"generation_tokens_total": None, "prompt_tokens_total": None,
+                "error": err or f"HTTP {status}"}
+    metrics = parse_metrics(text)
+    return {"generation_tokens_total": _counter(metrics, "vllm:generation_tokens_total"),
+            "prompt_tokens_total": _counter(metrics, "vllm:prompt_tokens_total"), "error": None}
+
+
+# ============================================================================================
+# the rank's audit
+# ============================================================================================
+def collect(run: Run, *, rank: str, docker: str | None, container: str = "dspark_vllm",
+            manifest_path: str = "/etc/dspark/runtime-manifest.json", profiles_dir: str = "/etc/dspark/profiles",
+            model_dir: str, revision_marker: str = REVISION_MARKER, api: bool = False,
+            base_url: str = "http://127.0.0.1:8888", model: str | None = None, api_key: str | None = None,
+            timeout: float = 5.0) -> dict:
+    """Everything the fleet audit needs from one rank. ``docker`` is the CLI's path (None: not
+    installed, which reads as an unreachable engine). Raises CheckError only for unusable options."""
+    check_marker_name(rank, revision_marker)
+    if api and not model:
+        raise CheckError(rank, "model (the served model name) is required when api is true")
+    env: list[str] | None = None
+    if docker is None:
+        docker_section, images = {"reachable": False, "error": "the docker CLI is not installed (not on PATH)"}, []
+    else:
+        docker_section, images = read_images(run, docker)
+    if docker_section["reachable"]:
+        container_section, env = read_container(run, docker, container)  # type: ignore[arg-type]
+    else:
+        container_section = _empty_container(container, None, "docker engine unreachable")
+    audit = {
+        "rank": rank,
+        "docker": docker_section,
+        "images": images,
+        "container": container_section,
+        "profile_file": profile_file_state(profiles_dir, container_section["profile"], env),
+        "manifest": manifest_state(manifest_path),
+        "model": model_state(model_dir, revision_marker),
+        "api": None,
+        "metrics": None,
+    }
+    if api:
+        audit["api"] = api_state(base_url, model, timeout, api_key)  # type: ignore[arg-type]
+        audit["metrics"] = metrics_state(base_url, timeout, api_key)
+    secrets = ([api_key] if api_key else []) + secret_values(env or [])
+    return scrub(audit, secrets)  # type: ignore[return-value]
+
+
+# ============================================================================================
+# the pair's verdict (pure)
+# ============================================================================================
+def _rank_input(role: str, value: object) -> tuple[dict | None, str, str | None]:
+    """(the audit or None, the rank's name, why it could not be audited)."""
+    if value is None:
+        return None, role, "no audit result"
+    if not isinstance(value, dict):
+        return None, role, f"the audit result is a {type(value).__name__}, not a mapping"
+    inner = value.get("audit") if isinstance(value.get("audit"), dict) else None
+    name = str(value.get("rank") or (inner or {}).get("rank") or role)
+    if value.get("unreachable"):
+        return None, name, str(value.get("msg") or "unreachable")
+    if value.get("failed"):
+        return None, name, "the audit failed: " + str(value.get("msg") or "no message")
+    audit = inner if inner is not None else value
+    missing = [k for k in AUDIT_KEYS if k not in audit]
+    if missing:
+        return None, name, "no audit result" + (f" (missing {', '.join(missing)})" if len(missing) < len(AUDIT_KEYS)
+                                                 else "")
+    return audit, name, None
+
+
+def _check_desired(desired: object) -> dict:
+    if not isinstance(desired, dict):
+        raise ValueError(f"desired must be a mapping, not {type(desired).__name__}")
+    missing = [k for k in DESIRED_REQUIRED if desired.get(k) in (None, "")]
+    if missing:
+        raise ValueError("desired state lacks " + ", ".join(missing))
+    return desired
+
+
+def _section(audit: dict, key: str) -> dict:
+    value = audit.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _api_up(api: object) -> tuple[bool, str]:
+    """(the head's API answers /v1/models with at least one model, what it does instead)."""
+    if not isinstance(api, dict):
+        return False, "not queried (api=false)"
+    if api.get("status") != 200:
+        detail = api.get("error") or (f"HTTP {api.get('status')}" if api.get("status") else "no answer")
+        return False, f"not answering ({detail})"
+    if not api.get("models"):
+        return False, "answering with no model"
+    return True, "answering"
+
+
+def _down(role: str, name: str, audit: dict) -> list[Mismatch]:
+    out = []
+    docker = _section(audit, "docker")
+    container = _section(audit, "container")
+    cname = container.get("name") or "engine"
+    if docker.get("reachable") is not True:
+        out.append(Mismatch(name, "docker engine", "reachable", "unreachable", reason=str(docker.get("error") or ""),
+                            expected_word="expected"))
+    elif container.get("exists") is not True:
+        actual = "absent" if container.get("exists") is False else "unknown"
+        out.append(Mismatch(name, f"container {cname}", "running", actual, reason=str(container.get("error") or ""),
+                            expected_word="expected"))
+    elif container.get("running") is not True:
+        actual = f"{container.get('status') or 'not running'} (exit code {container.get('exit_code')})"
+        out.append(Mismatch(name, f"container {cname}", "running", actual, expected_word="expected"))
+    if role == "head":
+        up, actual = _api_up(audit.get("api"))
+        if not up:
+            out.append(Mismatch(name, "OpenAI API", "answering /v1/models", actual, expected_word="expected"))
+    return out
+
+
+def _norm_revision(value: object) -> object:
+    return value.strip().lower() if isinstance(value, str) else value
+
+
+def _drift(role: str, name: str, audit: dict, desired: dict, pair: str) -> list[Mismatch]:
+    out: list[Mismatch] = []
+    docker = _section(audit, "docker")
+    container = _section(audit, "container")
+    labels = container.get("labels") if isinstance(container.get("labels"), dict) else {}
+
+    def differ(item: str, expected: object, actual: object, reason: str = "", word: str = "pinned") -> None:
+        if actual != expected:
+            out.append(Mismatch(name, item, expected, actual, reason=reason, expected_word=word))
+
+    if docker.get("reachable") is True:
+        ids = [i.get("id") for i in audit.get("images") or [] if isinstance(i, dict)]
+        if desired["image_id"] not in ids:
+            out.append(Mismatch(name, f"image {desired['image_id']}", "present", "absent",
+                                reason="not among the rank's images", expected_word="expected"))
+    if container.get("exists") is True:
+        differ("running image", desired["image_id"], container.get("image_id"))
+        differ(f"label {LABEL_IMAGE_ID}", desired["image_id"], labels.get(LABEL_IMAGE_ID))
+        differ(f"label {LABEL_PAIR}", pair, labels.get(LABEL_PAIR), word="expected")
+        differ(f"label {LABEL_RANK}", str(ROLES.index(role)), labels.get(LABEL_RANK), word="expected")
+        differ(f"label {LABEL_PROFILE}", desired["profile"], labels.get(LABEL_PROFILE))
+        differ(f"label {LABEL_PROFILE_SHA256}", desired["profile_sha256"], labels.get(LABEL_PROFILE_SHA256))
+        if desired.get("cudagraph_implementation") not in (None, ""):
+            differ(f"label {LABEL_CUDAGRAPH}", desired["cudagraph_implementation"], labels.get(LABEL_CUDAGRAPH))
+        differ(f"label {LABEL_MANIFEST_SHA256}", desired["manifest_sha256"], labels.get(LABEL_MANIFEST_SHA256))
+        differ(f"label {LABEL_MODEL_REVISION}", _norm_revision(desired["model_revision"]),
+               _norm_revision(labels.get(LABEL_MODEL_REVISION)))
+        profile_file = _section(audit, "profile_file")
+        if profile_file.get("env_matches_container") is not True:
+            if profile_file.get("env_matches_container") is False:
+                actual = "changed since the container started"
+                reason = "entries not in the container's environment: " + ", ".join(
+                    profile_file.get("env_differences") or [])
+            else:
+                actual = "absent" if not profile_file.get("present") else "unreadable"
+                reason = str(profile_file.get("error") or "")
+            item = f"profile env file {profile_file.get('path')}" if profile_file.get("path") else "profile env file"
+            out.append(Mismatch(name, item, "the container's environment", actual, reason=reason,
+                                expected_word="expected to match"))
+    manifest = _section(audit, "manifest")
+    differ(f"runtime manifest {manifest.get('path')}", desired["manifest_sha256"], manifest.get("sha256"),
+           reason=str(manifest.get("error") or ""))
+    model = _section(audit, "model")
+    differ(f"model revision in {model.get('dir')}", _norm_revision(desired["model_revision"]),
+           _norm_revision(model.get("revision")), reason=str(model.get("error") or ""))
+    if role == "head":
+        api = audit.get("api")
+        if _api_up(api)[0]:
+            models = api.get("models") or []  # type: ignore[union-attr]
+            if desired["served_model"] not in models:
+                out.append(Mismatch(name, "served models", desired["served_model"], models,
+                                    reason="the served model is not in /v1/models", expected_word="expected"))
+    return out
+
+
+def _cross_rank(head: tuple[str, dict], worker: tuple[str, dict]) -> list[Mismatch]:
+    (hname, haudit), (wname, waudit) = head, worker
+    hc, wc = _section(haudit, "container"), _section(waudit, "container")
+    if hc.get("exists") is not True or wc.get("exists") is not True:
+        return []
+    out = []
+    pairs = (("running image", hc.get("image_id"), wc.get("image_id")),
+             (f"label {LABEL_PROFILE_SHA256}", (hc.get("labels") or {}).get(LABEL_PROFILE_SHA256),
+              (wc.get("labels") or {}).get(LABEL_PROFILE_SHA256)))
+    for item, hval, wval in pairs:
+        if hval != wval:
+            out.append(Mismatch(wname, item, hval, wval, reason="the ranks of the pair disagree",
+                                expected_word=f"head {hname} has"))
+    return out
+
+
+def _summary(role: str, name: str, audit: dict | None, why: str | None) -> dict:
+    if audit is None:
+        return {"rank": name, "role": role, "reachable": False, "msg": why}
+    container = _section(audit, "container")
+    labels = container.get("labels") if isinstance(container.get("labels"), dict) else {}
+    api = audit.get("api") if isinstance(audit.get("api"), dict) else None
+    return {
+        "rank": name, "role": role, "reachable": True, "msg": None,
+        "docker_reachable": _section(audit, "docker").get("reachable"),
+        "container_status": container.get("status"),
+        "running": container.get("running"),
+        "started_at": container.get("started_at"),
+        "restart_count": container.get("restart_count"),
+        "image_id": container.get("image_id"),
+        "profile": labels.get(LABEL_PROFILE),
+        "profile_sha256": labels.get(LABEL_PROFILE_SHA256),
+        "manifest_sha256": _section(audit, "manifest").get("sha256"),
+        "model_revision": _section(audit, "model").get("revision"),
+        "api_ready": api.get("ready") if api else None,
+        "num_requests_running": api.get("num_requests_running") if api else None,
+    }
+
+
+def _as_dict(role: str, mismatch: Mismatch) -> dict:
+    data = mismatch.as_dict()
+    data["role"] = role
+    return data
+
+
+def pair_verdict(pair: str, desired: dict, head: object, worker: object) -> dict:
+    """One verdict for a pair: UNREACHABLE, DOWN, DRIFT or OK (first that applies).
+
+    ``head`` and ``worker`` are the ranks' ``audit`` results (a registered module result holding
+    ``audit`` is accepted too), or None / ``{"unreachable": True, "msg": ...}`` for a rank that
+    could not be audited. ``desired`` holds image_id, manifest_sha256, model_revision, profile,
+    profile_sha256, served_model and optionally cudagraph_implementation (ValueError when one of
+    the required keys is missing).
+
+    ``differences`` lists every difference found, as far as the ranks could be read (also for a
+    DOWN pair, where only they do not decide the verdict); ``reasons`` says, one message per line,
+    why the verdict is what it is.
+    """
+    desired = _check_desired(desired)
+    ranks = {role: _rank_input(role, value) for role, value in zip(ROLES, (head, worker))}
+    summaries = {role: _summary(role, name, audit, why) for role, (audit, name, why) in ranks.items()}
+    result = {"pair": pair, "verdict": "OK", "differences": [], "reasons": [], "ranks": summaries}
+
+    unreachable = [Mismatch(name, "host", "reachable", "unreachable", reason=why or "", expected_word="expected")
+                   for role, (audit, name, why) in ranks.items() if audit is None]
+    if unreachable:
+        result.update(verdict="UNREACHABLE", reasons=[m.message for m in unreachable])
+        return result
+
+    down: list[Mismatch] = []
+    differences: list[tuple[str, Mismatch]] = []
+    for role, (audit, name, _) in ranks.items():
+        down += _down(role, name, audit)  # type: ignore[arg-type]
+        differences += [(role, m) for m in _drift(role, name, audit, desired, pair)]  # type: ignore[arg-type]
+    (head_audit, head_name, _), (worker_audit, worker_name, _) = ranks["head"], ranks["worker"]
+    differences += [("worker", m) for m in _cross_rank((head_name, head_audit), (worker_name, worker_audit))]  # type: ignore[arg-type]
+    result["differences"] = [_as_dict(role, m) for role, m in differences]
+    if down:
+        result.update(verdict="DOWN", reasons=[m.message for m in down])
+    elif differences:
+        result.update(verdict="DRIFT")  # every difference is in ``differences``, with rank, expected, actual
+    return result

@@ -1,0 +1,652 @@
+"""The fleet audit: the per-rank collector against a fake docker and a fake API, and the pair verdict."""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.gb10.dspark.plugins.module_utils import _audit
+from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError
+
+PAIR = "pair-a"
+NAMES = {"head": "spark-a0", "worker": "spark-a1"}
+CONTAINER = "dspark_vllm"
+SERVED = "deepseek-v4-flash-dspark"
+API_KEY = "sk-audit-7f41c2d9e8b3a6f0"
+HF_TOKEN = "hf_QmZp3RrT8vYc2LkW9sXa"
+IMAGE_ID = "sha256:7f3c9a0d5be14e2a8c61f0b3d9e4a7c25186f0e3b7d2c9a41e5f8b06c3d7a912"
+OLD_IMAGE_ID = "sha256:2b8e61d04c9f3a7e5d1b0c8a6f4e2d9c7b5a3f1e0d8c6b4a29f7e5d3c1b0a8f6"
+PROFILE_SHA256 = "5c0e9a7b3d1f8e6c4a2b0d9f7e5c3a1b8d6f4e2c0a9b7d5f3e1c8a6b4d2f0e9c"
+MODEL_REVISION = "9e165c30e2704aec5d9d593cce3eebd58bbef1cb"
+MANIFEST = b'{"schema_version": 1, "production_profile": {"max_model_len": 327680}}\n'
+MANIFEST_SHA256 = hashlib.sha256(MANIFEST).hexdigest()
+
+PROFILE_ENV = {
+    "KV_CACHE_DTYPE": "nvfp4_ds_mla",
+    "HF_HOME": "/cache/huggingface",
+    "HF_HUB_OFFLINE": "1",
+    "NCCL_IB_GID_INDEX": "3",
+    "NCCL_NET": "IB",
+    "VLLM_DSV4_ENABLE_MULTI_STREAM": "0",
+    "VLLM_B12X_W4A16_FORCE_TILE_CONFIG": "",
+    "MTP_NUM_TOKENS": "6",
+}
+
+
+def rank_env(role: str) -> dict:
+    env = dict(PROFILE_ENV)
+    env.update({"NODE_RANK": "0" if role == "head" else "1", "MASTER_ADDR": "10.77.0.10", "MASTER_PORT": "25000",
+                "NCCL_SOCKET_IFNAME": "enp1s0f0np0", "NCCL_IB_HCA": "rocep1s0f0"})
+    if role == "worker":
+        env["HEADLESS"] = "1"
+    return dict(sorted(env.items()))
+
+
+def env_file_text(env: dict) -> str:
+    return "".join(f"{k}={v}\n" for k, v in sorted(env.items()))
+
+
+def desired(**changes) -> dict:
+    d = {"image_id": IMAGE_ID, "manifest_sha256": MANIFEST_SHA256, "model_revision": MODEL_REVISION,
+         "profile": "production", "profile_sha256": PROFILE_SHA256, "cudagraph_implementation": "regular",
+         "served_model": SERVED}
+    d.update(changes)
+    return d
+
+
+def labels_for(role: str) -> dict:
+    return {
+        "io.gb10.dspark.pair": PAIR,
+        "io.gb10.dspark.rank": "0" if role == "head" else "1",
+        "io.gb10.dspark.profile": "production",
+        "io.gb10.dspark.profile.sha256": PROFILE_SHA256,
+        "io.gb10.dspark.cudagraph.implementation": "regular",
+        "io.gb10.dspark.profile.experimental": "false",
+        "io.gb10.dspark.image.id": IMAGE_ID,
+        "io.gb10.dspark.manifest.sha256": MANIFEST_SHA256,
+        "io.gb10.dspark.model.revision": MODEL_REVISION,
+        "io.gb10.dspark.release": "v026",
+        # labels the image brings along; they are not the collection's
+        "org.opencontainers.image.revision": "3" * 40,
+        "io.r0b0tlab.model.revision": MODEL_REVISION,
+    }
+
+
+def inspect_doc(role: str, running: bool = True, exit_code: int = 0, env: dict | None = None) -> list[dict]:
+    """A ``docker container inspect dspark_vllm`` answer as dockerd writes it (trimmed)."""
+    args = ["serve", "/model", "--served-model-name", SERVED, "--max-model-len", "327680", "--max-num-seqs", "16",
+            "--compilation-config",
+            '{"mode":0,"cudagraph_mode":"FULL_DECODE_ONLY","cudagraph_implementation":"regular"}',
+            "--optimization-level", "2", "--performance-mode", "balanced", "--port", "8888"]
+    if role == "worker":
+        args += ["--headless"]
+    env_lines = [f"{k}={v}" for k, v in (env or rank_env(role)).items()]
+    env_lines += ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "CUDA_VERSION=13.0.1",
+                  f"VLLM_API_KEY={API_KEY}", f"HF_TOKEN={HF_TOKEN}"]
+    return [{
+        "Id": "c0ffee" + ("1" if role == "head" else "2") * 58,
+        "Created": "2026-09-01T08:12:40.102938Z",
+        "Path": "vllm",
+        "Args": args,
+        "State": {"Status": "running" if running else "exited", "Running": running, "Paused": False,
+                  "Restarting": False, "OOMKilled": False, "Dead": False, "Pid": 41233 if running else 0,
+                  "ExitCode": exit_code, "Error": "", "StartedAt": "2026-09-01T08:12:44.318204Z",
+                  "FinishedAt": "0001-01-01T00:00:00Z" if running else "2026-09-01T09:02:11.004512Z"},
+        "Image": IMAGE_ID,
+        "Name": "/" + CONTAINER,
+        "RestartCount": 0,
+        "HostConfig": {"NetworkMode": "host", "IpcMode": "host", "RestartPolicy": {"Name": "no"}},
+        "Mounts": [{"Type": "bind", "Source": "/etc/dspark/runtime-manifest.json",
+                    "Destination": "/opt/dspark/runtime-manifest.json", "RW": False}],
+        "Config": {"Hostname": NAMES[role], "Env": env_lines, "Cmd": args, "Image": IMAGE_ID,
+                   "Entrypoint": ["vllm"], "Labels": labels_for(role)},
+    }]
+
+
+def image_ls(*rows: tuple[str, str, str]) -> str:
+    """``docker image ls --no-trunc --format '{{json .}}'`` lines."""
+    out = []
+    for image_id, repo, tag in rows:
+        out.append(json.dumps({"Containers": "N/A", "CreatedAt": "2026-08-30 11:02:31 +0000 UTC",
+                               "CreatedSince": "2 days ago", "Digest": "<none>", "ID": image_id,
+                               "Repository": repo, "SharedSize": "N/A", "Size": "31.2GB", "Tag": tag,
+                               "UniqueSize": "N/A", "VirtualSize": "31.2GB"}))
+    return "\n".join(out) + "\n"
+
+
+DEFAULT_IMAGES = image_ls((IMAGE_ID, "dspark-r0b0tlab", "production-v026"), (IMAGE_ID, "dspark", "prod"),
+                          (OLD_IMAGE_ID, "dspark-r0b0tlab", "production-v025"), (OLD_IMAGE_ID, "<none>", "<none>"))
+IMAGE_LS = ("docker", "image", "ls", "--no-trunc", "--format", "{{json .}}")
+INSPECT = ("docker", "container", "inspect", CONTAINER)
+
+
+class FakeRun:
+    """``run(argv)`` answering from a table; records every call."""
+
+    def __init__(self, answers: dict):
+        self.answers = answers
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: list[str]) -> tuple[int, str, str]:
+        assert isinstance(argv, list) and all(isinstance(a, str) for a in argv)
+        self.calls.append(argv)
+        return self.answers.get(tuple(argv), (127, "", f"unexpected command {argv}"))
+
+
+def docker_up(role: str, inspect: object = None, images: str = DEFAULT_IMAGES) -> FakeRun:
+    doc = inspect_doc(role) if inspect is None else inspect
+    return FakeRun({IMAGE_LS: (0, images, ""), INSPECT: (0, json.dumps(doc), "")})
+
+
+class FakeAPI:
+    """The head's OpenAI API on 127.0.0.1: /v1/models and /metrics, recording Authorization headers."""
+
+    def __init__(self, models: list[str] | None = None, status: int = 200):
+        self.models = [SERVED] if models is None else models
+        self.status = status
+        self.auth: list[str | None] = []
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 - http.server's name
+                api.auth.append(self.headers.get("Authorization"))
+                if self.path == "/v1/models":
+                    body = json.dumps({"object": "list", "data": [
+                        {"id": m, "object": "model", "owned_by": "vllm", "root": "/model", "max_model_len": 327680}
+                        for m in api.models]}).encode()
+                    ctype = "application/json"
+                elif self.path == "/metrics":
+                    body = METRICS.encode()
+                    ctype = "text/plain; version=0.0.4"
+                else:
+                    body, ctype = b"{}", "application/json"
+                code = api.status if self.path == "/v1/models" else 200
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def __enter__(self) -> FakeAPI:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+
+METRICS = f"""# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{{engine="0",model_name="{SERVED}"}} 2.0
+# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{{engine="0",model_name="{SERVED}",block_size="256",kv_cache_size_tokens="1253213"}} 1.0
+# HELP vllm:kv_cache_size_tokens GPU KV cache size in tokens.
+# TYPE vllm:kv_cache_size_tokens gauge
+vllm:kv_cache_size_tokens{{engine="0",model_name="{SERVED}"}} 1253213
+# HELP vllm:prompt_tokens Number of prefill tokens processed.
+# TYPE vllm:prompt_tokens counter
+vllm:prompt_tokens_total{{engine="0",model_name="{SERVED}"}} 913377.0
+# HELP vllm:generation_tokens Number of generation tokens processed.
+# TYPE vllm:generation_tokens counter
+vllm:generation_tokens_total{{engine="0",model_name="{SERVED}"}} 48213.0
+"""
+
+
+def rank_files(root: Path, role: str, env: dict | None = None, revision: str = MODEL_REVISION) -> dict:
+    """The files the profile and engine roles leave on a rank; returns the collect() path options."""
+    base = root / role
+    profiles = base / "etc" / "profiles"
+    profiles.mkdir(parents=True)
+    (profiles / "production.env").write_text(env_file_text(rank_env(role) if env is None else env))
+    (profiles / "production.compilation-config.json").write_text("{}\n")
+    manifest = base / "etc" / "runtime-manifest.json"
+    manifest.write_bytes(MANIFEST)
+    model = base / "models" / "DeepSeek-V4-Flash"
+    model.mkdir(parents=True)
+    (model / ".r0b0tlab-model-revision").write_text(revision + "\n")
+    (model / "config.json").write_text("{}")
+    return {"profiles_dir": str(profiles), "manifest_path": str(manifest), "model_dir": str(model)}
+
+
+def collect_rank(root: Path, role: str, run: FakeRun | None = None, api_url: str | None = None, **kw) -> dict:
+    options = rank_files(root, role)
+    options.update(kw)
+    if role == "head" and api_url:
+        options.update(api=True, base_url=api_url, model=SERVED, api_key=API_KEY)
+    return _audit.collect(run or docker_up(role), rank=NAMES[role], docker="docker", container=CONTAINER,
+                          **options)
+
+
+@pytest.fixture
+def api():
+    with FakeAPI() as server:
+        yield server
+
+
+@pytest.fixture
+def pair_audits(tmp_path, api):
+    return collect_rank(tmp_path, "head", api_url=api.url), collect_rank(tmp_path, "worker")
+
+
+def assert_no_secret(value: object) -> None:
+    text = json.dumps(value)
+    assert API_KEY not in text and HF_TOKEN not in text
+
+
+# ============================================================================================
+# collect
+# ============================================================================================
+def test_image_list_groups_tags_per_id_and_drops_none():
+    images = _audit.parse_image_list(DEFAULT_IMAGES + "not json\n\n" + json.dumps({"ID": ""}) + "\n")
+    assert images == [{"id": OLD_IMAGE_ID, "tags": ["dspark-r0b0tlab:production-v025"]},
+                      {"id": IMAGE_ID, "tags": ["dspark-r0b0tlab:production-v026", "dspark:prod"]}]
+
+
+def test_env_hash_ignores_order_and_secret_names_but_not_other_values():
+    base = ["A=1", "B=2", "VLLM_API_KEY=one", "HF_TOKEN=x"]
+    assert _audit.env_sha256(base) == _audit.env_sha256(list(reversed(base)))
+    assert _audit.env_sha256(base) == _audit.env_sha256(["A=1", "B=2", "VLLM_API_KEY=two"])
+    assert _audit.env_sha256(base) == hashlib.sha256(b"A=1\nB=2\n").hexdigest()
+    assert _audit.env_sha256(base) != _audit.env_sha256(["A=1", "B=3"])
+    for name in ("VLLM_API_KEY", "hf_token", "DB_PASSWORD", "CLIENT_SECRET", "AWS_CREDENTIALS"):
+        assert _audit.is_secret_name(name), name
+    assert not _audit.is_secret_name("KV_CACHE_DTYPE")
+
+
+def test_head_audit_collects_everything_in_one_call(tmp_path, api):
+    run = docker_up("head")
+    audit = collect_rank(tmp_path, "head", run=run, api_url=api.url)
+    assert run.calls == [list(IMAGE_LS), list(INSPECT)]
+    assert audit["rank"] == NAMES["head"]
+    assert audit["docker"] == {"reachable": True, "error": None}
+    assert {"id": IMAGE_ID, "tags": ["dspark-r0b0tlab:production-v026", "dspark:prod"]} in audit["images"]
+
+    c = audit["container"]
+    assert (c["exists"], c["running"], c["status"], c["exit_code"]) == (True, True, "running", 0)
+    assert c["image_id"] == IMAGE_ID and c["profile"] == "production" and c["restart_count"] == 0
+    assert c["started_at"] == "2026-09-01T08:12:44.318204Z"
+    assert set(c["labels"]) == {k for k in labels_for("head") if k.startswith("io.gb10.dspark.")}
+    doc = inspect_doc("head")[0]
+    # the runtime gate's command_sha256: Path and Args space-joined
+    assert c["command_sha256"] == hashlib.sha256(" ".join([doc["Path"], *doc["Args"]]).encode()).hexdigest()
+    plain = sorted(e for e in doc["Config"]["Env"] if not e.startswith(("VLLM_API_KEY=", "HF_TOKEN=", "MTP_NUM_TOKENS=")))
+    assert c["env_sha256"] == hashlib.sha256("".join(e + "\n" for e in plain).encode()).hexdigest()
+
+    pf = audit["profile_file"]
+    env_file = Path(tmp_path / "head" / "etc" / "profiles" / "production.env")
+    assert pf["path"] == str(env_file) and pf["present"] is True
+    assert pf["sha256"] == hashlib.sha256(env_file.read_bytes()).hexdigest()
+    assert pf["env_matches_container"] is True and pf["env_differences"] == []
+
+    assert audit["manifest"]["present"] is True and audit["manifest"]["sha256"] == MANIFEST_SHA256
+    assert audit["model"]["present"] is True and audit["model"]["revision"] == MODEL_REVISION
+
+    a = audit["api"]
+    assert a["ready"] is True and a["status"] == 200 and a["models"] == [SERVED] and a["max_model_len"] == 327680
+    assert a["kv_cache_size_tokens"] == 1253213 and a["num_requests_running"] == 2 and a["error"] is None
+    assert audit["metrics"] == {"generation_tokens_total": 48213, "prompt_tokens_total": 913377, "error": None}
+    assert api.auth and set(api.auth) == {f"Bearer {API_KEY}"}  # the key goes only into the header
+    assert_no_secret(audit)
+
+
+def test_worker_audit_does_not_touch_the_api(tmp_path, api):
+    audit = collect_rank(tmp_path, "worker")
+    assert audit["api"] is None and audit["metrics"] is None and api.auth == []
+    assert audit["container"]["labels"]["io.gb10.dspark.rank"] == "1"
+
+
+def test_hand_edited_env_file_shows_names_never_values(tmp_path):
+    edited = rank_env("worker")
+    edited["NCCL_IB_GID_INDEX"] = "1"
+    edited["VLLM_API_KEY"] = "sk-edited-by-hand-123456"
+    run = docker_up("worker")
+    options = rank_files(tmp_path, "worker", env=edited)
+    audit = _audit.collect(run, rank=NAMES["worker"], docker="docker", **options)
+    pf = audit["profile_file"]
+    assert pf["env_matches_container"] is False
+    assert pf["env_differences"] == ["NCCL_IB_GID_INDEX", "VLLM_API_KEY"]
+    assert "sk-edited-by-hand-123456" not in json.dumps(audit)
+    assert_no_secret(audit)
+
+
+def test_env_file_comments_blank_lines_and_empty_values():
+    entries = _audit.parse_env_file("# rendered by gb10.dspark\n\nA=1\n  B=  \nC=\nHOME\n")
+    assert entries == ["A=1", "B=", "C=", "HOME"]
+    assert _audit.env_file_differences(entries, ["A=1", "B=", "C=", "HOME=/root"]) == []
+    assert _audit.env_file_differences(entries, ["A=2", "B=", "C=x"]) == ["A", "C", "HOME"]
+
+
+def test_dead_docker_engine_is_reported_not_raised(tmp_path):
+    run = FakeRun({IMAGE_LS: (1, "", "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
+                                       "Is the docker daemon running?\n")})
+    audit = _audit.collect(run, rank="spark-a1", docker="docker", **rank_files(tmp_path, "worker"))
+    assert audit["docker"]["reachable"] is False and "Cannot connect" in audit["docker"]["error"]
+    assert audit["images"] == [] and run.calls == [list(IMAGE_LS)]  # no inspect against a dead engine
+    assert audit["container"]["exists"] is None and audit["container"]["running"] is None
+    assert audit["profile_file"]["env_matches_container"] is None
+    assert audit["manifest"]["sha256"] == MANIFEST_SHA256  # the files are still read
+
+
+def test_missing_docker_cli_is_an_unreachable_engine(tmp_path):
+    run = FakeRun({})
+    audit = _audit.collect(run, rank="spark-a1", docker=None, **rank_files(tmp_path, "worker"))
+    assert audit["docker"]["reachable"] is False and "not installed" in audit["docker"]["error"]
+    assert run.calls == []
+
+
+def test_absent_container(tmp_path):
+    run = FakeRun({IMAGE_LS: (0, DEFAULT_IMAGES, ""),
+                   INSPECT: (1, "[]\n", "Error response from daemon: No such container: dspark_vllm\n")})
+    audit = _audit.collect(run, rank="spark-a1", docker="docker", **rank_files(tmp_path, "worker"))
+    c = audit["container"]
+    assert (c["exists"], c["running"], c["status"], c["labels"], c["error"]) == (False, False, "absent", {}, None)
+    assert audit["profile_file"]["path"] is None and "no profile label" in audit["profile_file"]["error"]
+
+
+def test_exited_container_and_inspect_error(tmp_path):
+    audit = collect_rank(tmp_path, "worker", run=docker_up("worker", inspect_doc("worker", running=False, exit_code=137)))
+    c = audit["container"]
+    assert (c["exists"], c["running"], c["status"], c["exit_code"]) == (True, False, "exited", 137)
+    run = FakeRun({IMAGE_LS: (0, DEFAULT_IMAGES, ""), INSPECT: (1, "", "permission denied while trying to connect")})
+    c = _audit.collect(run, rank="r", docker="docker", **rank_files(tmp_path / "x", "worker"))["container"]
+    assert c["exists"] is None and "permission denied" in c["error"]
+
+
+def test_files_missing(tmp_path):
+    run = docker_up("worker")
+    audit = _audit.collect(run, rank="r", docker="docker", profiles_dir=str(tmp_path / "none"),
+                           manifest_path=str(tmp_path / "none.json"), model_dir=str(tmp_path / "nomodel"))
+    assert audit["manifest"] == {"path": str(tmp_path / "none.json"), "present": False, "sha256": None,
+                                 "error": f"no file {tmp_path / 'none.json'}"}
+    assert audit["model"]["present"] is False and audit["model"]["revision"] is None
+    assert audit["profile_file"]["present"] is False and audit["profile_file"]["env_matches_container"] is None
+    (tmp_path / "empty").mkdir()
+    model = _audit.model_state(str(tmp_path / "empty"), ".r0b0tlab-model-revision")
+    assert model["present"] is True and model["revision"] is None and "no marker" in model["error"]
+
+
+def test_profile_label_cannot_leave_the_profiles_dir(tmp_path):
+    state = _audit.profile_file_state(str(tmp_path), "../../etc/shadow", ["A=1"])
+    assert state["path"] is None and state["present"] is False and "not a plain name" in state["error"]
+
+
+def test_unreachable_api_is_reported(tmp_path):
+    with FakeAPI() as server:
+        url = server.url
+    audit = collect_rank(tmp_path, "head", api_url=url, timeout=2.0)
+    assert audit["api"]["ready"] is False and audit["api"]["status"] is None and audit["api"]["error"]
+    assert audit["metrics"]["generation_tokens_total"] is None and audit["metrics"]["error"]
+
+
+@pytest.mark.parametrize("options, text", [
+    ({"revision_marker": "../marker"}, "revision_marker '../marker' is not a file name"),
+    ({"revision_marker": ""}, "revision_marker '' is not a file name"),
+    ({"api": True, "model": None}, "model (the served model name) is required"),
+])
+def test_unusable_options_fail_naming_the_rank(tmp_path, options, text):
+    kwargs = rank_files(tmp_path, "head")
+    kwargs.update(options)
+    with pytest.raises(CheckError) as err:
+        _audit.collect(docker_up("head"), rank="spark-a0", docker="docker", **kwargs)
+    assert str(err.value).startswith("rank spark-a0: ") and text in str(err.value)
+
+
+# ============================================================================================
+# pair_verdict
+# ============================================================================================
+def find(result: dict, rank: str, item: str) -> dict:
+    hits = [d for d in result["differences"] if d["rank"] == rank and d["item"] == item
+            and not d["expected_word"].startswith("head ")]  # not the rank-against-rank comparison
+    assert len(hits) == 1, (rank, item, result["differences"])
+    return hits[0]
+
+
+def test_ok(pair_audits):
+    head, worker = pair_audits
+    result = _audit.pair_verdict(PAIR, desired(), head, worker)
+    assert result["verdict"] == "OK" and result["differences"] == [] and result["reasons"] == []
+    assert result["pair"] == PAIR
+    assert result["ranks"]["head"]["rank"] == NAMES["head"] and result["ranks"]["head"]["api_ready"] is True
+    assert result["ranks"]["worker"]["image_id"] == IMAGE_ID and result["ranks"]["worker"]["running"] is True
+    assert_no_secret(result)
+
+
+def test_registered_module_results_are_accepted(pair_audits):
+    head, worker = pair_audits
+    result = _audit.pair_verdict(PAIR, desired(), {"changed": False, "audit": head}, {"changed": False, "audit": worker})
+    assert result["verdict"] == "OK"
+
+
+@pytest.mark.parametrize("head_in, worker_in, names", [
+    ("audit", None, ["rank worker: host is unreachable"]),
+    ({"unreachable": True, "msg": "Failed to connect to the host via ssh: timed out", "rank": "spark-a0"}, "audit",
+     ["rank spark-a0: host is unreachable, expected reachable (Failed to connect to the host via ssh: timed out)"]),
+    ({"failed": True, "msg": "MODULE FAILURE"}, {"skipped": True}, ["rank head: host is unreachable",
+                                                                    "rank worker: host is unreachable"]),
+])
+def test_unreachable(pair_audits, head_in, worker_in, names):
+    head, worker = pair_audits
+    head_in = head if head_in == "audit" else head_in
+    worker_in = worker if worker_in == "audit" else worker_in
+    result = _audit.pair_verdict(PAIR, desired(), head_in, worker_in)
+    assert result["verdict"] == "UNREACHABLE" and result["differences"] == []
+    assert len(result["reasons"]) == len(names)
+    for reason, start in zip(result["reasons"], names):
+        assert reason.startswith(start), reason
+
+
+def test_unreachable_wins_over_down(pair_audits):
+    head, _ = pair_audits
+    head = copy.deepcopy(head)
+    head["container"].update(running=False, status="exited", exit_code=1)
+    assert _audit.pair_verdict(PAIR, desired(), head, None)["verdict"] == "UNREACHABLE"
+
+
+def _docker_dead(a, role):
+    a["docker"] = {"reachable": False, "error": "Cannot connect to the Docker daemon"}
+    a["images"] = []
+    a["container"] = _audit._empty_container(CONTAINER, None, "docker engine unreachable")
+
+
+def _absent(a, role):
+    a["container"] = _audit._empty_container(CONTAINER, False, None)
+
+
+def _exited(a, role):
+    a["container"].update(running=False, status="exited", exit_code=137)
+
+
+def _api_down(a, role):
+    a["api"].update(ready=False, status=None, models=[], error="[Errno 111] Connection refused")
+
+
+def _api_not_queried(a, role):
+    a["api"] = None
+
+
+@pytest.mark.parametrize("role, breaks, message", [
+    ("worker", _docker_dead, "rank spark-a1: docker engine is unreachable, expected reachable (Cannot connect"),
+    ("head", _absent, "rank spark-a0: container dspark_vllm is absent, expected running"),
+    ("worker", _exited, "rank spark-a1: container dspark_vllm is exited (exit code 137), expected running"),
+    ("head", _api_down, "rank spark-a0: OpenAI API is not answering ([Errno 111] Connection refused), "
+                        "expected answering /v1/models"),
+    ("head", _api_not_queried, "rank spark-a0: OpenAI API is not queried (api=false), expected answering /v1/models"),
+])
+def test_down(pair_audits, role, breaks, message):
+    audits = dict(zip(("head", "worker"), copy.deepcopy(pair_audits)))
+    breaks(audits[role], role)
+    result = _audit.pair_verdict(PAIR, desired(), audits["head"], audits["worker"])
+    assert result["verdict"] == "DOWN"
+    assert any(r.startswith(message) for r in result["reasons"]), result["reasons"]
+
+
+def test_down_wins_over_drift_and_still_lists_the_differences(pair_audits):
+    head, worker = copy.deepcopy(pair_audits)
+    worker["container"].update(running=False, status="exited", exit_code=1)
+    worker["container"]["image_id"] = OLD_IMAGE_ID
+    result = _audit.pair_verdict(PAIR, desired(), head, worker)
+    assert result["verdict"] == "DOWN" and len(result["reasons"]) == 1
+    diff = find(result, NAMES["worker"], "running image")
+    assert (diff["expected"], diff["actual"]) == (IMAGE_ID, OLD_IMAGE_ID)
+
+
+def test_down_skips_what_an_absent_container_cannot_show(pair_audits):
+    head, worker = copy.deepcopy(pair_audits)
+    _absent(worker, "worker")
+    result = _audit.pair_verdict(PAIR, desired(), head, worker)
+    assert result["verdict"] == "DOWN" and result["differences"] == []
+
+
+def set_label(label, value):
+    def change(a):
+        a["container"]["labels"][label] = value
+    return change
+
+
+def _running(image_id):
+    def change(a):
+        a["container"]["image_id"] = image_id
+    return change
+
+
+def _drop_image(a):
+    a["images"] = [i for i in a["images"] if i["id"] != IMAGE_ID]
+
+
+def _hand_edit(a):
+    a["profile_file"].update(env_matches_container=False, env_differences=["NCCL_IB_GID_INDEX"])
+
+
+def _no_env_file(a):
+    a["profile_file"].update(present=False, sha256=None, env_matches_container=None,
+                             error="no env file /etc/dspark/profiles/production.env")
+
+
+def _manifest(a):
+    a["manifest"]["sha256"] = "e" * 64
+
+
+def _revision(a):
+    a["model"]["revision"] = "0" * 40
+
+
+def _served(a):
+    a["api"].update(models=["some-other-model"], ready=False)
+
+
+MODEL_ITEM = "model revision in {dir}"
+MANIFEST_ITEM = "runtime manifest {path}"
+
+
+@pytest.mark.parametrize("role, change, item, expected, actual", [
+    ("head", _running(OLD_IMAGE_ID), "running image", IMAGE_ID, OLD_IMAGE_ID),
+    ("worker", set_label("io.gb10.dspark.image.id", OLD_IMAGE_ID), "label io.gb10.dspark.image.id", IMAGE_ID,
+     OLD_IMAGE_ID),
+    ("worker", _drop_image, f"image {IMAGE_ID}", "present", "absent"),
+    ("head", set_label("io.gb10.dspark.profile", "long-1m"), "label io.gb10.dspark.profile", "production", "long-1m"),
+    ("worker", set_label("io.gb10.dspark.profile.sha256", "a" * 64), "label io.gb10.dspark.profile.sha256",
+     PROFILE_SHA256, "a" * 64),
+    ("head", set_label("io.gb10.dspark.cudagraph.implementation", "breakable"),
+     "label io.gb10.dspark.cudagraph.implementation", "regular", "breakable"),
+    ("worker", set_label("io.gb10.dspark.manifest.sha256", "b" * 64), "label io.gb10.dspark.manifest.sha256",
+     MANIFEST_SHA256, "b" * 64),
+    ("head", set_label("io.gb10.dspark.model.revision", "1" * 40), "label io.gb10.dspark.model.revision",
+     MODEL_REVISION, "1" * 40),
+    ("worker", set_label("io.gb10.dspark.pair", "pair-b"), "label io.gb10.dspark.pair", PAIR, "pair-b"),
+    ("worker", set_label("io.gb10.dspark.rank", "0"), "label io.gb10.dspark.rank", "1", "0"),
+    ("worker", _hand_edit, "profile env file {env}", "the container's environment",
+     "changed since the container started"),
+    ("head", _no_env_file, "profile env file {env}", "the container's environment", "absent"),
+    ("worker", _manifest, MANIFEST_ITEM, MANIFEST_SHA256, "e" * 64),
+    ("head", _revision, MODEL_ITEM, MODEL_REVISION, "0" * 40),
+    ("head", _served, "served models", SERVED, ["some-other-model"]),
+])
+def test_every_drift_cause_names_rank_expected_actual(pair_audits, role, change, item, expected, actual):
+    audits = dict(zip(("head", "worker"), copy.deepcopy(pair_audits)))
+    audit = audits[role]
+    change(audit)
+    item = item.format(dir=audit["model"]["dir"], path=audit["manifest"]["path"], env=audit["profile_file"]["path"])
+    result = _audit.pair_verdict(PAIR, desired(), audits["head"], audits["worker"])
+    assert result["verdict"] == "DRIFT", result["differences"]
+    diff = find(result, NAMES[role], item)
+    assert (diff["expected"], diff["actual"], diff["role"]) == (expected, actual, role)
+    assert diff["message"].startswith(f"rank {NAMES[role]}: {item} is ")
+    shown = ", ".join(actual) if isinstance(actual, list) else actual
+    assert shown in diff["message"] and str(expected) in diff["message"]
+    assert result["reasons"] == []  # a DRIFT is told by its differences, each once
+    assert_no_secret(result)
+
+
+def test_hand_edit_reason_names_the_changed_entries(pair_audits):
+    head, worker = copy.deepcopy(pair_audits)
+    _hand_edit(worker)
+    result = _audit.pair_verdict(PAIR, desired(), head, worker)
+    diff = find(result, NAMES["worker"], f"profile env file {worker['profile_file']['path']}")
+    assert "NCCL_IB_GID_INDEX" in diff["message"]
+
+
+def test_ranks_disagreeing_with_each_other(pair_audits):
+    head, worker = copy.deepcopy(pair_audits)
+    worker["container"]["image_id"] = OLD_IMAGE_ID
+    worker["container"]["labels"]["io.gb10.dspark.profile.sha256"] = "a" * 64
+    result = _audit.pair_verdict(PAIR, desired(), head, worker)
+    assert result["verdict"] == "DRIFT"
+    cross = [d for d in result["differences"] if d["expected_word"].startswith("head ")]
+    assert [(d["item"], d["expected"], d["actual"]) for d in cross] == [
+        ("running image", IMAGE_ID, OLD_IMAGE_ID), ("label io.gb10.dspark.profile.sha256", PROFILE_SHA256, "a" * 64)]
+    assert cross[0]["message"] == (f"rank {NAMES['worker']}: running image is {OLD_IMAGE_ID}, head {NAMES['head']} has "
+                                   f"{IMAGE_ID} (the ranks of the pair disagree)")
+
+
+def test_ranks_disagreeing_when_the_desired_state_is_met_by_neither(pair_audits):
+    head, worker = copy.deepcopy(pair_audits)
+    head["container"]["image_id"] = "sha256:" + "1" * 64
+    worker["container"]["image_id"] = "sha256:" + "2" * 64
+    result = _audit.pair_verdict(PAIR, desired(), head, worker)
+    items = [(d["rank"], d["item"]) for d in result["differences"]]
+    assert items.count((NAMES["head"], "running image")) == 1 and items.count((NAMES["worker"], "running image")) == 2
+
+
+def test_every_difference_is_listed_at_once(pair_audits):
+    head, worker = copy.deepcopy(pair_audits)
+    _manifest(head)
+    _revision(worker)
+    _hand_edit(worker)
+    result = _audit.pair_verdict(PAIR, desired(), head, worker)
+    assert result["verdict"] == "DRIFT" and len(result["differences"]) == 3 and result["reasons"] == []
+
+
+def test_revision_compares_without_case_and_cudagraph_is_optional(pair_audits):
+    head, worker = copy.deepcopy(pair_audits)
+    worker["model"]["revision"] = MODEL_REVISION.upper()
+    head["container"]["labels"]["io.gb10.dspark.cudagraph.implementation"] = "breakable"
+    result = _audit.pair_verdict(PAIR, desired(cudagraph_implementation=None), head, worker)
+    assert result["verdict"] == "OK", result["reasons"]
+
+
+@pytest.mark.parametrize("bad", [None, [], {"image_id": IMAGE_ID}, desired(served_model="")])
+def test_incomplete_desired_state_is_refused(pair_audits, bad):
+    with pytest.raises(ValueError):
+        _audit.pair_verdict(PAIR, bad, *pair_audits)
+
+
+def test_incomplete_audit_is_not_trusted(pair_audits):
+    head, worker = copy.deepcopy(pair_audits)
+    del worker["manifest"]
+    result = _audit.pair_verdict(PAIR, desired(), head, worker)
+    assert result["verdict"] == "UNREACHABLE" and "missing manifest" in result["reasons"][0]
