@@ -112,12 +112,16 @@ def test_an_interrupted_control_node_reattaches_and_restarts_nothing(sim, clean_
     from simhelpers import ROOT
 
     pair = sim[0]
+    # a code of its own gives this run its own key: the first test's finished rows (same profile,
+    # same image) would otherwise be resumed and nothing would run long enough to interrupt
+    CODE = "GB10-NIAH-INT3"
     # every generated token takes 0.5 s, so a depth takes seconds: time to interrupt the control node
     host_vars(pair.head, {"dspark_engine_extra_env": {"DSPARK_SIM_STARTUP_DELAY_S": "1", "DSPARK_SIM_TOKEN_DELAY_S": "0.5"}})
     host_vars(pair.worker, {"dspark_engine_extra_env": {"DSPARK_SIM_STARTUP_DELAY_S": "1", "DSPARK_SIM_TOKEN_DELAY_S": "0.5"}})
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0", PYTHONUNBUFFERED="1")
     argv = [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(INVENTORY), "playbooks/niah.yml",
-            "--limit", pair.group, "-e", f"dspark_preflight_wrapper_path={clean_tree}", "-e", "dspark_niah_poll_interval=1"]
+            "--limit", pair.group, "-e", f"dspark_preflight_wrapper_path={clean_tree}", "-e", "dspark_niah_poll_interval=1",
+            "-e", f"dspark_niah_code={CODE}"]
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
     seen = []
@@ -131,10 +135,12 @@ def test_an_interrupted_control_node_reattaches_and_restarts_nothing(sim, clean_
     proc.wait()
     engine = (container_state(pair.head)["StartedAt"], container_state(pair.worker)["StartedAt"])
 
-    again = playbook("niah.yml", clean_tree, "--limit", pair.group, "-e", "dspark_niah_poll_interval=1")
+    again = playbook("niah.yml", clean_tree, "--limit", pair.group, "-e", "dspark_niah_poll_interval=1",
+                     "-e", f"dspark_niah_code={CODE}")
     out = flat(again)
     assert "a NIAH run is in progress on the head; the pair is not touched" in out
     assert (container_state(pair.head)["StartedAt"], container_state(pair.worker)["StartedAt"]) == engine
     run = max((r for r in niah_runs(pair) if r.name.startswith("long-1m-")), key=lambda r: (r / "niah.json").stat().st_mtime)
     doc = summary(run)
+    assert doc["code"] == CODE
     assert doc["status"] == "PASS" and doc["ran"] == DEPTHS and doc["resumed"] == []  # one job did every depth
