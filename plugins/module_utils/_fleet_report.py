@@ -10,7 +10,7 @@ Input is the list of per-pair verdict documents of the fleet audit::
 
 The input is checked first (fail closed: an unknown verdict, an OK pair that lists differences, a DRIFT
 pair without any, a DOWN or UNREACHABLE pair without a reason, a duplicate or unsafe pair name all fail
-and nothing is written). The three files are rewritten only when something other than the ``generated``
+and nothing is written). The four files are rewritten only when something other than the ``generated``
 timestamp would change, so a second run over the same fleet state reports ``changed=false``.
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ from ansible_collections.gb10.dspark.plugins.module_utils._identity import (
 SCHEMA_VERSION = 1
 VERDICTS = ("OK", "DRIFT", "DOWN", "UNREACHABLE")
 RANKS = ("head", "worker")
-FILES = {"json": "audit.json", "md": "audit.md", "html": "audit.html"}
+FILES = {"json": "audit.json", "md": "audit.md", "html": "audit.html", "txt": "audit.txt"}
 DEFAULT_TITLE = "GB10 fleet audit"
 EXIT_OK = 0
 EXIT_NOT_OK = 2
@@ -421,7 +421,7 @@ class ReportPlan:
     dest: str
     paths: dict[str, str]
     document: dict
-    texts: dict[str, str]  # md and html; the JSON is written from ``document``
+    texts: dict[str, str]  # md, html and txt; the JSON is written from ``document``
     changed: bool
     create_dest: bool
     before_md: str
@@ -452,12 +452,12 @@ def _without_generated(doc: object) -> object:
 
 
 def _render(document: dict) -> dict[str, str]:
-    return {"md": render_markdown(document), "html": render_html(document)}
+    return {"md": render_markdown(document), "html": render_html(document), "txt": terminal_table(document)}
 
 
 def plan_report(dest: str, pairs: object, title: str = DEFAULT_TITLE, generated: str | None = None,
                 now: Callable[[], str] = utc_now) -> ReportPlan:
-    """Check the input, build the three files and compare them with what ``dest`` holds, ignoring the
+    """Check the input, build the four files and compare them with what ``dest`` holds, ignoring the
     ``generated`` timestamp. Reads only; :func:`write_report` writes."""
     dest = os.path.abspath(dest)
     if os.path.exists(dest) and not os.path.isdir(dest):
@@ -494,7 +494,7 @@ def plan_report(dest: str, pairs: object, title: str = DEFAULT_TITLE, generated:
 
 
 def write_report(plan: ReportPlan) -> None:
-    """Write the three files atomically (Markdown and HTML first, the JSON document last); nothing when
+    """Write the four files atomically (Markdown, HTML and text first, the JSON document last); nothing when
     the plan found no change."""
     if not plan.changed:
         return
@@ -502,6 +502,7 @@ def write_report(plan: ReportPlan) -> None:
         os.makedirs(plan.dest, mode=0o755, exist_ok=True)
     write_text_atomic(plan.paths["md"], plan.texts["md"])
     write_text_atomic(plan.paths["html"], plan.texts["html"])
+    write_text_atomic(plan.paths["txt"], plan.texts["txt"])
     write_json_atomic(plan.paths["json"], plan.document)
 
 

@@ -10,13 +10,15 @@ short_description: Write the fleet audit report (JSON, Markdown and one static H
 version_added: 0.1.0
 description:
   - "Runs on the control node (C(delegate_to: localhost), C(run_once: true)) at the end of the fleet audit.
-    Takes one verdict document per pair and writes three files into O(dest): C(audit.json), C(audit.md)
-    and C(audit.html)."
+    Takes one verdict document per pair and writes four files into O(dest): C(audit.json), C(audit.md),
+    C(audit.html) and C(audit.txt)."
   - "C(audit.json) holds C(schema_version) (1), C(title), C(generated), C(counts) per verdict, C(exit_code)
     (0 when every pair is C(OK), else 2), C(not_ok) and the C(pairs) sorted by name."
   - "C(audit.md) holds a table (pair, verdict, head image, worker image, profile, number of differences)
     and one section per pair that is not C(OK), listing each difference as
     C(<rank>: <item> is <actual>, expected <expected>) and each reason."
+  - "C(audit.txt) is the same table in fixed-width plain text for a terminal or a cron mail (the C(dspark audit)
+    command prints it): one line per pair, each difference and reason indented below it, and a count line."
   - "C(audit.html) is one static, self-contained HTML5 page (inline CSS, no script, no external resource):
     a table C(id=fleet) with one C(tr data-pair=<name>) row per pair (verdict with the class C(ok),
     C(drift), C(down) or C(unreachable), image IDs shortened to 12 hex digits with the full ID in a
@@ -43,7 +45,7 @@ options:
     required: true
   dest:
     description:
-      - The folder to write the three files into. Created (0755) when missing, with its parents.
+      - The folder to write the four files into. Created (0755) when missing, with its parents.
       - Must not be a file.
     type: path
     required: true
@@ -60,7 +62,7 @@ options:
 attributes:
   check_mode:
     support: full
-    details: Checks the input, renders the three files and compares them with O(dest), but writes nothing;
+    details: Checks the input, renders the four files and compares them with O(dest), but writes nothing;
       RV(changed) says whether a real run would write.
   diff_mode:
     support: full
@@ -70,7 +72,7 @@ attributes:
     details:
       - The files are compared with what O(dest) holds while ignoring the C(generated) timestamp. When only the
         timestamp would differ nothing is written, RV(changed) is V(false) and the files keep their old timestamp.
-      - When anything else differs, all three files are rewritten, each atomically, with the new timestamp.
+      - When anything else differs, all four files are rewritten, each atomically, with the new timestamp.
 notes:
   - Files are written with mode 0644 through a temporary file and a rename; C(audit.json) is written last.
   - The Markdown table shows image IDs shortened to 12 hex digits; C(audit.json) and the HTML C(title)
@@ -108,7 +110,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 changed:
-  description: Whether any of the three files was (in check mode, would be) written; the C(generated) timestamp alone is no change.
+  description: Whether any of the four files was (in check mode, would be) written; the C(generated) timestamp alone is no change.
   returned: always
   type: bool
   sample: false
@@ -129,7 +131,7 @@ not_ok:
   elements: str
   sample: [sim02, sim05]
 files:
-  description: The absolute paths of the three files.
+  description: The absolute paths of the four files.
   returned: success
   type: dict
   contains:
@@ -148,6 +150,11 @@ files:
       returned: success
       type: str
       sample: /srv/dspark/evidence/fleet/audit.html
+    txt:
+      description: Path of C(audit.txt).
+      returned: success
+      type: str
+      sample: /srv/dspark/evidence/fleet/audit.txt
   sample:
     json: /srv/dspark/evidence/fleet/audit.json
     md: /srv/dspark/evidence/fleet/audit.md

@@ -385,15 +385,16 @@ def mtimes(folder: Path) -> dict[str, int]:
     return {name: (folder / name).stat().st_mtime_ns for name in fr.FILES.values()}
 
 
-def test_first_run_writes_three_files(tmp_path):
+def test_first_run_writes_four_files(tmp_path):
     dest = tmp_path / "reports" / "fleet"
     plan = fr.fleet_report(str(dest), fleet(), generated=T0)
     assert plan.changed is True and plan.create_dest is True
-    assert sorted(os.listdir(dest)) == ["audit.html", "audit.json", "audit.md"]
+    assert sorted(os.listdir(dest)) == ["audit.html", "audit.json", "audit.md", "audit.txt"]
     doc = json.loads((dest / "audit.json").read_text())
     assert doc == document() and doc["generated"] == T0
     assert (dest / "audit.md").read_text() == fr.render_markdown(doc)
     assert (dest / "audit.html").read_text() == fr.render_html(doc)
+    assert (dest / "audit.txt").read_text() == fr.terminal_table(doc)
     assert oct((dest / "audit.md").stat().st_mode & 0o777) == "0o644"
     assert plan.before_md == "" and plan.after_md == (dest / "audit.md").read_text()
 

@@ -12,7 +12,7 @@ IMAGE = "sha256:" + "9d0e4b7a21c3" + "5a" * 26
 OLD = "sha256:" + "c4e8d2f61a07" + "19" * 26
 T0 = "2026-08-05T12:00:00Z"
 T1 = "2026-08-05T18:00:00Z"
-FILES = ("audit.html", "audit.json", "audit.md")
+FILES = ("audit.html", "audit.json", "audit.md", "audit.txt")
 
 
 def summary(image: str = IMAGE, restarts: int = 0) -> dict:
@@ -52,7 +52,7 @@ def test_report_is_written(tmp_path, run_module):
     assert result["counts"] == {"OK": 1, "DRIFT": 1, "DOWN": 0, "UNREACHABLE": 1}
     assert result["not_ok"] == ["lab-02", "lab-03"]
     assert result["files"] == {"json": str(dest / "audit.json"), "md": str(dest / "audit.md"),
-                               "html": str(dest / "audit.html")}
+                               "html": str(dest / "audit.html"), "txt": str(dest / "audit.txt")}
     assert result["generated"] == T0
     assert "diff" not in result
     assert sorted(p.name for p in dest.iterdir()) == list(FILES)

@@ -1,0 +1,151 @@
+"""Live progress and the end-of-run verdict of a `dspark` run, computed from ansible-runner events.
+
+Nothing here prints a task result beyond its ``msg``: results may carry secrets, and a result marked
+``no_log`` shows no message at all.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Mapping, TextIO
+
+CONTROL = "control"
+CONTROL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+MSG_LIMIT = 300
+NO_LOG_MSG = "(output hidden: no_log)"
+
+
+def pair_map(inventory: Mapping | None) -> dict[str, str]:
+    """Host -> pair name from an ``ansible-inventory --list`` document (its ``_meta.hostvars``)."""
+    hostvars = ((inventory or {}).get("_meta") or {}).get("hostvars") or {}
+    mapping = {}
+    for host, hvars in hostvars.items():
+        pair = (hvars or {}).get("dspark_pair") if isinstance(hvars, Mapping) else None
+        if pair not in (None, ""):
+            mapping[str(host)] = str(pair)
+    return mapping
+
+
+def pair_of(host: str, mapping: Mapping[str, str]) -> str:
+    """The pair a host belongs to; the control node is ``control``, any other host stands for itself."""
+    if host in mapping:
+        return mapping[host]
+    if host in CONTROL_HOSTS:
+        return CONTROL
+    return host
+
+
+def one_line(value: object, limit: int = MSG_LIMIT) -> str:
+    """A message on one line, at most ``limit`` characters."""
+    if isinstance(value, (list, tuple)):
+        value = "; ".join(str(v) for v in value)
+    text = " ".join(str(value).split())
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return text
+
+
+def result_msg(res: object) -> str:
+    if not isinstance(res, Mapping):
+        return ""
+    if res.get("_ansible_no_log"):
+        return NO_LOG_MSG
+    msg = res.get("msg")
+    return "" if msg in (None, "") else one_line(msg)
+
+
+class Progress:
+    """ansible-runner ``event_handler``: one line per host result, flushed, and ``== <play>`` per play.
+
+    Returns True for every event so that ansible-runner still writes it to ``job_events`` (the run's
+    stats are read back from there).
+    """
+
+    def __init__(self, mapping: Mapping[str, str] | None = None, out: TextIO | None = None):
+        self.mapping = dict(mapping or {})
+        self.out = out
+
+    def _print(self, line: str) -> None:
+        out = self.out if self.out is not None else sys.stdout
+        print(line, file=out, flush=True)
+
+    def line(self, event: Mapping) -> str | None:
+        """The line an event prints, or None."""
+        kind = event.get("event")
+        data = event.get("event_data") or {}
+        if kind == "playbook_on_play_start":
+            return f"== {data.get('play') or data.get('name') or '(unnamed play)'}"
+        if kind == "playbook_on_no_hosts_matched":
+            return "   (no hosts matched)"
+        if kind not in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable"):
+            return None  # runner_on_start, runner_on_skipped, items, stats, verbose output...
+        host = str(data.get("host") or "?")
+        task = data.get("task") or data.get("task_action") or "(unnamed task)"
+        res = data.get("res") or {}
+        msg = ""
+        if kind == "runner_on_ok":
+            status = "changed" if isinstance(res, Mapping) and res.get("changed") else "ok"
+        elif kind == "runner_on_failed" and data.get("ignore_errors"):
+            status = "failed (ignored)"
+        else:
+            status = "FAILED" if kind == "runner_on_failed" else "UNREACHABLE"
+            msg = result_msg(res)
+        text = f"[{pair_of(host, self.mapping)}] {host} {status} {task}"
+        return f"{text} -- {msg}" if msg else text
+
+    def __call__(self, event: Mapping) -> bool:
+        try:
+            text = self.line(event)
+        except Exception:  # a progress line must never break the run
+            text = None
+        if text is not None:
+            self._print(text)
+        return True
+
+
+def failing_hosts(stats: Mapping | None) -> dict[str, str]:
+    """Host -> ``failed`` or ``unreachable`` from ansible-runner's ``stats``; hosts only ignored are fine."""
+    found: dict[str, str] = {}
+    if not stats:
+        return found
+    for host, count in (stats.get("failures") or {}).items():
+        if count:
+            found[host] = "failed"
+    for host, count in (stats.get("dark") or {}).items():
+        if count:
+            found[host] = "unreachable"
+    return found
+
+
+def failing_pairs_line(stats: Mapping | None, mapping: Mapping[str, str]) -> str | None:
+    """``failing pairs: p1 (h2: failed), control (localhost: unreachable)``, or None when no host failed."""
+    hosts = failing_hosts(stats)
+    if not hosts:
+        return None
+    by_pair: dict[str, list[str]] = {}
+    for host in sorted(hosts):
+        by_pair.setdefault(pair_of(host, mapping), []).append(f"{host}: {hosts[host]}")
+    return "failing pairs: " + ", ".join(f"{pair} ({', '.join(items)})" for pair, items in sorted(by_pair.items()))
+
+
+def decide_exit(status: str | None, rc: int | None, stats: Mapping | None, mapping: Mapping[str, str],
+                canceled: bool = False, audit: Mapping | None = None) -> tuple[int, str | None]:
+    """The exit code of a run and the ``failing pairs`` line to print before exiting (None: print none).
+
+    0 when ansible-runner says ``successful`` with rc 0; 130 when canceled; otherwise the playbook's rc
+    (1 when that is 0 or missing). For the audit, a written ``audit.json`` whose ``exit_code`` is not 0
+    decides: its exit code and its ``not_ok`` pairs.
+    """
+    if canceled or status == "canceled":
+        return 130, None
+    if isinstance(audit, Mapping):
+        code = audit.get("exit_code")
+        if isinstance(code, int) and not isinstance(code, bool) and code != 0:
+            not_ok = [str(p) for p in audit.get("not_ok") or []]
+            return code, "failing pairs: " + (", ".join(not_ok) if not_ok else "(audit.json lists none)")
+    if status == "successful" and rc == 0:
+        return 0, None
+    code = rc if isinstance(rc, int) and rc != 0 else 1
+    line = failing_pairs_line(stats, mapping)
+    if line is None:
+        line = f"failing pairs: none in the play recap (ansible-runner status {status}, rc {rc})"
+    return code, line
