@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from typing import Mapping, TextIO
 
@@ -282,6 +283,45 @@ def report_audit(report_dir: str, out: TextIO) -> dict | None:
     return doc
 
 
+_ENV_KEEP = frozenset({"PATH", "HOME", "LANG", "LC_ALL", "PWD", "USER", "VIRTUAL_ENV"})
+_ENV_KEEP_PREFIXES = ("ANSIBLE_", "RUNNER_", "AWX_")
+_ENV_SECRETISH = ("PASS", "TOKEN", "SECRET", "CRED", "API_KEY", "APIKEY", "AUTH")
+NOT_RECORDED = "(not recorded)"
+
+
+def _env_recordable(key: str) -> bool:
+    upper = key.upper()
+    if any(word in upper for word in _ENV_SECRETISH):
+        return False
+    return key in _ENV_KEEP or key.startswith(_ENV_KEEP_PREFIXES)
+
+
+def scrub_command_artifact(run_dir: str) -> None:
+    """ansible-runner records the whole environment in ``<run>/command``; keep only what explains the run
+    (PATH, ANSIBLE_*, ...) and record every other variable by name only, so that no token lands on disk."""
+    path = os.path.join(run_dir, "command")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            doc = json.load(handle)
+    except (OSError, ValueError):
+        return
+    env = doc.get("env") if isinstance(doc, dict) else None
+    if not isinstance(env, dict):
+        return
+    doc["env"] = {key: (value if _env_recordable(key) else NOT_RECORDED) for key, value in env.items()}
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(doc, handle, ensure_ascii=False)
+    os.replace(tmp, path)
+
+
+def _write_private_json(path: str, data: object) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(data, handle)
+
+
 class _Cancel:
     """SIGINT/SIGTERM ask ansible-runner to cancel the run (it polls ``is_set``)."""
 
@@ -346,22 +386,32 @@ def run(argv: list[str] | None = None, *, playbook: str | None = None, environ: 
     print(f"run folder: {run_dir}", file=out, flush=True)
     mapping = load_pair_map(inventory, {**environ, **envvars}, cwd, err)
 
-    with _Cancel() as cancel:
-        runner = ansible_runner.run(
-            private_data_dir=run_dir,
-            artifact_dir=os.path.dirname(run_dir),  # artifacts land in the run folder itself
-            ident=os.path.basename(run_dir),
-            playbook=target,
-            inventory=inventory,
-            limit=args.limit or None,
-            extravars=extravars or None,
-            envvars=envvars,
-            cmdline="--check" if args.check else None,
-            verbosity=args.verbose or None,
-            quiet=True,
-            event_handler=Progress(mapping, out),
-            cancel_callback=cancel.is_set,
-        )
+    # Extra vars may hold secrets (dspark_api_key): they go to ansible-playbook through a private file
+    # outside the run folder that is removed after the run, never into the run folder or argv.
+    with tempfile.TemporaryDirectory(prefix="dspark-") as private, _Cancel() as cancel:
+        vars_file = None
+        if extravars:
+            vars_file = os.path.join(private, "extravars.json")
+            _write_private_json(vars_file, extravars)
+        try:
+            runner = ansible_runner.run(
+                private_data_dir=run_dir,
+                artifact_dir=os.path.dirname(run_dir),  # artifacts land in the run folder itself
+                ident=os.path.basename(run_dir),
+                playbook=target,
+                inventory=inventory,
+                limit=args.limit or None,
+                extravars=vars_file,
+                envvars=envvars,
+                cmdline="--check" if args.check else None,
+                verbosity=args.verbose or None,
+                suppress_env_files=True,
+                quiet=True,
+                event_handler=Progress(mapping, out),
+                cancel_callback=cancel.is_set,
+            )
+        finally:
+            scrub_command_artifact(run_dir)
     canceled = bool(runner.canceled or cancel.is_set())
     stats = None if canceled else runner.stats
     print(f"ansible-runner: {runner.status} (rc {runner.rc})", file=out)

@@ -47,7 +47,7 @@ def one_line(value: object, limit: int = MSG_LIMIT) -> str:
 def result_msg(res: object) -> str:
     if not isinstance(res, Mapping):
         return ""
-    if res.get("_ansible_no_log"):
+    if res.get("_ansible_no_log") or "censored" in res:  # ansible-runner replaces no_log results by {censored}
         return NO_LOG_MSG
     msg = res.get("msg")
     return "" if msg in (None, "") else one_line(msg)

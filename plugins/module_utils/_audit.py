@@ -437,6 +437,11 @@ def _drift(role: str, name: str, audit: dict, desired: dict, pair: str) -> list[
         if desired["image_id"] not in ids:
             out.append(Mismatch(name, f"image {desired['image_id']}", "present", "absent",
                                 reason="not among the rank's images", expected_word="expected"))
+        tag = desired.get("image_tag")
+        if tag:  # the pinned tag must name the pinned ID: another image under it is a swap
+            tagged = [i.get("id") for i in audit.get("images") or [] if isinstance(i, dict) and tag in (i.get("tags") or [])]
+            actual = tagged[0] if len(tagged) == 1 else (tagged or "absent")
+            differ(f"image {tag}", desired["image_id"], actual)
     if container.get("exists") is True:
         differ("running image", desired["image_id"], container.get("image_id"))
         differ(f"label {LABEL_IMAGE_ID}", desired["image_id"], labels.get(LABEL_IMAGE_ID))
@@ -528,7 +533,8 @@ def pair_verdict(pair: str, desired: dict, head: object, worker: object) -> dict
     ``head`` and ``worker`` are the ranks' ``audit`` results (a registered module result holding
     ``audit`` is accepted too), or None / ``{"unreachable": True, "msg": ...}`` for a rank that
     could not be audited. ``desired`` holds image_id, manifest_sha256, model_revision, profile,
-    profile_sha256, served_model and optionally cudagraph_implementation (ValueError when one of
+    profile_sha256, served_model and optionally cudagraph_implementation and image_tag (the pinned
+    tag, which must name image_id on both ranks) (ValueError when one of
     the required keys is missing).
 
     ``differences`` lists every difference found, as far as the ranks could be read (also for a

@@ -21,6 +21,13 @@ INVENTORY = ROOT / "inventories" / "sim"
 PAIRS = 2
 
 
+def site() -> dict:
+    """The simulator inventory's site variables (group_vars/all/site.yml)."""
+    import yaml
+
+    return yaml.safe_load((INVENTORY / "group_vars" / "all" / "site.yml").read_text())
+
+
 def sim_cli(*args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "sim"))
     res = subprocess.run([sys.executable, "-m", "dspark_sim", *args], env=env, text=True,
@@ -80,3 +87,14 @@ def playbook(name: str, tree: Path, *extra: str, check: bool = True, timeout: fl
     """Run playbooks/<name> deploying from the clean checkout ``tree``."""
     return ansible(f"playbooks/{name}", "-e", f"dspark_preflight_wrapper_path={tree}", *extra,
                    tool="ansible-playbook", check=check, timeout=timeout, env=env)
+
+
+def snapshot(rank: layout.Rank) -> dict:
+    """Everything on a rank that a run could change: images, containers (ID, name, state, start time,
+    restart count) and the files under the collection's folders and the model directory."""
+    images = on_rank(rank, ["docker", "image", "ls", "--all", "--no-trunc", "--format", "{{.ID}} {{.Repository}}:{{.Tag}}"]).stdout
+    containers = on_rank(rank, ["sh", "-c", "ids=$(docker ps -aq --no-trunc); [ -z \"$ids\" ] || docker inspect --format "
+                                "'{{.Id}} {{.Name}} {{.State.Status}} {{.State.StartedAt}} {{.RestartCount}}' $ids"]).stdout
+    files = on_rank(rank, ["find", "/var/lib/dspark", "/etc/dspark", "/srv/dspark/models", "-printf", "%p %s %T@\n"]).stdout
+    return {"images": sorted(images.splitlines()), "containers": sorted(containers.splitlines()),
+            "files": sorted(files.splitlines())}

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from simhelpers import ROOT, INVENTORY, ansible, on_rank
+from simhelpers import INVENTORY, ROOT, ansible, on_rank, site, snapshot
 
 sys.path.insert(0, str(ROOT))
 from tests.support import synthetic_archive  # noqa: E402
@@ -30,22 +30,9 @@ def pin() -> dict:
     return yaml.safe_load((INVENTORY / "group_vars" / "all" / "pin.yml").read_text())["dspark_pin"]
 
 
-def site() -> dict:
-    return yaml.safe_load((INVENTORY / "group_vars" / "all" / "site.yml").read_text())
-
-
 def run(pair, clean_tree, *extra: str, check: bool = False, tree: Path | None = None):
     return ansible(PLAYBOOK, "--limit", pair.group, "-e", f"dspark_preflight_wrapper_path={tree or clean_tree}",
                    *extra, tool="ansible-playbook", check=check)
-
-
-def snapshot(rank) -> dict:
-    """Everything on a rank that the identity run could change."""
-    images = on_rank(rank, ["docker", "image", "ls", "--all", "--no-trunc", "--format", "{{.ID}} {{.Repository}}:{{.Tag}}"]).stdout
-    containers = on_rank(rank, ["docker", "ps", "--all", "--no-trunc", "--format", "{{.ID}} {{.Names}} {{.Status}}"]).stdout
-    files = on_rank(rank, ["find", "/var/lib/dspark", "/etc/dspark", "/srv/dspark/models", "-printf", "%p %s %T@\n"]).stdout
-    return {"images": sorted(images.splitlines()), "containers": sorted(containers.splitlines()),
-            "files": sorted(files.splitlines())}
 
 
 def reset(pair) -> None:

@@ -10,14 +10,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import yaml
 
-from simhelpers import INVENTORY, on_rank, playbook
+from simhelpers import on_rank, playbook, site
 
-
-
-def site() -> dict:
-    return yaml.safe_load((INVENTORY / "group_vars" / "all" / "site.yml").read_text())
 
 
 def provision(pair, clean_tree, *extra: str, check: bool = False):

@@ -8,11 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from simhelpers import INVENTORY, ansible, on_rank, playbook
-
-
-def site() -> dict:
-    return yaml.safe_load((INVENTORY / "group_vars" / "all" / "site.yml").read_text())
+from simhelpers import INVENTORY, ansible, on_rank, playbook, site
 
 
 def guard(pair, *extra: str, check: bool = False):

@@ -8,16 +8,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import yaml
 
-from simhelpers import INVENTORY, container_state, on_rank, playbook
+from simhelpers import INVENTORY, container_state, on_rank, playbook, site
 
 LONG_WINDOW = 1_048_576
 DEPTHS = [262_128, 524_256, 943_660]
-
-
-def site() -> dict:
-    return yaml.safe_load((INVENTORY / "group_vars" / "all" / "site.yml").read_text())
 
 
 def niah_runs(pair) -> list[Path]:

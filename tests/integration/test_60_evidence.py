@@ -10,15 +10,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import yaml
 
-from simhelpers import INVENTORY, ROOT, playbook
+from simhelpers import ROOT, playbook, site
 
 KEY = "sk-evidence-test-5b1e9c"
-
-
-def site() -> dict:
-    return yaml.safe_load((INVENTORY / "group_vars" / "all" / "site.yml").read_text())
 
 
 def runs(pair) -> list[Path]:

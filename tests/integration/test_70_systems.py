@@ -8,9 +8,8 @@ import re
 import uuid
 from pathlib import Path
 
-import yaml
 
-from simhelpers import INVENTORY, container_state, playbook
+from simhelpers import container_state, playbook, site
 
 DELAY_S = 0.05
 SMALL = json.dumps({
@@ -19,10 +18,6 @@ SMALL = json.dumps({
     "dspark_systems_concurrency_max_tokens": 16, "dspark_systems_decode_reps": 2,
     "dspark_systems_decode_max_tokens": 32, "dspark_systems_prefill_reps": 1,
     "dspark_systems_prefill_prompt_tokens": 2000})
-
-
-def site() -> dict:
-    return yaml.safe_load((INVENTORY / "group_vars" / "all" / "site.yml").read_text())
 
 
 def pair_dir(pair) -> Path:

@@ -16,6 +16,8 @@ packages=(
   git
   curl
   shellcheck         # actionlint checks the CI workflow's run: scripts with it
+  chromium           # a real headless browser opens the fleet audit's HTML report in the tests
+  chromium-driver    # ...driven through selenium, without any browser download
 )
 missing=()
 for p in "${packages[@]}"; do

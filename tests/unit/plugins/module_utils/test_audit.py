@@ -650,3 +650,37 @@ def test_incomplete_audit_is_not_trusted(pair_audits):
     del worker["manifest"]
     result = _audit.pair_verdict(PAIR, desired(), head, worker)
     assert result["verdict"] == "UNREACHABLE" and "missing manifest" in result["reasons"][0]
+
+
+# ============================================================================================
+# the pinned tag
+# ============================================================================================
+TAG = "dspark-r0b0tlab:production-v026"
+
+
+def test_pinned_tag_on_the_pinned_id_is_ok(pair_audits):
+    head, worker = pair_audits
+    assert _audit.pair_verdict(PAIR, desired(image_tag=TAG), head, worker)["verdict"] == "OK"
+
+
+def test_another_image_under_the_pinned_tag_is_drift_on_that_rank(pair_audits):
+    head, worker = copy.deepcopy(pair_audits)
+    swapped = "sha256:" + "9" * 64
+    for image in worker["images"]:
+        if image["id"] == IMAGE_ID:
+            image["tags"] = [t for t in image["tags"] if t != TAG]
+    worker["images"].append({"id": swapped, "tags": [TAG]})
+    result = _audit.pair_verdict(PAIR, desired(image_tag=TAG), head, worker)
+    assert result["verdict"] == "DRIFT"
+    assert [d["message"] for d in result["differences"]] == [
+        f"rank {worker['rank']}: image {TAG} is {swapped}, pinned {IMAGE_ID}"]
+    assert result["differences"][0]["role"] == "worker"
+
+
+def test_pinned_tag_missing_is_drift(pair_audits):
+    head, worker = copy.deepcopy(pair_audits)
+    for image in head["images"]:
+        image["tags"] = [t for t in image["tags"] if t != TAG]
+    result = _audit.pair_verdict(PAIR, desired(image_tag=TAG), head, worker)
+    assert result["verdict"] == "DRIFT"
+    assert result["differences"][0]["actual"] == "absent" and result["differences"][0]["item"] == f"image {TAG}"

@@ -1,0 +1,238 @@
+"""Fleet jobs on a simulator of 4 pairs: the read-only audit with injected drift (exact verdicts, the
+differences named, a failing exit code, nothing changed on any rank), its HTML report in a real
+headless browser, the `dspark` command line, rollback and roll-forward with the image in place,
+and teardown."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from simhelpers import INVENTORY, ROOT, on_rank, playbook, sim_cli, site, snapshot
+from dspark_sim import layout
+
+PAIRS = 4
+FAST_UNREACHABLE = {"ANSIBLE_TIMEOUT": "5"}  # a pulled cable is reported after 5 s, not 30
+
+
+def pin() -> dict:
+    return yaml.safe_load((INVENTORY / "group_vars" / "all" / "pin.yml").read_text())["dspark_pin"]
+
+
+def report_dir() -> Path:
+    return Path(site()["dspark_evidence_dir"]) / "fleet"
+
+
+def audit(clean_tree, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+    res = playbook("audit.yml", clean_tree, *extra, check=False, env=FAST_UNREACHABLE, timeout=600)
+    doc = json.loads((report_dir() / "audit.json").read_text())
+    return res, doc
+
+
+def verdicts(doc: dict) -> dict:
+    return {p["pair"]: p["verdict"] for p in doc["pairs"]}
+
+
+def messages(doc: dict, pair: str) -> list[str]:
+    entry = next(p for p in doc["pairs"] if p["pair"] == pair)
+    return [d["message"] for d in entry["differences"]] + entry["reasons"]
+
+
+def events_since(rank, since: str) -> list[str]:
+    out = on_rank(rank, ["docker", "events", "--since", since, "--until", "0s", "--filter", "type=image",
+                         "--format", "{{.Action}} {{.Actor.ID}}"]).stdout
+    return [line for line in out.splitlines() if line.strip()]
+
+
+def rank_now(rank) -> str:
+    return on_rank(rank, ["date", "+%s"]).stdout.strip()
+
+
+def gate(pair: str) -> dict:
+    return json.loads((Path(site()["dspark_evidence_dir"]) / pair / "runtime-gate.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def fleet(sim, clean_tree):
+    """Four converged pairs (the session's simulator is resized; the next module's tests bring it down)."""
+    sim_cli("up", "--pairs", str(PAIRS))
+    playbook("provision.yml", clean_tree, timeout=1800)
+    return layout.pairs(PAIRS)
+
+
+def test_converged_fleet_is_ok_and_a_second_audit_rewrites_nothing(fleet, clean_tree):
+    res, doc = audit(clean_tree)
+    assert res.returncode == 0, res.stdout[-4000:]
+    assert verdicts(doc) == {f"sim{i:02d}": "OK" for i in range(1, PAIRS + 1)}
+    assert doc["exit_code"] == 0 and doc["counts"]["OK"] == PAIRS
+    mtimes = {p.name: p.stat().st_mtime_ns for p in report_dir().iterdir()}
+    res, _ = audit(clean_tree)
+    assert res.returncode == 0
+    recap = [line for line in res.stdout.split("PLAY RECAP")[-1].splitlines() if line.startswith("sim")]
+    assert len(recap) == 2 * PAIRS and all("changed=0" in line for line in recap), recap
+    assert {p.name: p.stat().st_mtime_ns for p in report_dir().iterdir()} == mtimes
+
+
+@pytest.fixture(scope="module")
+def drifted(fleet):
+    """sim01 stays OK; sim02 gets another image under the pinned tag on its worker and a hand-edited
+    profile env on its head; sim03's head engine is stopped; sim04's worker loses its network."""
+    p = pin()
+    s1, s2, s3, s4 = fleet
+    on_rank(s2.worker, ["sh", "-c", f"tar -cf - -T /dev/null | docker import - {p['image_tag']} >/dev/null"])
+    swapped = on_rank(s2.worker, ["docker", "image", "inspect", "--format", "{{.Id}}", p["image_tag"]]).stdout.strip()
+    env_file = "/etc/dspark/profiles/production.env"
+    on_rank(s2.head, ["sed", "-i", "s/^NCCL_IB_GID_INDEX=.*/NCCL_IB_GID_INDEX=5/", env_file])
+    on_rank(s3.head, ["docker", "stop", "--time", "5", "dspark_vllm"])
+    reachable = [r for pair in fleet for r in pair.ranks if r.name != s4.worker.name]
+    before = {r.name: snapshot(r) for r in reachable}
+    since = {r.name: rank_now(r) for r in reachable}
+    subprocess.run(["ip", "link", "set", s4.worker.host_veth, "down"], check=True)
+    yield {"swapped": swapped, "env_file": env_file, "before": before, "since": since, "reachable": reachable}
+    subprocess.run(["ip", "link", "set", s4.worker.host_veth, "up"], check=True)
+
+
+def test_drifted_fleet_gets_exact_verdicts_and_changes_nothing(fleet, drifted, clean_tree):
+    s1, s2, s3, s4 = fleet
+    p = pin()
+    for extra in (("--check",), ()):
+        res, doc = audit(clean_tree, *extra)
+        out = res.stdout + res.stderr
+        assert res.returncode == 2, out[-4000:]
+        assert verdicts(doc) == {"sim01": "OK", "sim02": "DRIFT", "sim03": "DOWN", "sim04": "UNREACHABLE"}
+        assert doc["exit_code"] == 2 and doc["not_ok"] == ["sim02", "sim03", "sim04"]
+        assert "sim02, sim03, sim04 not OK" in " ".join(out.split())
+    drift = messages(doc, "sim02")
+    assert f"rank {s2.worker.name}: image {p['image_tag']} is {drifted['swapped']}, pinned {p['image_id']}" in drift
+    assert any(m.startswith(f"rank {s2.head.name}: profile env file {drifted['env_file']} is changed since the "
+                            "container started, expected to match the container's environment") for m in drift), drift
+    assert len(drift) == 2, drift  # nothing else differs on sim02
+    assert any(m.startswith(f"rank {s3.head.name}: ") for m in messages(doc, "sim03")), messages(doc, "sim03")
+    assert any(m.startswith(f"rank {s4.worker.name}: host is unreachable, expected reachable") for m in messages(doc, "sim04"))
+    assert messages(doc, "sim01") == []
+    # Read-only: every reachable rank holds the same images, containers (IDs, start times, restart
+    # counts) and files as before, and no image was loaded, tagged or removed.
+    for r in drifted["reachable"]:
+        assert snapshot(r) == drifted["before"][r.name], r.name
+        assert events_since(r, drifted["since"][r.name]) == [], r.name
+
+
+def test_the_html_report_shows_the_fleet_table_in_a_headless_browser(fleet, drifted, clean_tree, tmp_path):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+
+    audit(clean_tree)
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
+    try:
+        driver.get((report_dir() / "audit.html").as_uri())
+        table = driver.find_element(By.ID, "fleet")
+        assert table.is_displayed() and table.size["height"] > 50 and table.size["width"] > 300
+        rows = table.find_elements(By.CSS_SELECTOR, "tr[data-pair]")
+        shown = {r.get_attribute("data-pair"): r.get_attribute("data-verdict") for r in rows}
+        assert shown == {"sim01": "OK", "sim02": "DRIFT", "sim03": "DOWN", "sim04": "UNREACHABLE"}
+        assert all(r.is_displayed() for r in rows)
+        assert "DRIFT" in next(r for r in rows if r.get_attribute("data-pair") == "sim02").text
+        details = driver.find_element(By.ID, "pair-sim02")
+        assert drifted["swapped"] in details.text
+        shot = tmp_path / "audit.png"
+        assert driver.save_screenshot(str(shot))
+        png = shot.read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+        (ROOT / "artifacts").mkdir(exist_ok=True)
+        (ROOT / "artifacts" / "fleet-audit-screenshot.png").write_bytes(png)
+    finally:
+        driver.quit()
+
+
+def test_dspark_audit_prints_the_table_and_exits_non_zero(fleet, drifted, tmp_path):
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), **FAST_UNREACHABLE,
+               PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    res = subprocess.run([str(Path(sys.executable).with_name("dspark")), "audit", "--inventory", str(INVENTORY),
+                          "--artifacts", str(tmp_path)], cwd=ROOT, env=env, text=True, capture_output=True, timeout=600)
+    out = res.stdout + res.stderr
+    assert res.returncode == 2, out[-4000:]
+    assert "[sim04] sim04-worker UNREACHABLE" in out
+    table = [line for line in out.splitlines() if line.startswith(("sim01 ", "sim02 ", "sim03 ", "sim04 "))]
+    assert [line.split()[:2] for line in table] == [["sim01", "OK"], ["sim02", "DRIFT"], ["sim03", "DOWN"],
+                                                    ["sim04", "UNREACHABLE"]]
+    assert "failing pairs: sim02" in out and "sim03" in out.split("failing pairs:")[-1]
+    runs = list(tmp_path.iterdir())
+    assert len(runs) == 1 and (runs[0] / "audit" / "audit.html").is_file()
+
+
+def test_unreachable_rank_back_on_the_network_is_ok_again(fleet, drifted, clean_tree):
+    s4 = fleet[3]
+    subprocess.run(["ip", "link", "set", s4.worker.host_veth, "up"], check=True)
+    res, doc = audit(clean_tree, "--limit", "pair_sim04:pair_sim01")
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert verdicts(doc) == {"sim01": "OK", "sim04": "OK"}
+
+
+def test_rollback_and_forward_keep_the_image_and_pass_the_gate(fleet, clean_tree):
+    s1 = fleet[0]
+    p = pin()
+    since = {r.name: rank_now(r) for r in s1.ranks}
+    res = playbook("rollback.yml", clean_tree, "--limit", s1.group, timeout=1200)
+    assert gate("sim01")["status"] == "PASS"
+    for r in s1.ranks:
+        labels = json.loads(on_rank(r, ["docker", "inspect", "--format", "{{json .Config.Labels}}", "dspark_vllm"]).stdout)
+        assert labels["io.gb10.dspark.profile"] == "breakable-ab"
+        assert labels["io.gb10.dspark.cudagraph.implementation"] == "breakable"
+        assert on_rank(r, ["docker", "inspect", "--format", "{{.Image}}", "dspark_vllm"]).stdout.strip() == p["image_id"]
+    assert gate("sim01")["evidence"]["profile"] == "breakable-ab"
+    # The audit of the rolled-back pair names the departure from its inventory profile.
+    _, doc = audit(clean_tree, "--limit", s1.group)
+    assert verdicts(doc) == {"sim01": "DRIFT"}
+    assert f"rank {s1.head.name}: label io.gb10.dspark.profile is breakable-ab, pinned production" in messages(doc, "sim01")
+    # A second rollback changes nothing and restarts nothing.
+    started = {r.name: snapshot(r)["containers"] for r in s1.ranks}
+    res = playbook("rollback.yml", clean_tree, "--limit", s1.group, timeout=1200)
+    assert {r.name: snapshot(r)["containers"] for r in s1.ranks} == started
+    res = playbook("rollforward.yml", clean_tree, "--limit", s1.group, timeout=1200)
+    assert gate("sim01")["status"] == "PASS" and gate("sim01")["evidence"]["profile"] == "production"
+    for r in s1.ranks:
+        assert on_rank(r, ["docker", "inspect", "--format", "{{.Image}}", "dspark_vllm"]).stdout.strip() == p["image_id"]
+        # nothing loaded, pulled, tagged or removed on either rank through both switches
+        assert events_since(r, since[r.name]) == [], r.name
+    res, doc = audit(clean_tree, "--limit", s1.group)
+    assert res.returncode == 0 and verdicts(doc) == {"sim01": "OK"}
+
+
+def test_rollback_refuses_a_pair_without_the_image_and_changes_nothing(fleet, clean_tree):
+    s2 = fleet[1]  # its worker holds another image under the pinned tag since the drift test
+    p = pin()
+    on_rank(s2.worker, ["sh", "-c", "docker rm -f dspark_vllm >/dev/null; docker image rm -f "
+                        f"{p['image_id']} {p['image_tag']} >/dev/null"])
+    before = {r.name: snapshot(r) for r in s2.ranks}
+    res = playbook("rollback.yml", clean_tree, "--limit", s2.group, check=False, timeout=600)
+    flat = " ".join((res.stdout + res.stderr).split())
+    assert res.returncode != 0
+    assert f"rank {s2.worker.name}: image {p['image_id']} is absent, expected present" in flat, flat[-3000:]
+    assert {r.name: snapshot(r) for r in s2.ranks} == before
+
+
+def test_teardown_removes_the_engines_and_keeps_images_and_model(fleet, clean_tree):
+    s3 = fleet[2]
+    p = pin()
+    on_rank(s3.head, ["docker", "run", "-d", "--name", "dspark_leftover", "--label", "io.gb10.dspark.pair=sim03",
+                      "--entrypoint", "sleep", p["image_id"], "600"])
+    res = playbook("teardown.yml", clean_tree, "--limit", s3.group, timeout=600)
+    for r in s3.ranks:
+        assert on_rank(r, ["docker", "ps", "-aq", "--filter", "label=io.gb10.dspark.pair"]).stdout.strip() == ""
+        assert p["image_id"] in on_rank(r, ["docker", "image", "ls", "--no-trunc", "--format", "{{.ID}}"]).stdout
+        assert on_rank(r, ["test", "-d", site()["dspark_model_dir"]], check=False).returncode == 0
+    res = playbook("teardown.yml", clean_tree, "--limit", s3.group, timeout=600)
+    recap = res.stdout.split("PLAY RECAP")[-1]
+    assert all("changed=0" in line for line in recap.splitlines() if "sim03" in line), recap
+    _, doc = audit(clean_tree, "--limit", s3.group)
+    assert verdicts(doc) == {"sim03": "DOWN"}
