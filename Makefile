@@ -21,7 +21,7 @@ help:
 	@echo "make bench  speed and memory targets, measured on the simulator (BENCH_ARCHIVE_GIB=4)"
 
 # ---- dependencies -----------------------------------------------------------------------
-deps: $(STAMPS)/venv $(STAMPS)/collections
+deps: $(STAMPS)/venv $(STAMPS)/collections $(STAMPS)/cli
 	@bash tools/deps/apt.sh
 
 $(STAMPS)/apt: tools/deps/apt.sh
@@ -31,6 +31,12 @@ $(STAMPS)/venv: requirements.txt $(STAMPS)/apt
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@echo "[deps] venv: installing requirements.txt into $(VENV)"
 	@$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	@touch $@
+
+# The `dspark` command line (cli/), installed editable into the virtualenv.
+$(STAMPS)/cli: cli/pyproject.toml $(STAMPS)/venv
+	@echo "[deps] cli: installing the dspark command line"
+	@$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e ./cli
 	@touch $@
 
 $(STAMPS)/collections: requirements.yml tools/deps/install_collections.py $(STAMPS)/venv
@@ -70,7 +76,7 @@ demo: sim-up
 test: lint test-unit test-integration test-molecule
 
 lint: deps
-	@$(VENV)/bin/ruff check plugins sim tools tests molecule
+	@$(VENV)/bin/ruff check plugins sim tools tests molecule cli
 	@$(VENV)/bin/actionlint -config-file docs/ci/actionlint.yaml -shellcheck "$$(command -v shellcheck || true)" docs/ci/dspark-*.yml
 
 test-unit: deps

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from typing import Mapping, TextIO
 
 import yaml
@@ -32,6 +33,7 @@ EX_UNAVAILABLE = 69
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
 INVENTORY_TIMEOUT = 300
+GRACE_SECONDS = 15.0
 AUDIT_DIR_VAR = "dspark_audit_report_dir"
 
 PLAYBOOKS = {
@@ -322,18 +324,65 @@ def _write_private_json(path: str, data: object) -> None:
         json.dump(data, handle)
 
 
-class _Cancel:
-    """SIGINT/SIGTERM ask ansible-runner to cancel the run (it polls ``is_set``)."""
+def _child_pids(parent: int) -> list[int]:
+    """Direct children of ``parent`` (Linux /proc); during a run that is ansible-runner's ansible-playbook."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    pids = []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as handle:
+                fields = handle.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if len(fields) > 1 and fields[1] == str(parent):
+            pids.append(int(entry))
+    return pids
 
-    def __init__(self):
+
+class _Cancel:
+    """Ctrl-C (SIGINT) or SIGTERM cancels the run through ansible-runner's ``cancel_callback``.
+
+    ansible-runner cancels with SIGKILL to ansible-playbook's process group, which misses the workers
+    (ansible-core runs each in its own session) and the modules they started. So the first poll after the
+    signal forwards it to ansible-playbook, which stops its workers and exits; the run is canceled for
+    good (SIGKILL) when it is still alive ``grace`` seconds later, or at a second signal.
+    """
+
+    def __init__(self, grace: float = GRACE_SECONDS):
+        self.grace = grace
         self.signum: int | None = None
+        self.count = 0
+        self._forwarded_at: float | None = None
         self._old: dict = {}
 
     def _handle(self, signum, _frame):
         self.signum = signum
+        self.count += 1
+
+    @property
+    def interrupted(self) -> bool:
+        return self.signum is not None
 
     def is_set(self) -> bool:
-        return self.signum is not None
+        if self.signum is None:
+            return False
+        if self.count > 1:
+            return True
+        if self._forwarded_at is None:
+            self._forwarded_at = time.monotonic()
+            children = _child_pids(os.getpid())
+            for pid in children:
+                try:
+                    os.kill(pid, self.signum)
+                except OSError:
+                    pass
+            return not children
+        return time.monotonic() - self._forwarded_at >= self.grace
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
@@ -410,15 +459,19 @@ def run(argv: list[str] | None = None, *, playbook: str | None = None, environ: 
                 event_handler=Progress(mapping, out),
                 cancel_callback=cancel.is_set,
             )
+        except ansible_runner.AnsibleRunnerException as exc:
+            print(f"dspark: ansible-runner could not run {target}: {exc}", file=err)
+            print(f"run folder: {run_dir}", file=out, flush=True)
+            return 1
         finally:
             scrub_command_artifact(run_dir)
-    canceled = bool(runner.canceled or cancel.is_set())
+    canceled = bool(runner.canceled or cancel.interrupted)
     stats = None if canceled else runner.stats
     print(f"ansible-runner: {runner.status} (rc {runner.rc})", file=out)
     audit = report_audit(report_dir, out) if report_dir and not canceled else None
     code, line = decide_exit(runner.status, runner.rc, stats, mapping, canceled=canceled, audit=audit)
     if canceled:
-        print("dspark: interrupted; ansible-runner canceled the run", file=out)
+        print("dspark: interrupted; the run was stopped", file=out)
         code = EXIT_SIGTERM if cancel.signum == signal.SIGTERM else EXIT_SIGINT
     if line:
         print(line, file=out)

@@ -8,12 +8,13 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gb10.dspark.plugins.module_utils._audit import pair_verdict as _pair_verdict
 
 
-def pair_verdict(desired, pair=None, head=None, worker=None):
-    """``desired | gb10.dspark.pair_verdict(pair=..., head=<registered result>, worker=<registered result>)``."""
+def pair_verdict(desired, pair=None, head=None, worker=None, head_name=None, worker_name=None):
+    """``desired | gb10.dspark.pair_verdict(pair=..., head=<registered result>, worker=<registered result>,
+    head_name=..., worker_name=...)``."""
     if not isinstance(pair, str) or not pair:
         raise AnsibleFilterError("pair_verdict: pair must be the pair's name")
     try:
-        return _pair_verdict(pair, desired, head, worker)
+        return _pair_verdict(pair, desired, head, worker, names=(head_name, worker_name))
     except ValueError as exc:
         raise AnsibleFilterError(f"pair_verdict: pair {pair}: {exc}") from exc
 

@@ -350,14 +350,15 @@ def collect(run: Run, *, rank: str, docker: str | None, container: str = "dspark
 # ============================================================================================
 # the pair's verdict (pure)
 # ============================================================================================
-def _rank_input(role: str, value: object) -> tuple[dict | None, str, str | None]:
-    """(the audit or None, the rank's name, why it could not be audited)."""
+def _rank_input(role: str, value: object, known: str | None = None) -> tuple[dict | None, str, str | None]:
+    """(the audit or None, the rank's name, why it could not be audited). ``known`` is the rank's
+    name when the caller knows it (an unreachable rank's result does not say)."""
     if value is None:
-        return None, role, "no audit result"
+        return None, known or role, "no audit result"
     if not isinstance(value, dict):
-        return None, role, f"the audit result is a {type(value).__name__}, not a mapping"
+        return None, known or role, f"the audit result is a {type(value).__name__}, not a mapping"
     inner = value.get("audit") if isinstance(value.get("audit"), dict) else None
-    name = str(value.get("rank") or (inner or {}).get("rank") or role)
+    name = str(value.get("rank") or (inner or {}).get("rank") or known or role)
     if value.get("unreachable"):
         return None, name, str(value.get("msg") or "unreachable")
     if value.get("failed"):
@@ -527,12 +528,14 @@ def _as_dict(role: str, mismatch: Mismatch) -> dict:
     return data
 
 
-def pair_verdict(pair: str, desired: dict, head: object, worker: object) -> dict:
+def pair_verdict(pair: str, desired: dict, head: object, worker: object,
+                 names: tuple[str | None, str | None] = (None, None)) -> dict:
     """One verdict for a pair: UNREACHABLE, DOWN, DRIFT or OK (first that applies).
 
     ``head`` and ``worker`` are the ranks' ``audit`` results (a registered module result holding
     ``audit`` is accepted too), or None / ``{"unreachable": True, "msg": ...}`` for a rank that
-    could not be audited. ``desired`` holds image_id, manifest_sha256, model_revision, profile,
+    could not be audited; ``names`` are the head's and the worker's inventory names, used where a
+    result does not say (an unreachable rank). ``desired`` holds image_id, manifest_sha256, model_revision, profile,
     profile_sha256, served_model and optionally cudagraph_implementation and image_tag (the pinned
     tag, which must name image_id on both ranks) (ValueError when one of
     the required keys is missing).
@@ -542,7 +545,7 @@ def pair_verdict(pair: str, desired: dict, head: object, worker: object) -> dict
     why the verdict is what it is.
     """
     desired = _check_desired(desired)
-    ranks = {role: _rank_input(role, value) for role, value in zip(ROLES, (head, worker))}
+    ranks = {role: _rank_input(role, value, known) for role, value, known in zip(ROLES, (head, worker), names)}
     summaries = {role: _summary(role, name, audit, why) for role, (audit, name, why) in ranks.items()}
     result = {"pair": pair, "verdict": "OK", "differences": [], "reasons": [], "ranks": summaries}
 

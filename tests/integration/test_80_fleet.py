@@ -100,13 +100,16 @@ def drifted(fleet):
 def test_drifted_fleet_gets_exact_verdicts_and_changes_nothing(fleet, drifted, clean_tree):
     s1, s2, s3, s4 = fleet
     p = pin()
-    for extra in (("--check",), ()):
+    written = {p.name: p.stat().st_mtime_ns for p in report_dir().iterdir()}
+    for extra in (("--check",), ()):  # check mode judges the same and writes no report
         res, doc = audit(clean_tree, *extra)
         out = res.stdout + res.stderr
         assert res.returncode == 2, out[-4000:]
-        assert verdicts(doc) == {"sim01": "OK", "sim02": "DRIFT", "sim03": "DOWN", "sim04": "UNREACHABLE"}
-        assert doc["exit_code"] == 2 and doc["not_ok"] == ["sim02", "sim03", "sim04"]
         assert "sim02, sim03, sim04 not OK" in " ".join(out.split())
+        if extra:
+            assert {p.name: p.stat().st_mtime_ns for p in report_dir().iterdir()} == written
+    assert verdicts(doc) == {"sim01": "OK", "sim02": "DRIFT", "sim03": "DOWN", "sim04": "UNREACHABLE"}
+    assert doc["exit_code"] == 2 and doc["not_ok"] == ["sim02", "sim03", "sim04"]
     drift = messages(doc, "sim02")
     assert f"rank {s2.worker.name}: image {p['image_tag']} is {drifted['swapped']}, pinned {p['image_id']}" in drift
     assert any(m.startswith(f"rank {s2.head.name}: profile env file {drifted['env_file']} is changed since the "

@@ -684,3 +684,12 @@ def test_pinned_tag_missing_is_drift(pair_audits):
     result = _audit.pair_verdict(PAIR, desired(image_tag=TAG), head, worker)
     assert result["verdict"] == "DRIFT"
     assert result["differences"][0]["actual"] == "absent" and result["differences"][0]["item"] == f"image {TAG}"
+
+
+def test_an_unreachable_rank_is_named_by_the_inventory_name_given(pair_audits):
+    head, _ = pair_audits
+    result = _audit.pair_verdict(PAIR, desired(), head, {"unreachable": True, "msg": "No route to host"},
+                                 names=("sim09-head", "sim09-worker"))
+    assert result["verdict"] == "UNREACHABLE"
+    assert result["reasons"] == ["rank sim09-worker: host is unreachable, expected reachable (No route to host)"]
+    assert result["ranks"]["worker"]["rank"] == "sim09-worker"

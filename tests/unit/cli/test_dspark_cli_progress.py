@@ -1,0 +1,172 @@
+"""dspark CLI: progress lines from synthetic ansible-runner events, exit codes, failing pairs, audit report."""
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "cli"))
+
+from dspark_cli import main as cli  # noqa: E402
+from dspark_cli.progress import Progress, decide_exit, failing_pairs_line, pair_map, pair_of  # noqa: E402
+
+PAIRS = {"sim01-head": "sim01", "sim01-worker": "sim01", "sim02-head": "sim02"}
+
+
+def event(kind, host="sim01-head", task="engine | Start", res=None, **extra):
+    data = {"host": host, "task": task, "play": "Provision GB10 pairs", "res": res or {}}
+    data.update(extra)
+    return {"event": kind, "event_data": data}
+
+
+def lines(*events, mapping=PAIRS):
+    out = io.StringIO()
+    handler = Progress(mapping, out)
+    for ev in events:
+        assert handler(ev) is True  # every event is kept for job_events (the stats come from there)
+    return out.getvalue().splitlines()
+
+
+def test_ok_and_changed():
+    assert lines(event("runner_on_ok", res={"changed": False}),
+                 event("runner_on_ok", host="sim01-worker", res={"changed": True})) == [
+        "[sim01] sim01-head ok engine | Start",
+        "[sim01] sim01-worker changed engine | Start",
+    ]
+
+
+def test_failed_and_unreachable_print_msg():
+    got = lines(event("runner_on_failed", res={"msg": "image ID differs", "stderr": "do-not-print"}),
+                event("runner_on_unreachable", host="sim02-head", res={"msg": "ssh: connect\nrefused"}))
+    assert got == [
+        "[sim01] sim01-head FAILED engine | Start -- image ID differs",
+        "[sim02] sim02-head UNREACHABLE engine | Start -- ssh: connect refused",
+    ]
+
+
+def test_ignored_failure_and_silent_events():
+    got = lines(event("runner_on_start"), event("runner_on_skipped"),
+                event("runner_on_failed", res={"msg": "nope"}, ignore_errors=True),
+                event("runner_item_on_ok", res={"changed": True}), event("verbose"),
+                {"event": "playbook_on_stats", "event_data": {"failures": {}}})
+    assert got == ["[sim01] sim01-head failed (ignored) engine | Start"]
+
+
+def test_play_start():
+    got = lines({"event": "playbook_on_play_start", "event_data": {"play": "Fleet audit", "name": "Fleet audit"}})
+    assert got == ["== Fleet audit"]
+
+
+def test_no_log_hides_msg():
+    got = lines(event("runner_on_failed", res={"msg": "key sk-123 rejected", "_ansible_no_log": True}),
+                event("runner_on_failed", res={"censored": "the output has been hidden"}))
+    assert got == ["[sim01] sim01-head FAILED engine | Start -- (output hidden: no_log)"] * 2
+    assert "sk-123" not in "\n".join(got)
+
+
+def test_long_multiline_msg_is_one_truncated_line():
+    msg = "first line\n" + "x" * 1000
+    (line,) = lines(event("runner_on_failed", res={"msg": msg}))
+    shown = line.split(" -- ", 1)[1]
+    assert len(shown) == 300 and shown.startswith("first line xxx") and shown.endswith("...")
+
+
+def test_hosts_without_pair_and_control():
+    got = lines(event("runner_on_ok", host="localhost"), event("runner_on_ok", host="lonely"),
+                event("runner_on_ok", host="sim02-head", task=""))
+    assert got == ["[control] localhost ok engine | Start", "[lonely] lonely ok engine | Start",
+                   "[sim02] sim02-head ok (unnamed task)"]
+
+
+def test_malformed_event_does_not_raise():
+    assert lines({"event": "runner_on_ok", "event_data": None}, {"no": "event"}) == ["[?] ? ok (unnamed task)"]
+
+
+def test_pair_map_from_inventory_list():
+    doc = {"_meta": {"hostvars": {"a": {"dspark_pair": "p1", "x": 1}, "b": {"dspark_pair": "p1"},
+                                  "c": {"other": 1}, "localhost": {}}},
+           "all": {"children": ["ungrouped"]}}
+    mapping = pair_map(doc)
+    assert mapping == {"a": "p1", "b": "p1"}
+    assert pair_of("c", mapping) == "c" and pair_of("localhost", mapping) == "control"
+    assert pair_of("localhost", {"localhost": "p9"}) == "p9"
+    assert pair_map(None) == {} and pair_map({}) == {}
+
+
+def stats(**kw):
+    base = {"ok": {}, "changed": {}, "skipped": {}, "failures": {}, "dark": {}, "ignored": {}, "rescued": {},
+            "processed": {}}
+    base.update(kw)
+    return base
+
+
+def test_failing_pairs_line():
+    st = stats(failures={"sim01-worker": 1, "sim01-head": 0}, dark={"sim02-head": 1, "localhost": 1},
+               ignored={"lonely": 3})
+    assert failing_pairs_line(st, PAIRS) == (
+        "failing pairs: control (localhost: unreachable), sim01 (sim01-worker: failed), sim02 (sim02-head: unreachable)")
+    both = stats(failures={"sim01-head": 1, "sim01-worker": 2})
+    assert failing_pairs_line(both, PAIRS) == "failing pairs: sim01 (sim01-head: failed, sim01-worker: failed)"
+    assert failing_pairs_line(stats(ignored={"sim01-head": 1}), PAIRS) is None
+    assert failing_pairs_line(None, PAIRS) is None
+
+
+@pytest.mark.parametrize("status, rc, st, canceled, expected", [
+    ("successful", 0, stats(ignored={"sim01-head": 1}), False, 0),
+    ("failed", 2, stats(failures={"sim01-head": 1}), False, 2),
+    ("failed", 4, stats(dark={"sim02-head": 1}), False, 4),
+    ("failed", 0, None, False, 1),
+    ("timeout", None, None, False, 1),
+    ("successful", 0, None, True, 130),
+    ("canceled", 254, None, False, 130),
+])
+def test_decide_exit_codes(status, rc, st, canceled, expected):
+    code, line = decide_exit(status, rc, st, PAIRS, canceled=canceled)
+    assert code == expected
+    assert (line is None) == (expected in (0, 130))
+
+
+def test_decide_exit_line_names_pairs():
+    code, line = decide_exit("failed", 2, stats(failures={"sim01-worker": 1}), PAIRS)
+    assert (code, line) == (2, "failing pairs: sim01 (sim01-worker: failed)")
+    code, line = decide_exit("failed", 4, None, PAIRS)
+    assert code == 4 and line.startswith("failing pairs: none in the play recap")
+
+
+def test_decide_exit_audit_document():
+    drift = {"exit_code": 2, "not_ok": ["sim02", "sim03"]}
+    assert decide_exit("failed", 2, stats(failures={"localhost": 1}), PAIRS, audit=drift) == (
+        2, "failing pairs: sim02, sim03")
+    assert decide_exit("successful", 0, stats(), PAIRS, audit=drift) == (2, "failing pairs: sim02, sim03")
+    clean = {"exit_code": 0, "not_ok": []}
+    assert decide_exit("successful", 0, stats(), PAIRS, audit=clean) == (0, None)
+    # audit.json says OK but the run failed elsewhere: the playbook's rc and its failing hosts
+    assert decide_exit("failed", 2, stats(dark={"sim01-head": 1}), PAIRS, audit=clean) == (
+        2, "failing pairs: sim01 (sim01-head: unreachable)")
+    assert decide_exit("canceled", 254, None, PAIRS, audit=drift)[0] == 130
+
+
+def test_report_audit_prints_table_and_paths(tmp_path):
+    (tmp_path / "audit.txt").write_text("pair   verdict\nsim01  OK\nsim02  DRIFT\n  head: image_id is a, expected b")
+    (tmp_path / "audit.html").write_text("<html></html>")
+    (tmp_path / "audit.json").write_text(json.dumps({"exit_code": 2, "not_ok": ["sim02"]}))
+    out = io.StringIO()
+    doc = cli.report_audit(str(tmp_path), out)
+    assert doc == {"exit_code": 2, "not_ok": ["sim02"]}
+    text = out.getvalue()
+    assert text.startswith("pair   verdict\nsim01  OK\nsim02  DRIFT\n  head: image_id is a, expected b\n")
+    assert f"audit html: {tmp_path / 'audit.html'}" in text
+    assert f"audit json: {tmp_path / 'audit.json'}" in text
+
+
+def test_report_audit_missing_or_broken(tmp_path):
+    out = io.StringIO()
+    assert cli.report_audit(str(tmp_path), out) is None
+    assert out.getvalue() == f"no audit report in {tmp_path}\n"
+    (tmp_path / "audit.json").write_text("{broken")
+    out = io.StringIO()
+    assert cli.report_audit(str(tmp_path), out) is None
+    assert "not readable JSON" in out.getvalue()
