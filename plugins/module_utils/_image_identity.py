@@ -72,11 +72,13 @@ class Outcome:
     after: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     needs_archive: bool = False
+    present: bool = False
 
     def result(self) -> dict:
         return {
             "changed": self.changed,
             "needs_archive": self.needs_archive,
+            "present": self.present,
             "loaded": self.loaded,
             "tagged": self.tagged,
             "image_id": self.image_id,
@@ -133,6 +135,7 @@ def ensure(engine: Engine, rank: str, pin: Pin, archive_path: str | None, check_
         raise IdentityError(Mismatch(rank, f"image {pin.tag}", want, tag_id))
 
     held = engine.inspect_image(want)
+    out.present = held is not None
     out.needs_archive = held is None and not (archive_path and os.path.exists(archive_path))
     if out.needs_archive and check_mode:
         # A real run copies the archive to the rank first; report what it would then do.

@@ -111,6 +111,18 @@ tagged:
   description: Whether this run tagged the image with I(image_tag).
   returned: always
   type: bool
+present:
+  description: Whether the engine held the pinned image ID before this run (under any tag or none).
+  returned: always
+  type: bool
+  sample: true
+needs_archive:
+  description:
+    - Whether the image is absent from the engine and the archive is not at I(path) on the rank yet.
+    - Only a check-mode probe stops there; it tells the caller to copy the archive first.
+  returned: always
+  type: bool
+  sample: false
 image_id:
   description: The image ID the rank holds under I(image_tag) (in check mode, the one it would hold).
   returned: always

@@ -92,7 +92,7 @@ def test_tags_when_image_held_under_no_tag(archive):
     eng = FakeEngine()
     eng.add(archive["image_id"], labels=LABELS)
     out = ensure(eng, "w1", pin_for(archive), None, check_mode=False)
-    assert out.tagged and not out.loaded and out.changed
+    assert out.present and out.tagged and not out.loaded and out.changed
     assert eng.calls == [f"tag {archive['image_id']} dspark:prod"]
 
 
@@ -101,6 +101,7 @@ def test_check_mode_reports_and_changes_nothing(archive):
     before = eng.snapshot()
     out = ensure(eng, "w1", pin_for(archive), archive["path"], check_mode=True)
     assert out.changed and not out.loaded
+    assert not out.present and not out.needs_archive  # the staged archive is on the rank: it would be loaded
     assert out.actions == [f"load {archive['path']}", f"tag {archive['image_id']} as dspark:prod"]
     assert out.before == {"image_tag": "dspark:prod", "image_id": None}
     assert out.after["image_id"] == archive["image_id"]

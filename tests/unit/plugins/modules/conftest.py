@@ -13,6 +13,7 @@ from types import ModuleType
 from unittest import mock
 
 import pytest
+from ansible.module_utils import _internal as module_utils_internal
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
@@ -38,7 +39,10 @@ def run_module(module: ModuleType, args: dict, check_mode: bool = False, diff: b
         kwargs["msg"] = msg
         raise _Exit(kwargs)
 
+    # A module runs on the target, where module_utils warnings are collected into the result. Any test
+    # that imports controller code (a filter plugin, ansible.errors) flips this flag for the whole process.
     with patch_module_args(full), \
+            mock.patch.object(module_utils_internal, "is_controller", False), \
             mock.patch.object(basic.AnsibleModule, "exit_json", _exit), \
             mock.patch.object(basic.AnsibleModule, "fail_json", _fail):
         try:
