@@ -51,3 +51,46 @@ def host_vars():
     yield put
     for p in written:
         p.unlink(missing_ok=True)
+
+
+# The fault matrix: tests claim rows with @pytest.mark.fault("<id>"); with DSPARK_RELIABILITY_REPORT
+# set (make test-integration), the run writes the matrix with what it observed to that file.
+from simhelpers import ROOT  # noqa: E402
+
+sys.path.insert(0, str(ROOT))
+from tests.support import reliability  # noqa: E402
+
+_MATRIX = reliability.load_matrix(Path(__file__).with_name("fault_matrix.yml"))
+
+
+def pytest_collection_modifyitems(session, config, items):
+    for item in items:
+        for mark in item.iter_markers("fault"):
+            reliability.claim(_MATRIX, item.nodeid, tuple(mark.args))
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call":
+        outcome = report.outcome
+    elif report.failed:
+        outcome = "error"
+    elif report.skipped:
+        outcome = "skipped"
+    else:
+        outcome = "passed"
+    if report.when == "call" or outcome != "passed":
+        reliability.record(_MATRIX, report.nodeid, outcome, report.duration)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    target = os.environ.get("DSPARK_RELIABILITY_REPORT")
+    if not target or not any(r.observed for r in _MATRIX):
+        return
+    import datetime
+    import subprocess
+
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], text=True,
+                            capture_output=True).stdout.strip() or "unknown"
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    command = "make test-integration"
+    Path(target).write_text(reliability.render(_MATRIX, when=when, command=command, commit=commit) + "\n")

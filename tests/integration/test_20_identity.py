@@ -95,14 +95,49 @@ def test_check_mode_reports_and_changes_nothing(pair2, clean_tree):
     assert {r.name: snapshot(r) for r in pair2.ranks} == before
 
 
-def test_worker_holding_another_image_under_the_pinned_tag(pair2, clean_tree):
-    worker = pair2.worker
+@pytest.mark.parametrize("where", [pytest.param("worker", marks=pytest.mark.fault("image-tag-worker")),
+                                   pytest.param("head", marks=pytest.mark.fault("image-tag-head"))])
+def test_a_rank_holding_another_image_under_the_pinned_tag(pair2, clean_tree, where):
+    rank = pair2.worker if where == "worker" else pair2.head
     p = pin()
-    on_rank(worker, ["sh", "-c", f"tar -cf - -T /dev/null | docker import - {p['image_tag']} >/dev/null"])
-    other = on_rank(worker, ["docker", "image", "inspect", "--format", "{{.Id}}", p["image_tag"]]).stdout.strip()
-    fails_closed(pair2, clean_tree, expect=[f"rank {worker.name}: image {p['image_tag']} is {other}, pinned {p['image_id']}"])
+    on_rank(rank, ["sh", "-c", f"tar -cf - -T /dev/null | docker import - {p['image_tag']} >/dev/null"])
+    other = on_rank(rank, ["docker", "image", "inspect", "--format", "{{.Id}}", p["image_tag"]]).stdout.strip()
+    fails_closed(pair2, clean_tree, expect=[f"rank {rank.name}: image {p['image_tag']} is {other}, pinned {p['image_id']}"])
 
 
+@pytest.mark.fault("archive-truncated")
+def test_a_truncated_archive_is_refused_before_anything_is_copied(pair2, clean_tree, tmp_path):
+    src = Path(site()["dspark_image_archive"])
+    cut = tmp_path / src.name
+    with src.open("rb") as fin, cut.open("wb") as fout:
+        fout.write(fin.read(src.stat().st_size // 2))
+    fails_closed(pair2, clean_tree, "-e", f"dspark_image_archive={cut}", expect=[f"rank control node: archive {cut}"])
+
+
+@pytest.mark.fault("disk-space")
+def test_too_little_disk_for_the_archive_is_refused(pair2, clean_tree):
+    need = 1 << 50  # a petabyte of margin: no rank has that much free
+    size = Path(site()["dspark_image_archive"]).stat().st_size
+    fails_closed(pair2, clean_tree, "-e", f"dspark_image_free_margin_bytes={need}",
+                 expect=[f"rank {pair2.head.name}: free space is", f"expected at least {size + need}"])
+
+
+@pytest.mark.fault("worker-unreachable")
+def test_an_unreachable_worker_stops_the_run_before_the_head_changes(pair2, clean_tree):
+    head, worker = pair2.head, pair2.worker
+    before = snapshot(head)
+    subprocess.run(["ip", "link", "set", worker.host_veth, "down"], check=True)
+    try:
+        res = run(pair2, clean_tree, "-e", "ansible_ssh_timeout=5")
+    finally:
+        subprocess.run(["ip", "link", "set", worker.host_veth, "up"], check=True)
+    flat = " ".join((res.stdout + res.stderr).split())
+    assert res.returncode != 0
+    assert f"fatal: [{worker.name}]: UNREACHABLE!" in flat, flat[-3000:]
+    assert snapshot(head) == before
+
+
+@pytest.mark.fault("archive-id")
 def test_control_node_archive_with_another_id(pair2, clean_tree, tmp_path):
     p = pin()
     labels = {"org.opencontainers.image.revision": p["source_revision"]}
@@ -111,6 +146,7 @@ def test_control_node_archive_with_another_id(pair2, clean_tree, tmp_path):
                  expect=[f"rank control node: archive {bad['path']} image is {bad['image_id']}, pinned {p['image_id']}"])
 
 
+@pytest.mark.fault("archive-id")
 def test_archive_staged_on_a_rank_with_another_id(pair2, clean_tree, tmp_path):
     p = pin()
     head = pair2.head
@@ -123,6 +159,7 @@ def test_archive_staged_on_a_rank_with_another_id(pair2, clean_tree, tmp_path):
                  expect=[f"rank {head.name}: archive /var/lib/dspark/images/{name} image is {bad['image_id']}, pinned {p['image_id']}"])
 
 
+@pytest.mark.fault("manifest-tampered", "manifest-field")
 def test_tampered_runtime_manifest(pair2, clean_tree, tmp_path):
     src = Path(site()["dspark_runtime_manifest_src"])
     doc = json.loads(src.read_text())
@@ -135,6 +172,7 @@ def test_tampered_runtime_manifest(pair2, clean_tree, tmp_path):
     assert "kv_cache_dtype is fp8, pinned nvfp4_ds_mla" in out
 
 
+@pytest.mark.fault("manifest-tampered")
 def test_tampered_manifest_on_a_rank_is_named(pair2):
     worker = pair2.worker
     on_rank(worker, ["sh", "-c", "echo '{\"schema_version\": 3}' > /etc/dspark/runtime-manifest.json"])
@@ -148,6 +186,7 @@ def test_tampered_manifest_on_a_rank_is_named(pair2):
         on_rank(worker, ["rm", "-f", "/etc/dspark/runtime-manifest.json"])
 
 
+@pytest.mark.fault("model-revision")
 def test_wrong_model_revision(pair2, clean_tree):
     worker = pair2.worker
     p = pin()
@@ -160,6 +199,7 @@ def test_wrong_model_revision(pair2, clean_tree):
         on_rank(worker, ["sh", "-c", f"echo {p['model_revision']} > {marker}"])
 
 
+@pytest.mark.fault("model-shard")
 def test_missing_shard(pair2, clean_tree):
     head = pair2.head
     shard = f"{site()['dspark_model_dir']}/model-00007-of-00048.safetensors"
@@ -170,6 +210,7 @@ def test_missing_shard(pair2, clean_tree):
         on_rank(head, ["mv", "/root/shard7.bak", shard])
 
 
+@pytest.mark.fault("gpu-capability")
 def test_h200_instead_of_a_gb10(pair2, clean_tree):
     worker = pair2.worker
     env = {"PYTHONPATH": str(ROOT / "sim")}
@@ -182,6 +223,7 @@ def test_h200_instead_of_a_gb10(pair2, clean_tree):
                        env=env, capture_output=True)
 
 
+@pytest.mark.fault("nic-down")
 def test_fabric_link_down(pair2, clean_tree):
     worker = pair2.worker
     netdev = worker.port["netdev"]
@@ -193,6 +235,7 @@ def test_fabric_link_down(pair2, clean_tree):
         on_rank(worker, ["ip", "link", "set", netdev, "up"])
 
 
+@pytest.mark.fault("tree-dirty")
 def test_dirty_tree(pair2, clean_tree, tmp_path):
     dirty = tmp_path / "dirty"
     subprocess.run(["git", "clone", "--quiet", "--local", str(clean_tree), str(dirty)], check=True)

@@ -54,6 +54,7 @@ def test_fresh_pair_passes_the_gate_and_serves(sim, clean_tree):
         assert json.load(r)["data"][0]["id"] == site()["dspark_served_model_name"]
 
 
+@pytest.mark.fault("inventory-pairs")
 def test_a_limit_that_splits_a_pair_is_refused(sim, clean_tree):
     pair = sim[0]
     res = playbook("provision.yml", clean_tree, "--limit", pair.head.name, check=False)
@@ -108,11 +109,18 @@ def test_profile_change_replaces_both_ranks(sim, clean_tree):
 
 
 @pytest.mark.parametrize("where,fault,extra,expect", [
-    ("worker", "crash_on_start", {}, ["the pair's engine exited on worker", "Traceback"]),
-    ("worker", "worker_never_joins", {"dspark_engine_ready_budget": 15}, ["TIMEOUT", "did not serve"]),
-    ("worker", "wrong_cudagraph_mode", {}, ["worker resolved CUDA-graph mode mismatch: expected FULL_DECODE_ONLY, got PIECEWISE"]),
-    ("head", "forbidden_marker", {}, ["head forbidden runtime marker present: Marlin"]),
-    ("head", "wrong_usage", {}, ["usage is inconsistent"]),
+    pytest.param("worker", "crash_on_start", {}, ["the pair's engine exited on worker", "Traceback"],
+                 marks=pytest.mark.fault("crash-worker")),
+    pytest.param("head", "crash_on_start", {}, ["the pair's engine exited on head", "Traceback"],
+                 marks=pytest.mark.fault("crash-head")),
+    pytest.param("worker", "worker_never_joins", {"dspark_engine_ready_budget": 15}, ["TIMEOUT", "did not serve"],
+                 marks=pytest.mark.fault("worker-never-joins")),
+    pytest.param("worker", "wrong_cudagraph_mode", {},
+                 ["worker resolved CUDA-graph mode mismatch: expected FULL_DECODE_ONLY, got PIECEWISE"],
+                 marks=pytest.mark.fault("cudagraph-mode")),
+    pytest.param("head", "forbidden_marker", {}, ["head forbidden runtime marker present: Marlin"],
+                 marks=pytest.mark.fault("forbidden-marker")),
+    pytest.param("head", "wrong_usage", {}, ["usage is inconsistent"], marks=pytest.mark.fault("wrong-usage")),
 ])
 def test_stand_in_faults_fail_the_run_with_reason(sim, clean_tree, host_vars, where, fault, extra, expect):
     pair = sim[1]
@@ -127,6 +135,7 @@ def test_stand_in_faults_fail_the_run_with_reason(sim, clean_tree, host_vars, wh
         assert " ".join(needle.split()) in text, f"{needle!r} missing:\n{res.stdout[-5000:]}"
 
 
+@pytest.mark.fault("in-flight")
 def test_engine_with_requests_in_flight_is_not_replaced_without_force(sim, clean_tree, host_vars):
     pair = sim[1]
     for r in pair.ranks:
@@ -159,6 +168,7 @@ def test_engine_with_requests_in_flight_is_not_replaced_without_force(sim, clean
         t.join(timeout=130)
 
 
+@pytest.mark.fault("secret-api-key")
 def test_api_key_reaches_only_the_containers_environment(sim, clean_tree):
     pair = sim[1]
     key = "sk-dspark-integration-7f3a9c0e51"

@@ -3,6 +3,8 @@ die-after-N and slow-token faults fail it, naming the request and the field; an 
 stops at its bound."""
 from __future__ import annotations
 
+import pytest
+
 import json
 from pathlib import Path
 
@@ -41,6 +43,7 @@ def test_guard_passes_on_a_healthy_pair(sim, clean_tree):
     assert "133" in res.stdout  # the completions (7 x 19 among them) are printed for review
 
 
+@pytest.mark.fault("wrong-usage")
 def test_wrong_usage_fails_naming_request_and_field(sim, clean_tree, host_vars):
     pair = sim[1]
     serve_with(pair, clean_tree, host_vars, {"DSPARK_SIM_FAULT": "wrong_usage"})
@@ -51,6 +54,7 @@ def test_wrong_usage_fails_naming_request_and_field(sim, clean_tree, host_vars):
     assert report(pair)["failed_requests"] == 64
 
 
+@pytest.mark.fault("guard-engine-dies")
 def test_an_engine_that_dies_after_n_requests_fails_the_guard(sim, clean_tree, host_vars):
     pair = sim[1]
     serve_with(pair, clean_tree, host_vars, {"DSPARK_SIM_FAULT": "die_after_requests", "DSPARK_SIM_DIE_AFTER_REQUESTS": "20"})

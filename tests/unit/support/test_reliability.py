@@ -1,0 +1,71 @@
+"""The fault-matrix report: a row is "held" only when every test claiming it ran and passed."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support import reliability
+
+MATRIX = Path(__file__).resolve().parents[2] / "integration" / "fault_matrix.yml"
+
+
+def rows():
+    return [reliability.Row("a", "before launch", "fault a", "refused"),
+            reliability.Row("b", "run time", "fault b", "reported"),
+            reliability.Row("c", "secrets", "fault c", "hidden")]
+
+
+def test_the_shipped_matrix_loads_and_covers_every_stage():
+    loaded = reliability.load_matrix(MATRIX)
+    assert {r.stage for r in loaded} == set(reliability.STAGES)
+    assert len({r.id for r in loaded}) == len(loaded) > 30
+
+
+def test_status_follows_what_was_observed():
+    a, b, c = rs = rows()
+    reliability.claim(rs, "t.py::one", ("a", "b"))
+    reliability.claim(rs, "t.py::two", ("a",))
+    reliability.record(rs, "t.py::one", "passed", 3.0)
+    assert a.status == "partly run" and b.status == "held" and c.status == "NO TEST"
+    reliability.record(rs, "t.py::two", "passed", 1.0)
+    assert a.status == "held"
+    reliability.record(rs, "t.py::two", "error", 0.5)  # its teardown failed after the call passed
+    assert a.status == "FAILED" and b.status == "held"
+
+
+def test_a_failure_is_not_overwritten_by_a_later_pass_and_skips_are_not_passes():
+    a, b, _ = rs = rows()
+    reliability.claim(rs, "t.py::one", ("a",))
+    reliability.claim(rs, "t.py::two", ("b",))
+    reliability.record(rs, "t.py::one", "failed", 2.0)
+    reliability.record(rs, "t.py::one", "passed", 0.1)
+    reliability.record(rs, "t.py::two", "skipped", 0.0)
+    assert a.status == "FAILED" and b.status == "SKIPPED"
+
+
+def test_claiming_an_unknown_row_is_an_error():
+    with pytest.raises(ValueError, match="t.py::x: fault id.s. zz are not in the fault matrix"):
+        reliability.claim(rows(), "t.py::x", ("a", "zz"))
+
+
+def test_a_malformed_matrix_is_refused(tmp_path):
+    bad = tmp_path / "m.yml"
+    bad.write_text("- {id: a, stage: someday, fault: f, expect: e}\n")
+    with pytest.raises(ValueError, match="stage 'someday'"):
+        reliability.load_matrix(bad)
+    bad.write_text("- {id: a, stage: run time, fault: f}\n")
+    with pytest.raises(ValueError, match="exactly the keys"):
+        reliability.load_matrix(bad)
+
+
+def test_render_lists_every_row_with_its_outcome_and_the_run():
+    rs = rows()
+    reliability.claim(rs, "tests/integration/t.py::one", ("a",))
+    reliability.record(rs, "tests/integration/t.py::one", "passed", 12.4)
+    text = reliability.render(rs, when="2026-12-02 23:00 UTC", command="make test-integration", commit="abc1234")
+    assert "`make test-integration` at commit `abc1234`" in text
+    assert "rows: 3 (2 NO TEST, 1 held)" in text
+    assert "| fault a | refused | **held** | `one` passed (12) |" in text
+    assert "| fault c | hidden | **NO TEST** | none |" in text
+    assert text.index("## Before launch") < text.index("## Run time") < text.index("## Secrets")
