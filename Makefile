@@ -92,3 +92,4 @@ test-molecule: deps
 bench: deps
 	@$(SIM) up --pairs 1
 	@$(PY) bench/image_load_memory.py
+	@$(PY) bench/ratios.py

@@ -20,68 +20,28 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "sim"))
+import yaml
 
-import yaml  # noqa: E402
+import _common as common  # bench/_common.py (this script's folder is on sys.path)
+from tests.support import synthetic_archive
 
-from tests.support import synthetic_archive  # noqa: E402
-
-GIB = 1 << 30
-WORK = Path(os.environ.get("BENCH_WORK_DIR", "/var/tmp/gb10-dspark-bench"))  # visible inside the ranks
-INVENTORY = ROOT / "inventories" / "sim"
-OUT = ROOT / "artifacts" / "bench" / "image-load-memory.json"
+GIB = common.GIB
+WORK = common.WORK
+INVENTORY = common.INVENTORY
+OUT = common.ARTIFACTS / "image-load-memory.json"
 WORKER = "sim01-worker"
 MARK = "AnsiballZ_image_identity"
-
-
-def peak_rss_while(fn) -> tuple[object, int]:
-    """Run fn(); meanwhile sample VmHWM of every process running the module. Returns (result, peak KiB)."""
-    peak = 0
-    done = threading.Event()
-
-    def sample():
-        nonlocal peak
-        while not done.is_set():
-            for pid in os.listdir("/proc"):
-                if not pid.isdigit():
-                    continue
-                try:
-                    if MARK.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes():
-                        continue
-                    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                        if line.startswith("VmHWM:"):
-                            peak = max(peak, int(line.split()[1]))
-                except OSError:
-                    continue
-            time.sleep(0.02)
-
-    t = threading.Thread(target=sample, daemon=True)
-    t.start()
-    try:
-        result = fn()
-    finally:
-        done.set()
-        t.join()
-    return result, peak
 
 
 def module_run(args: dict) -> dict:
     # Without pipelining the module runs as `python3 .../AnsiballZ_image_identity.py`, so its
     # process can be told apart from other Python processes on the rank.
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_PIPELINING="0")
-    exe = Path(sys.executable).with_name("ansible")
-    res = subprocess.run([str(exe), "-i", str(INVENTORY), WORKER, "-o", "-m", "gb10.dspark.image_identity",
-                          "-a", json.dumps(args)], cwd=ROOT, env=env, text=True, capture_output=True, timeout=3600)
-    line = next((ln for ln in res.stdout.splitlines() if ln.startswith(WORKER)), "")
-    if "=> " not in line:
+    res, hosts = common.adhoc(WORKER, "gb10.dspark.image_identity", args, env={"ANSIBLE_PIPELINING": "0"})
+    if WORKER not in hosts:
         raise SystemExit(f"no result from image_identity:\n{res.stdout}\n{res.stderr}")
-    result = json.loads(line.split("=> ", 1)[1])
+    result = hosts[WORKER]["result"]
     if res.returncode != 0:
         raise SystemExit(f"image_identity failed: {result.get('msg')}")
     return result
@@ -103,7 +63,8 @@ def main() -> int:
     try:
         for attempt in ("first run (load)", "second run (held)"):
             t = time.monotonic()
-            result, peak_kib = peak_rss_while(lambda: module_run(args))
+            result, peaks = common.peak_rss_while(lambda: module_run(args), MARK)
+            peak_kib = max(peaks.values(), default=0)
             elapsed = time.monotonic() - t
             row = {"run": attempt, "elapsed_s": round(elapsed, 2), "peak_rss_mib": round(peak_kib / 1024, 1),
                    "changed": result["changed"], "loaded": result["loaded"], "image_store": result["image_store"]}
@@ -112,9 +73,9 @@ def main() -> int:
             rows.append(row)
             print(f"[bench] {attempt}: {json.dumps(row)}")
     finally:
-        subprocess.run([str(Path(sys.executable).with_name("ansible")), "-i", str(INVENTORY), WORKER, "-m",
+        subprocess.run([common.tool("ansible"), "-i", str(INVENTORY), WORKER, "-m",
                         "ansible.builtin.command", "-a", f"docker image rm {made['tag']}"],
-                       cwd=ROOT, capture_output=True, env=dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg")))
+                       cwd=common.ROOT, capture_output=True, env=common.ansible_env())
         shutil.rmtree(WORK, ignore_errors=True)
     failures = []
     first, second = rows

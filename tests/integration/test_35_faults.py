@@ -11,11 +11,12 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from simhelpers import INVENTORY, on_rank, playbook, site, snapshot, wait_for
+from simhelpers import INVENTORY, ROOT, on_rank, playbook, site, snapshot, wait_for
 
 
 def provision(pair, tree, *extra: str, check: bool = False):
@@ -27,11 +28,22 @@ def flat(res) -> str:
 
 
 def profiles(pair) -> dict:
+    """Each rank's engine: (profile label, status), or (None, "absent")."""
     out = {}
     for r in pair.ranks:
-        doc = json.loads(on_rank(r, ["docker", "container", "inspect", "dspark_vllm"]).stdout)[0]
-        out[r.name] = (doc["Config"]["Labels"].get("io.gb10.dspark.profile"), doc["State"]["Status"])
+        res = on_rank(r, ["docker", "container", "inspect", "dspark_vllm"], check=False)
+        out[r.name] = (None, "absent")
+        if res.returncode == 0:
+            doc = json.loads(res.stdout)[0]
+            out[r.name] = (doc["Config"]["Labels"].get("io.gb10.dspark.profile"), doc["State"]["Status"])
     return out
+
+
+LOCK = "/run/lock/dspark/pair.lock"
+
+
+def locked(pair) -> bool:
+    return on_rank(pair.head, ["test", "-e", LOCK], check=False).returncode == 0
 
 
 def refused(pair, tree, *extra: str, expect: list[str]) -> str:
@@ -42,7 +54,17 @@ def refused(pair, tree, *extra: str, expect: list[str]) -> str:
     for needle in expect:
         assert " ".join(needle.split()) in text, f"{needle!r} not in output:\n{res.stdout[-6000:]}"
     assert {r.name: snapshot(r) for r in pair.ranks} == before, "a refused run changed a rank"
+    assert not locked(pair), "a failed run left the pair's lock behind"
     return text
+
+
+def background_provision(pair, tree, *extra: str) -> subprocess.Popen:
+    """provision.yml in its own process group, so that a test can kill the whole run at once."""
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0")
+    return subprocess.Popen([str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(INVENTORY),
+                             "playbooks/provision.yml", "-e", f"dspark_preflight_wrapper_path={tree}",
+                             "--limit", pair.group, *extra], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +74,7 @@ def served(sim, clean_tree):
     return pair
 
 
-@pytest.mark.fault("profile-compile-mode")
+@pytest.mark.fault("profile-compile-mode", "lock-released")
 def test_compilation_mode_3_is_refused(served, clean_tree):
     refused(served, clean_tree, "-e", json.dumps({"dspark_profile_overrides": {"compilation_config": {"mode": 3}},
                                                   "dspark_profile_allow_experimental": True}),
@@ -159,6 +181,60 @@ def test_a_restarted_dockerd_is_down_in_the_audit_and_the_next_provision_recover
     again = playbook("audit.yml", clean_tree, "--limit", served.group, "-e", f"dspark_audit_report_dir={tmp_path}",
                      check=False)
     assert again.returncode == 0, again.stdout[-3000:]
+
+
+@pytest.mark.fault("lock-concurrent", "lock-released")
+def test_a_second_provision_of_a_busy_pair_is_refused_by_the_lock(served, clean_tree, host_vars):
+    for r in served.ranks:
+        host_vars(r, {"dspark_engine_extra_env": {"DSPARK_SIM_STARTUP_DELAY_S": "12"}})
+    first = background_provision(served, clean_tree, "-e", "dspark_profile=breakable-ab")
+    try:
+        wait_for(lambda: locked(served) or first.poll() is not None, 300, what="the first run to take the lock")
+        assert first.poll() is None, "the first run ended before it took the lock"
+        second = provision(served, clean_tree)
+        text = flat(second)
+        assert second.returncode != 0
+        assert f"pair {served.group.removeprefix('pair_')}: lock {LOCK} on {served.head.name} is held by run" in text, text[-3000:]
+        assert "expected a free lock" in text
+        recap = second.stdout.split("PLAY RECAP")[-1]
+        assert all("changed=0" in ln for ln in recap.splitlines() if ln.startswith("sim")), recap
+        out, _ = first.communicate(timeout=900)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
+    assert first.returncode == 0, out[-4000:]
+    assert set(profiles(served).values()) == {("breakable-ab", "running")}
+    assert not locked(served)
+
+
+@pytest.mark.fault("interrupted-provision", "lock-stale")
+def test_a_killed_provision_leaves_a_stale_lock_that_is_reported_and_a_rerun_converges(served, clean_tree, host_vars):
+    for r in served.ranks:
+        host_vars(r, {"dspark_engine_extra_env": {"DSPARK_SIM_STARTUP_DELAY_S": "12"}})
+    run = background_provision(served, clean_tree)  # breakable-ab -> production, both ranks replaced
+    try:
+        wait_for(lambda: profiles(served).get(served.worker.name) == ("production", "running")
+                 or run.poll() is not None, 300, what="the worker to be replaced")
+        assert run.poll() is None, "the run ended before the worker was replaced"
+    finally:
+        os.killpg(run.pid, signal.SIGKILL)  # the control node dies: no always section runs
+        run.wait()
+    assert locked(served)
+    before = {r.name: snapshot(r) for r in served.ranks}
+    stale = provision(served, clean_tree)
+    text = flat(stale)
+    assert stale.returncode != 0
+    assert f"lock {LOCK} on {served.head.name} is stale: held by run" in text, text[-3000:]
+    assert f"(pid {run.pid} on " in text and "dspark_lock_break_stale=true" in text
+    assert {r.name: snapshot(r) for r in served.ranks} == before
+    assert locked(served)
+    provision(served, clean_tree, "-e", "dspark_lock_break_stale=true", check=True)
+    assert set(profiles(served).values()) == {("production", "running")}
+    assert not locked(served)
+    again = provision(served, clean_tree, check=True)
+    recap = again.stdout.split("PLAY RECAP")[-1]
+    assert all("changed=0" in ln for ln in recap.splitlines() if ln.startswith("sim")), recap
 
 
 @pytest.mark.fault("container-least-privilege")

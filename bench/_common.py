@@ -1,0 +1,199 @@
+"""Shared by the benchmarks in bench/: paths, Ansible runs (ad-hoc and playbooks) against the
+simulator inventory, SSH to a rank, and the peak-memory sampler of a module's process.
+
+Importing this module has no side effect beyond putting the checkout and sim/ on sys.path.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for _p in (ROOT, ROOT / "sim"):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+
+GIB = 1 << 30
+MIB = 1 << 20
+WORK = Path(os.environ.get("BENCH_WORK_DIR", "/var/tmp/gb10-dspark-bench"))  # visible inside the ranks
+INVENTORY = ROOT / "inventories" / "sim"
+ARTIFACTS = ROOT / "artifacts" / "bench"
+
+
+class BenchError(RuntimeError):
+    """A benchmark step failed: no figure can be taken."""
+
+
+def tool(name: str) -> str:
+    """An executable of the virtualenv running this script (ansible, ansible-playbook)."""
+    return str(Path(sys.executable).with_name(name))
+
+
+def ansible_env(**extra: str) -> dict:
+    return dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
+                ANSIBLE_NOCOLOR="1", **extra)
+
+
+# ---- peak memory of a module's process --------------------------------------------------------
+def scan_vmhwm(mark: str, proc: Path = Path("/proc")) -> dict[int, int]:
+    """One look at ``proc``: {pid: VmHWM in KiB} of every process whose command line holds ``mark``."""
+    found: dict[int, int] = {}
+    needle = mark.encode()
+    try:
+        entries = os.listdir(proc)
+    except OSError:
+        return found
+    for pid in entries:
+        if not pid.isdigit():
+            continue
+        try:
+            if needle not in (proc / pid / "cmdline").read_bytes():
+                continue
+            for line in (proc / pid / "status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    found[int(pid)] = int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def peak_rss_while(fn, mark: str, interval: float = 0.02, proc: Path = Path("/proc")) -> tuple[object, dict[int, int]]:
+    """Run fn(); meanwhile sample the VmHWM of every process whose command line holds ``mark``
+    (the ranks share the host's PID namespace). Returns (fn's result, {pid: peak KiB})."""
+    peaks: dict[int, int] = {}
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            for pid, kib in scan_vmhwm(mark, proc).items():
+                peaks[pid] = max(peaks.get(pid, 0), kib)
+            time.sleep(interval)
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    try:
+        result = fn()
+    finally:
+        done.set()
+        t.join()
+    return result, peaks
+
+
+# ---- Ansible ---------------------------------------------------------------------------------
+_ONELINE = re.compile(r"^(?P<host>\S+) \| (?P<status>SUCCESS|CHANGED|FAILED!) => (?P<json>\{.*\})\s*$")
+_ONELINE_UNREACHABLE = re.compile(r"^(?P<host>\S+) \| UNREACHABLE!: (?P<msg>.*)$")
+_RECAP = re.compile(r"^(?P<host>\S+)\s+:\s+(?P<counts>(?:\w+=\d+\s*)+)$")
+
+
+def parse_oneline(stdout: str) -> dict[str, dict]:
+    """The ``-o`` output of an ad-hoc run: {host: {"status", "ok", "result"}}; an unreachable host
+    has ``result`` {"msg": ...}."""
+    hosts: dict[str, dict] = {}
+    for line in stdout.splitlines():
+        m = _ONELINE.match(line)
+        if m:
+            try:
+                result = json.loads(m["json"])
+            except ValueError:
+                result = {"msg": f"unparsable result: {m['json'][:200]}"}
+            status = m["status"].rstrip("!")
+            hosts[m["host"]] = {"status": status, "ok": status in ("SUCCESS", "CHANGED"), "result": result}
+            continue
+        m = _ONELINE_UNREACHABLE.match(line)
+        if m:
+            hosts[m["host"]] = {"status": "UNREACHABLE", "ok": False, "result": {"msg": m["msg"]}}
+    return hosts
+
+
+def parse_recap(stdout: str) -> dict[str, dict[str, int]]:
+    """PLAY RECAP of ansible-playbook: {host: {"ok": n, "changed": n, "failed": n, ...}}."""
+    recap: dict[str, dict[str, int]] = {}
+    inside = False
+    for line in stdout.splitlines():
+        if line.startswith("PLAY RECAP"):
+            inside = True
+            continue
+        if inside:
+            m = _RECAP.match(line.strip())
+            if m:
+                recap[m["host"]] = {k: int(v) for k, v in (kv.split("=") for kv in m["counts"].split())}
+    return recap
+
+
+def adhoc(pattern: str, module: str, args: dict, forks: int | None = None, env: dict | None = None,
+          timeout: float = 3600) -> tuple[subprocess.CompletedProcess, dict[str, dict]]:
+    """``ansible <pattern> -o -m <module> -a <json>`` on the simulator inventory; the parsed results."""
+    argv = [tool("ansible"), "-i", str(INVENTORY), pattern, "-o", "-m", module, "-a", json.dumps(args)]
+    if forks:
+        argv += ["-f", str(forks)]
+    res = subprocess.run(argv, cwd=ROOT, env=ansible_env(**(env or {})), text=True, capture_output=True,
+                         timeout=timeout)
+    return res, parse_oneline(res.stdout)
+
+
+@dataclass
+class PlaybookRun:
+    argv: list[str]
+    returncode: int
+    seconds: float
+    stdout: str
+    stderr: str
+    recap: dict[str, dict[str, int]] = field(default_factory=dict)
+    junit: list[str] = field(default_factory=list)  # the junit callback's XML documents
+
+    def tail(self, chars: int = 4000) -> str:
+        return (self.stdout[-chars:] + "\n" + self.stderr[-chars // 2:]).strip()
+
+    def changed(self) -> int:
+        return sum(c.get("changed", 0) for c in self.recap.values())
+
+
+def playbook(name: str, *extra: str, extra_vars: dict | None = None, junit_dir: Path | None = None,
+             timeout: float = 3600) -> PlaybookRun:
+    """``ansible-playbook -i inventories/sim playbooks/<name> ...``, timed from start to exit. With
+    ``junit_dir`` the junit callback records each task's time there (read back into ``junit``)."""
+    argv = [tool("ansible-playbook"), "-i", str(INVENTORY), name if "/" in name else f"playbooks/{name}", *extra]
+    if extra_vars:
+        argv += ["-e", json.dumps(extra_vars)]
+    env = {}
+    if junit_dir is not None:
+        junit_dir.mkdir(parents=True, exist_ok=True)
+        for old in junit_dir.glob("*.xml"):
+            old.unlink()
+        env = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.builtin.junit", "JUNIT_OUTPUT_DIR": str(junit_dir),
+               "JUNIT_HIDE_TASK_ARGUMENTS": "true"}
+    t0 = time.monotonic()
+    res = subprocess.run(argv, cwd=ROOT, env=ansible_env(**env), text=True, capture_output=True, timeout=timeout)
+    seconds = time.monotonic() - t0
+    junit = [p.read_text() for p in sorted(junit_dir.glob("*.xml"))] if junit_dir is not None else []
+    return PlaybookRun(argv, res.returncode, seconds, res.stdout, res.stderr, parse_recap(res.stdout), junit)
+
+
+# ---- the simulator ---------------------------------------------------------------------------
+def sim_cli(*args: str, timeout: float = 1800) -> str:
+    """``python -m dspark_sim <args>``; its stdout. A failure is a BenchError."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "sim"))
+    res = subprocess.run([sys.executable, "-m", "dspark_sim", *args], env=env, text=True, capture_output=True,
+                         timeout=timeout)
+    if res.returncode != 0:
+        raise BenchError(f"dspark_sim {' '.join(args)} exited {res.returncode}:\n{res.stdout}\n{res.stderr}")
+    return res.stdout
+
+
+def on_rank(rank, argv: list[str], check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run argv on a simulated rank (a ``dspark_sim.layout.Rank``) over the simulator's SSH."""
+    from dspark_sim import rank as sim_rank
+
+    res = subprocess.run([*sim_rank.ssh_argv(rank), shlex.join(argv)], text=True, capture_output=True,
+                         timeout=timeout)
+    if check and res.returncode != 0:
+        raise BenchError(f"{rank.name}: `{shlex.join(argv)}` exited {res.returncode}: {res.stderr.strip()[-500:]}")
+    return res

@@ -1,0 +1,569 @@
+"""Benchmark: the collection's speed targets as ratios, each measured side by side in one run on the
+pair simulator, written to artifacts/bench/ratios.json and docs/PERFORMANCE.md (no figure by hand).
+
+1. re-provisioning a converged pair vs a fresh provision of it (engine start-up delay 60 s on
+   both ranks; fresh = after teardown.yml with the images removed): ratio ≤ 0.2, zero container
+   restarts (docker inspect ID, StartedAt and RestartCount before and after, on both ranks);
+2. staging a multi-GB synthetic archive on both ranks of a pair (gb10.dspark.image_identity, one
+   ad-hoc run, -f 2) vs a bare `docker load -i` of it on one rank: ratio ≤ 1.25; a second staging
+   (the image held: nothing loaded) within 3 s; the module's peak memory reported;
+3. playbooks/audit.yml on 8 pairs vs on 1 pair, same forks: ratio ≤ 2.5; and the one-call-per-rank
+   audit vs bench/naive_audit.yml (one command task per fact) on 8 pairs: ratio ≤ 0.5;
+4. playbooks/guard.yml (64 prompts × 128 tokens, concurrency 16) against the stand-in with a fixed
+   per-token delay vs the theoretical server time: ratio ≤ 1.2.
+
+Run as root (the simulator needs it), usually through `make bench`:
+    .venv/bin/python bench/ratios.py [--pairs 8] [--forks 16] [--only audit guard ...]
+It brings the simulator up with --pairs pairs itself, provisions what it measures, and puts back
+what it changed: the host_vars files it writes are removed, pair sim01 is provisioned again with
+the site's engine environment, and pairs that did not serve before the run are torn down (with
+their images when they had none). A missed target is reported, not an error: the exit code is
+non-zero only when a measurement could not be taken. docs/PERFORMANCE.md is only rewritten by a
+complete run without errors; artifacts/bench/ratios.json always.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+import _common as common  # bench/_common.py (this script's folder is on sys.path)
+import _report as report
+from dspark_sim import layout
+from tests.support import synthetic_archive
+
+ROOT = common.ROOT
+BENCH = ROOT / "bench"
+INVENTORY = common.INVENTORY
+OUT_JSON = common.ARTIFACTS / "ratios.json"
+OUT_DOC = ROOT / "docs" / "PERFORMANCE.md"
+WORK = common.WORK.with_name(common.WORK.name + "-ratios")  # beside image_load_memory's, visible in the ranks
+PAIR = layout.Pair(1)
+HEAD, WORKER = PAIR.head, PAIR.worker
+MARK = "AnsiballZ_image_identity"
+STAGE_TAG = "dspark-bench:ratios"
+
+TARGETS = {"reprovision": 0.2, "staging": 1.25, "audit-scaling": 2.5, "audit-naive": 0.5, "guard": 1.2}
+SECOND_STAGING_MAX_S = 3.0
+ORDER = ["reprovision", "staging", "audit-scaling", "audit-naive", "guard"]  # the issue's order, for the doc
+GROUPS = {"reprovision": ["reprovision"], "staging": ["staging"], "audit": ["audit-scaling", "audit-naive"],
+          "guard": ["guard"]}
+
+BenchError = common.BenchError
+
+
+def say(msg: str) -> None:
+    print(f"[ratios] {msg}", flush=True)
+
+
+# ---- the run's context --------------------------------------------------------------------------
+@dataclass
+class Bench:
+    args: argparse.Namespace
+    tmp: Path
+    tree: Path  # a clean clone of HEAD: provision's wrapper-tree check refuses a dirty tree
+    site: dict
+    pin: dict
+    cache: dict = field(default_factory=dict)
+
+    @property
+    def evidence(self) -> Path:
+        return self.tmp / "evidence"  # the bench's evidence and reports stay out of artifacts/evidence
+
+    def playbook(self, name: str, *extra: str, extra_vars: dict | None = None, junit: bool = False,
+                 check: bool = True) -> common.PlaybookRun:
+        ev = {"dspark_preflight_wrapper_path": str(self.tree), "dspark_evidence_dir": str(self.evidence),
+              **(extra_vars or {})}
+        run = common.playbook(name, *extra, extra_vars=ev, junit_dir=self.tmp / "junit" if junit else None)
+        if check and run.returncode != 0:
+            raise BenchError(f"{name} {' '.join(extra)} exited {run.returncode}:\n{run.tail()}")
+        return run
+
+    def engine_env(self, **overrides: str) -> dict:
+        """The site's dspark_engine_extra_env with the stand-in knobs of one measurement on top
+        (a host variable replaces the whole dict, so the site's entries are carried over)."""
+        return {**(self.site.get("dspark_engine_extra_env") or {}), **overrides}
+
+
+@contextmanager
+def host_vars(entries: dict[str, dict]):
+    """Write inventories/sim/host_vars/<rank>.yml for one measurement; removed whatever happens.
+    An existing file is refused: its variables would change what is measured."""
+    folder = INVENTORY / "host_vars"
+    made_folder = not folder.exists()
+    written: list[Path] = []
+    try:
+        for name, data in entries.items():
+            path = folder / f"{name}.yml"
+            if path.exists():
+                raise BenchError(f"{path} exists; the benchmark needs ranks without host variables (remove it first)")
+            folder.mkdir(exist_ok=True)
+            path.write_text("# written by bench/ratios.py for one measurement; removed when it ends\n"
+                            + yaml.safe_dump(data, sort_keys=True))
+            written.append(path)
+        yield
+    finally:
+        for path in written:
+            path.unlink(missing_ok=True)
+        if made_folder and folder.exists() and not any(folder.iterdir()):
+            folder.rmdir()
+
+
+# ---- what a rank holds ------------------------------------------------------------------------
+def container(rank, name: str) -> dict | None:
+    """The engine container's ID, start time, restart count and whether it runs (None: no container)."""
+    res = common.on_rank(rank, ["docker", "container", "inspect", "--format",
+                                "{{.Id}} {{.State.StartedAt}} {{.RestartCount}} {{.State.Running}}", name], check=False)
+    if res.returncode != 0:
+        if "no such" in (res.stderr + res.stdout).lower():
+            return None
+        raise BenchError(f"{rank.name}: docker container inspect {name} failed: {res.stderr.strip()[-300:]}")
+    cid, started, count, running = res.stdout.split()
+    return {"id": cid, "started_at": started, "restart_count": int(count), "running": running == "true"}
+
+
+def image_present(rank, image_id: str) -> bool:
+    return common.on_rank(rank, ["docker", "image", "inspect", "--format", "{{.Id}}", image_id],
+                          check=False).returncode == 0
+
+
+def remove_image(rank, image_id: str) -> None:
+    common.on_rank(rank, ["docker", "image", "rm", "--force", image_id], check=False, timeout=600)
+    if image_present(rank, image_id):
+        raise BenchError(f"{rank.name}: image {image_id} is still present after docker image rm")
+
+
+def fleet_state(b: Bench, pairs: list[layout.Pair]) -> dict[int, dict]:
+    """Per pair: whether its head serves (the engine container runs) and whether both ranks hold the
+    pinned image, before the run changes anything."""
+    name = b.site.get("dspark_container_name", "dspark_vllm")
+    out = {}
+    for p in pairs:
+        head = container(p.head, name)
+        out[p.index] = {"serving": bool(head and head["running"]),
+                        "image": all(image_present(r, b.pin["image_id"]) for r in p.ranks)}
+    return out
+
+
+# ---- 1. re-provision vs fresh provision -------------------------------------------------------------
+def measure_reprovision(b: Bench) -> dict:
+    name = b.site.get("dspark_container_name", "dspark_vllm")
+    delay = b.args.startup_delay
+    env = b.engine_env(DSPARK_SIM_STARTUP_DELAY_S=f"{delay:g}")
+    archive = Path(b.site["dspark_image_archive"])
+    with host_vars({r.name: {"dspark_engine_extra_env": env} for r in PAIR.ranks}):
+        say(f"re-provision: teardown of {PAIR.group} with its images, then a fresh provision (start-up delay {delay:g} s)")
+        b.playbook("teardown.yml", "--limit", PAIR.group, extra_vars={"dspark_teardown_remove_images": True})
+        for r in PAIR.ranks:
+            if image_present(r, b.pin["image_id"]):
+                raise BenchError(f"{r.name}: the pinned image survived teardown.yml with dspark_teardown_remove_images")
+        fresh = b.playbook("provision.yml", "--limit", PAIR.group, junit=True)
+        before = {r.name: container(r, name) for r in PAIR.ranks}
+        say("re-provision: provision.yml again on the converged pair")
+        again = b.playbook("provision.yml", "--limit", PAIR.group, junit=True)
+        after = {r.name: container(r, name) for r in PAIR.ranks}
+    if not all(before.values()):
+        raise BenchError(f"the fresh provision left a rank without its engine container: {before}")
+    per_rank = report.restarts(before, after)
+    slow_again = sorted((t for doc in again.junit for t in report.slowest_tasks(doc)), key=lambda t: -t[1])
+    slow_fresh = sorted((t for doc in fresh.junit for t in report.slowest_tasks(doc)), key=lambda t: -t[1])
+    notes = [
+        f"Fresh: teardown.yml --limit {PAIR.group} -e dspark_teardown_remove_images=true, then provision.yml: "
+        f"the stand-in archive ({archive.stat().st_size / common.MIB:.0f} MiB) is copied to and loaded on both "
+        f"ranks and the engine starts with DSPARK_SIM_STARTUP_DELAY_S={delay:g} on both ranks.",
+        "Re-provision: provision.yml again on the converged pair; container restarts are counted on both ranks "
+        "from docker inspect (ID, StartedAt, RestartCount) before and after it.",
+        "Slowest tasks of the re-provision: " + "; ".join(f"{n} ({s} s)" for n, s in slow_again[:5]) + ".",
+    ]
+    return report.row(
+        "reprovision", "Re-provision of a converged pair vs a fresh provision",
+        (f"re-provision of {PAIR.group}", again.seconds), (f"fresh provision of {PAIR.group}", fresh.seconds),
+        TARGETS["reprovision"], notes=notes,
+        checks=[report.check("container restarts", sum(per_rank.values()), 0, "==")],
+        extra={"restarts per rank": per_rank, "tasks changed by the re-provision": again.changed(),
+               "tasks changed by the fresh provision": fresh.changed(), "engine start-up delay (s)": delay,
+               "stand-in archive (bytes)": archive.stat().st_size,
+               "slowest tasks of the re-provision": slow_again[:5], "slowest tasks of the fresh provision": slow_fresh[:5]})
+
+
+# ---- 2. staging on both ranks vs a bare docker load ---------------------------------------------------
+def stage(args: dict) -> tuple[dict[str, dict], dict[int, int], float]:
+    """image_identity on both ranks of sim01 at once (one ad-hoc run, -f 2), with the peak memory of
+    the module's processes; pipelining off so that the module's process carries its name."""
+    t0 = time.monotonic()
+    (res, hosts), peaks = common.peak_rss_while(
+        lambda: common.adhoc(PAIR.group, "gb10.dspark.image_identity", args, forks=2,
+                             env={"ANSIBLE_PIPELINING": "0"}), MARK)
+    seconds = time.monotonic() - t0
+    missing = [r.name for r in PAIR.ranks if r.name not in hosts]
+    failed = {h: v["result"].get("msg") for h, v in hosts.items() if not v["ok"]}
+    if res.returncode != 0 or missing or failed:
+        raise BenchError(f"image_identity on {PAIR.group} failed (exit {res.returncode}; no result from {missing}; "
+                         f"failures {failed}):\n{res.stdout[-2000:]}\n{res.stderr[-1000:]}")
+    return {h: v["result"] for h, v in hosts.items()}, peaks, seconds
+
+
+def measure_staging(b: Bench) -> dict:
+    gib = b.args.archive_gib
+    shutil.rmtree(WORK, ignore_errors=True)
+    WORK.mkdir(parents=True)
+    made = None
+    try:
+        t0 = time.monotonic()
+        made = synthetic_archive.write(WORK / "stage.tar", tag=STAGE_TAG, layer_bytes=int(gib * common.GIB),
+                                       salt="bench-ratios")
+        size = Path(made["path"]).stat().st_size
+        say(f"staging: wrote a {size / common.GIB:.2f} GiB archive in {time.monotonic() - t0:.1f} s")
+        pin = dict(b.pin, image_tag=made["tag"], image_id=made["image_id"], image_manifest_digest=None,
+                   image_archive_sha256=None)
+        args = {"rank": "{{ inventory_hostname }}", "pin": pin, "path": made["path"], "check_labels": False}
+        for r in PAIR.ranks:
+            remove_image(r, made["image_id"])
+        say(f"staging: bare docker load on {HEAD.name}")
+        t0 = time.monotonic()
+        common.on_rank(HEAD, ["docker", "load", "-i", made["path"]], timeout=3600)
+        bare = time.monotonic() - t0
+        if not image_present(HEAD, made["image_id"]):
+            raise BenchError(f"{HEAD.name}: docker load did not leave {made['image_id']}")
+        remove_image(HEAD, made["image_id"])
+        say(f"staging: image_identity on both ranks of {PAIR.group}")
+        first, peaks, staged = stage(args)
+        not_loaded = [h for h, r in first.items() if not r.get("loaded")]
+        if not_loaded:
+            raise BenchError(f"the first staging did not load on {not_loaded}: the image was not absent")
+        say("staging: the same call again (the image is held)")
+        second, peaks2, again = stage(args)
+        reloaded = [h for h, r in second.items() if r.get("loaded") or r.get("changed")]
+    finally:
+        if made:
+            for r in PAIR.ranks:
+                try:
+                    remove_image(r, made["image_id"])
+                except BenchError as exc:
+                    say(f"cleanup: {exc}")
+        shutil.rmtree(WORK, ignore_errors=True)
+    peak = max(peaks.values(), default=0)
+    checks = [report.check("second staging", round(again, 2), SECOND_STAGING_MAX_S, "<=", "s"),
+              report.check("ranks that loaded again in the second staging", len(reloaded), 0, "==")]
+    notes = [
+        f"Numerator: gb10.dspark.image_identity on both ranks of {PAIR.group} at once (one ad-hoc `ansible "
+        f"{PAIR.group} -f 2` run) with a pin built from the synthetic archive's identity: it reads the archive's ID, "
+        "streams the archive into each rank's engine, tags the image and asserts the tag. Denominator: `docker load "
+        f"-i` of the same archive on {HEAD.name} over SSH. Both start with the image absent on the ranks; the "
+        "archive is one file under BENCH_WORK_DIR, which both ranks read.",
+        "The role's copy of dspark_image_archive from the control node is not in this figure: the pin names the "
+        "real image, which a synthetic archive cannot match.",
+        "Both ranks' dockerds share the host's disk and cores, so the two loads of the numerator compete for them. "
+        "The numerator is the whole ad-hoc run, Ansible's own start included; the denominator is one SSH command.",
+        "Ansible pipelining is off for both stagings so that the module's process carries its name "
+        f"({MARK}) for the memory sampling.",
+    ]
+    if peak == 0:
+        notes.append("No sample of the module's process was taken: the peak memory is unknown.")
+    return report.row(
+        "staging", f"Staging a {gib:g} GiB archive on both ranks vs a bare docker load on one",
+        (f"image_identity on both ranks of {PAIR.group}", staged), (f"docker load on {HEAD.name}", bare),
+        TARGETS["staging"], notes=notes, checks=checks,
+        extra={"archive (bytes)": size, "module peak RSS, first staging (MiB)": round(peak / 1024, 1),
+               "module processes sampled, first staging": len(peaks),
+               "module peak RSS, second staging (MiB)": round(max(peaks2.values(), default=0) / 1024, 1),
+               "second staging (s)": round(again, 2),
+               "docker load throughput (MiB/s)": round(size / common.MIB / bare, 1),
+               "staging throughput per rank (MiB/s)": round(size / common.MIB / staged, 1),
+               "image store": sorted({str(r.get("image_store")) for r in first.values()})})
+
+
+# ---- 3. audits --------------------------------------------------------------------------------------
+def audit_times(b: Bench) -> dict:
+    """audit.yml on 1 pair and on every pair, and naive_audit.yml on every pair, all with the same
+    forks: a warm-up of each, then ``--audit-repeats`` interleaved rounds; medians."""
+    if "audit" in b.cache:
+        return b.cache["audit"]
+    forks = ["-f", str(b.args.forks)]
+    ev = {"dspark_audit_report_dir": str(b.tmp / "audit")}
+
+    def audit(*limit: str) -> float:
+        return b.playbook("audit.yml", *forks, *limit, extra_vars=ev).seconds  # converged: every pair OK, exit 0
+
+    def naive() -> float:
+        return b.playbook("bench/naive_audit.yml", *forks).seconds
+
+    say("audit: warm-up (SSH connections)")
+    audit()
+    naive()
+    one, every, nv = [], [], []
+    for i in range(b.args.audit_repeats):
+        say(f"audit: round {i + 1} of {b.args.audit_repeats}")
+        one.append(audit("--limit", PAIR.group))
+        every.append(audit())
+        nv.append(naive())
+    counts = json.loads((b.tmp / "audit" / "audit.json").read_text()).get("counts")
+    b.cache["audit"] = {"one": one, "every": every, "naive": nv, "counts": counts,
+                        "median": {"one": statistics.median(one), "every": statistics.median(every),
+                                   "naive": statistics.median(nv)}}
+    return b.cache["audit"]
+
+
+def _runs(values: list[float]) -> str:
+    return ", ".join(f"{v:.2f}" for v in values)
+
+
+def measure_audit_scaling(b: Bench) -> dict:
+    t = audit_times(b)
+    n = b.args.pairs
+    return report.row(
+        "audit-scaling", f"Auditing {n} pairs vs auditing 1 pair (same forks)",
+        (f"audit.yml on {n} pairs", t["median"]["every"]), (f"audit.yml on {PAIR.group}", t["median"]["one"]),
+        TARGETS["audit-scaling"],
+        notes=[f"playbooks/audit.yml with -f {b.args.forks} on {n} pairs and with --limit {PAIR.group}; the median "
+               f"of {b.args.audit_repeats} interleaved runs each, after a warm-up run; every run exited 0 (all pairs OK).",
+               f"Every rank runs its own sshd and dockerd on this machine's {os.cpu_count()} cores."],
+        extra={f"audit.yml on {n} pairs (s, each run)": _runs(t["every"]),
+               "audit.yml on 1 pair (s, each run)": _runs(t["one"]), "last verdicts": t["counts"]})
+
+
+def measure_audit_naive(b: Bench) -> dict:
+    t = audit_times(b)
+    n = b.args.pairs
+    return report.row(
+        "audit-naive", f"One call per rank vs a naive audit of separate shell tasks ({n} pairs)",
+        (f"audit.yml on {n} pairs", t["median"]["every"]), (f"bench/naive_audit.yml on {n} pairs", t["median"]["naive"]),
+        TARGETS["audit-naive"],
+        notes=["bench/naive_audit.yml reads what gb10.dspark.rank_audit reads in one call with one command task per "
+               "fact: docker image ls, docker container inspect, the profile env file, sha256sum of the runtime "
+               "manifest, the model revision marker, and on the head curl /v1/models and /metrics.",
+               "audit.yml also resolves each pair's profile, judges the pair and writes the report; the naive "
+               "playbook does none of that, so the ratio is an upper bound.",
+               f"Same forks (-f {b.args.forks}); the median of {b.args.audit_repeats} interleaved runs each."],
+        extra={f"naive_audit.yml on {n} pairs (s, each run)": _runs(t["naive"]),
+               f"audit.yml on {n} pairs (s, each run)": _runs(t["every"])})
+
+
+# ---- 4. the guard against the theoretical server time --------------------------------------------
+def max_num_seqs(b: Bench) -> int:
+    catalog = yaml.safe_load((ROOT / "roles" / "profile" / "vars" / "main.yml").read_text())["__dspark_profile_catalog"]
+    return int(catalog[b.site.get("dspark_profile", "production")]["max_num_seqs"])
+
+
+def measure_guard(b: Bench) -> dict:
+    delay, concurrency = b.args.token_delay, b.args.guard_concurrency
+    path = b.evidence / PAIR.group.removeprefix("pair_") / "serving-guard.json"
+    path.unlink(missing_ok=True)
+    with host_vars({HEAD.name: {"dspark_engine_extra_env": b.engine_env(DSPARK_SIM_TOKEN_DELAY_S=f"{delay:g}")}}):
+        say(f"guard: provision {PAIR.group} with DSPARK_SIM_TOKEN_DELAY_S={delay:g} on the head")
+        b.playbook("provision.yml", "--limit", PAIR.group)
+        say(f"guard: guard.yml at concurrency {concurrency}")
+        run = b.playbook("guard.yml", "--limit", PAIR.group, extra_vars={"dspark_guard_concurrency": concurrency},
+                         check=False)
+    if not path.exists():
+        raise BenchError(f"guard.yml wrote no {path} (exit {run.returncode}):\n{run.tail()}")
+    doc = json.loads(path.read_text())
+    if run.returncode != 0 or doc.get("status") != "PASS":
+        raise BenchError(f"the guard did not pass (exit {run.returncode}, status {doc.get('status')}): "
+                         f"{doc.get('errors', [])[:5]}")
+    tokens = [int(c["usage"]["completion_tokens"]) for c in doc["completions"]]
+    slots = min(concurrency, max_num_seqs(b))
+    theory = report.guard_theory(tokens, slots, delay, prefill_s=0.0)
+    elapsed = float(doc["elapsed_s"])
+    short = sum(1 for t in tokens if t < max(tokens))
+    notes = [
+        f"Numerator: the guard module's own elapsed_s (serving-guard.json): {len(tokens)} completions at concurrency "
+        f"{concurrency}, including the {len(tokens)} /tokenize calls it makes first.",
+        f"Denominator: the stand-in releases each generated token DSPARK_SIM_TOKEN_DELAY_S={delay:g} s apart and "
+        "spends nothing per prompt (no prefill cost: sim/engine/dspark_engine/engine.py sleeps once per token), and "
+        f"serves up to max_num_seqs={max_num_seqs(b)} requests at once. The theoretical server time is the "
+        f"makespan of the guard's requests, in its order, through {slots} slots, each taking its own "
+        f"completion_tokens × {delay:g} s: {theory['scheduled_s']:.2f} s.",
+        f"The issue's nominal figure, ceil({len(tokens)}/{concurrency}) = {theory['waves']} waves × "
+        f"{theory['longest']} tokens × {delay:g} s = {theory['nominal_s']:.2f} s, overstates the work: {short} "
+        "accuracy answers stop at EOS after a few tokens. The stricter scheduled figure is the denominator.",
+    ]
+    return report.row(
+        "guard", f"Guard {len(tokens)} × {theory['longest']} at concurrency {concurrency} vs the theoretical server time",
+        ("guard module elapsed_s", elapsed), ("theoretical server time", theory["scheduled_s"]), TARGETS["guard"],
+        notes=notes,
+        extra={"guard.yml wall time (s)": round(run.seconds, 2), "nominal theoretical time (s)": theory["nominal_s"],
+               "ratio to the nominal time": report.ratio(elapsed, theory["nominal_s"]) if theory["nominal_s"] else None,
+               "completion tokens": theory["tokens"], "requests shorter than the longest": short,
+               "per-token delay (s)": delay, "slots": slots})
+
+
+MEASUREMENTS = [  # the order they run in: the audits first, on the fleet as the first provision left it
+    ("audit-scaling", measure_audit_scaling),
+    ("audit-naive", measure_audit_naive),
+    ("guard", measure_guard),
+    ("reprovision", measure_reprovision),
+    ("staging", measure_staging),
+]
+
+
+# ---- putting the simulator back ---------------------------------------------------------------------
+def restore(b: Bench, before: dict[int, dict]) -> None:
+    """sim01 serves with the site's engine environment again (when it served before); pairs that did
+    not serve before are torn down, with their images when they held none."""
+    if before.get(PAIR.index, {}).get("serving"):
+        say(f"restore: provision {PAIR.group} with the site's engine environment")
+        b.playbook("provision.yml", "--limit", PAIR.group)
+    idle = [i for i, s in before.items() if not s["serving"]]
+    for remove_images in (True, False):
+        group = [f"pair_sim{i:02d}" for i in idle if (not before[i]["image"]) == remove_images]
+        if group:
+            say(f"restore: teardown of {', '.join(group)} (images removed: {remove_images})")
+            b.playbook("teardown.yml", "--limit", ",".join(group),
+                       extra_vars={"dspark_teardown_remove_images": remove_images})
+
+
+# ---- facts about the run -------------------------------------------------------------------------------
+def machine() -> dict:
+    try:
+        mem = report.meminfo_total_bytes(Path("/proc/meminfo").read_text())
+    except OSError:
+        mem = None
+    return {"cores": os.cpu_count(), "memory_bytes": mem, "kernel": platform.release(),
+            "python": platform.python_version()}
+
+
+def commit() -> dict:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(ROOT), *args], text=True, capture_output=True).stdout.strip()
+
+    return {"sha": git("rev-parse", "HEAD") or "unknown",
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+
+
+def command(argv: list[str]) -> str:
+    exe = Path(sys.executable)
+    exe_text = os.path.relpath(exe, ROOT) if ROOT in exe.parents else str(exe)
+    cmd = shlex.join([exe_text, "bench/ratios.py", *argv])
+    return f"make bench (which runs {cmd})" if os.environ.get("MAKELEVEL") else cmd
+
+
+def sim_pairs() -> int:
+    try:
+        return int(json.loads(common.sim_cli("status", timeout=300)).get("pairs") or 0)
+    except (BenchError, ValueError):
+        return 0
+
+
+def print_row(r: dict) -> None:
+    say(f"{r['name']}: {r['numerator']['seconds']:.2f} s / {r['denominator']['seconds']:.2f} s = {r['ratio']:.3f} "
+        f"(target ≤ {r['target']}): {'met' if r['met'] else 'MISSED'}")
+    for c in r["checks"]:
+        say(f"  {report.check_text(c)}: {'met' if c['met'] else 'MISSED'}")
+    for w in r["why"]:
+        say(f"  why: {w}")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="bench/ratios.py", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--pairs", type=int, default=8, help="simulated pairs (the fleet audit runs on all of them)")
+    ap.add_argument("--forks", type=int, default=16, help="Ansible forks for the provisions and every audit")
+    ap.add_argument("--archive-gib", type=float, default=float(os.environ.get("BENCH_ARCHIVE_GIB", "4")),
+                    help="GiB of the synthetic archive staged (the default comes from BENCH_ARCHIVE_GIB, else 4)")
+    ap.add_argument("--startup-delay", type=float, default=60.0,
+                    help="DSPARK_SIM_STARTUP_DELAY_S of the re-provision measurement, on both ranks")
+    ap.add_argument("--token-delay", type=float, default=0.02, help="DSPARK_SIM_TOKEN_DELAY_S of the guard measurement")
+    ap.add_argument("--guard-concurrency", type=int, default=16, help="dspark_guard_concurrency")
+    ap.add_argument("--audit-repeats", type=int, default=3, help="timed rounds of each audit (the median is used)")
+    ap.add_argument("--only", nargs="+", choices=sorted(GROUPS), metavar="NAME",
+                    help=f"measure only these ({', '.join(sorted(GROUPS))}); docs/PERFORMANCE.md is then left alone")
+    ap.add_argument("--keep-fleet", action="store_true",
+                    help="leave the pairs as the run leaves them (no restore provision or teardown)")
+    args = ap.parse_args(argv)
+    if args.pairs < 1 or args.forks < 1 or args.audit_repeats < 1 or args.guard_concurrency < 1:
+        ap.error("--pairs, --forks, --audit-repeats and --guard-concurrency must be at least 1")
+    if args.archive_gib <= 0 or args.token_delay <= 0 or args.startup_delay < 0:
+        ap.error("--archive-gib and --token-delay must be positive, --startup-delay not negative")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    if os.geteuid() != 0:
+        print("bench/ratios.py: must run as root (the simulator needs it)", file=sys.stderr)
+        return 2
+    wanted = [m for m in ORDER if not args.only or any(m in GROUPS[g] for g in args.only)]
+    started, t0 = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), time.monotonic()
+    results: list[dict] = []
+    errors: list[str] = []
+    pairs_before = sim_pairs()
+    tmp = Path(tempfile.mkdtemp(prefix="gb10-dspark-ratios-"))
+    try:
+        say(f"simulator: up with {args.pairs} pairs (it had {pairs_before})")
+        common.sim_cli("up", "--pairs", str(args.pairs))
+        tree = tmp / "wrapper" / "gb10-dspark"
+        subprocess.run(["git", "clone", "--quiet", "--local", "--no-hardlinks", str(ROOT), str(tree)], check=True)
+        site = yaml.safe_load((INVENTORY / "group_vars" / "all" / "site.yml").read_text())
+        pin = yaml.safe_load((INVENTORY / "group_vars" / "all" / "pin.yml").read_text())["dspark_pin"]
+        b = Bench(args, tmp, tree, site, pin)
+        fleet = layout.pairs(args.pairs) if any(m.startswith("audit") for m in wanted) else [PAIR]
+        before = fleet_state(b, fleet)
+        try:
+            say(f"provision: {', '.join(p.group for p in fleet)} with -f {args.forks}")
+            b.playbook("provision.yml", "-f", str(args.forks), "--limit", ",".join(p.group for p in fleet))
+            for mid, fn in MEASUREMENTS:
+                if mid not in wanted:
+                    continue
+                try:
+                    row = fn(b)
+                except (BenchError, OSError, ValueError, KeyError, subprocess.SubprocessError) as exc:
+                    errors.append(f"{mid}: {exc}")
+                    say(f"{mid}: ERROR {exc}")
+                    continue
+                results.append(row)
+                print_row(row)
+        finally:
+            if args.keep_fleet:
+                say("--keep-fleet: the pairs are left as the run left them")
+            else:
+                try:
+                    restore(b, before)
+                except (BenchError, OSError, subprocess.SubprocessError) as exc:
+                    errors.append(f"restore: {exc}")
+                    say(f"restore: ERROR {exc}")
+    except (BenchError, OSError, ValueError, KeyError, subprocess.SubprocessError) as exc:
+        errors.append(str(exc))
+        say(f"ERROR {exc}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    results.sort(key=lambda r: ORDER.index(r["id"]))
+    run = {
+        "command": command(argv), "date": started, "duration_s": round(time.monotonic() - t0, 1),
+        "commit": commit(), "machine": machine(),
+        "settings": {"pairs": args.pairs, "forks": args.forks, "archive_gib": args.archive_gib,
+                     "startup_delay_s": args.startup_delay, "token_delay_s": args.token_delay,
+                     "guard_concurrency": args.guard_concurrency, "audit_repeats": args.audit_repeats},
+        "results": results, "errors": errors,
+    }
+    OUT_JSON.parent.mkdir(parents=True, exist_ok=True)
+    OUT_JSON.write_text(json.dumps(run, indent=2) + "\n")
+    say(f"wrote {OUT_JSON.relative_to(ROOT)}")
+    if [r["id"] for r in results] == ORDER and not errors:
+        OUT_DOC.write_text(report.render(run))
+        say(f"wrote {OUT_DOC.relative_to(ROOT)}: {sum(r['met'] for r in results)} of {len(results)} targets met")
+    else:
+        say(f"{OUT_DOC.relative_to(ROOT)} left as it was: " + ("errors" if errors else "a partial run (--only)"))
+    if pairs_before and pairs_before != args.pairs:
+        say(f"the simulator keeps {args.pairs} pairs (it had {pairs_before}): `make sim-up PAIRS={pairs_before}` resizes it")
+    for e in errors:
+        say(f"error: {e.splitlines()[0] if e else e}")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,400 @@
+# Copyright (c) gb10.dspark contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A per-pair lock held on the pair's head, so that two runs cannot provision one pair at once.
+
+The lock is one small JSON file naming the run that holds it (run id, control host, the
+``ansible-playbook`` process and its start time, playbook, user, when). Taking it is atomic: the
+record is written to a temp file in the lock's directory and hard-linked to the lock path, which
+fails when the path exists. A held lock is never overwritten, except by an explicit takeover that
+names the holder's run id (the controller decides a holder is stale; see :func:`holder_state`).
+
+Every change (take, take over, release) also holds ``flock`` on the lock's directory for the few
+system calls it takes, so that reading the holder and acting on it cannot interleave with another
+run's change.
+"""
+from __future__ import annotations
+
+import datetime
+import errno
+import fcntl
+import json
+import os
+import stat
+import tempfile
+from contextlib import contextmanager
+from typing import Iterator
+
+DEFAULT_PATH = "/run/lock/dspark/pair.lock"
+FREE = "free"
+MAX_BYTES = 64 * 1024
+OWNER_KEYS = ("run_id", "control_host", "control_pid", "control_pid_start", "playbook", "user")
+
+# What the run passes to gb10.dspark.pair_lock (the action plugin validates these).
+ACTION_ARGUMENT_SPEC = {
+    "pair": {"type": "str", "required": True},
+    "state": {"type": "str", "default": "present", "choices": ["present", "absent"]},
+    # str, not path: the lock lives on the head, so ~ must not be expanded on the controller
+    "path": {"type": "str", "default": DEFAULT_PATH},
+    "run_id": {"type": "str", "required": True},
+    "playbook": {"type": "str"},
+    "break_stale": {"type": "bool", "default": False},
+}
+# What the module on the head accepts: the above, plus what the action plugin fills in.
+ARGUMENT_SPEC = dict(
+    ACTION_ARGUMENT_SPEC,
+    path={"type": "path", "default": DEFAULT_PATH},
+    owner={"type": "dict", "options": {
+        "run_id": {"type": "str"},
+        "control_host": {"type": "str"},
+        "control_pid": {"type": "int"},
+        "control_pid_start": {"type": "int"},
+        "playbook": {"type": "str"},
+        "user": {"type": "str"},
+    }},
+    takeover_run_id={"type": "str"},
+)
+
+
+class LockFailure(Exception):
+    """The module must fail with this message (and ``holder``, when one was read)."""
+
+    def __init__(self, msg: str, holder: dict | None = None):
+        super().__init__(msg)
+        self.msg = msg
+        self.holder = holder
+
+
+class LockUnreadable(Exception):
+    """The lock path exists but holds no dspark lock record; ``reason`` says why."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+# --- the record ---------------------------------------------------------------------------------
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def make_record(pair: str, run_id: str, playbook: str | None, owner: dict, acquired: str) -> dict:
+    """The lock file's content. ``owner`` comes from the controller; its run_id, when given, must be
+    ``run_id`` (it is the same run), and its playbook defaults to ``playbook``."""
+    if owner.get("run_id") not in (None, run_id):
+        raise LockFailure(f"pair {pair}: owner.run_id is {owner.get('run_id')}, expected the task's run_id {run_id}")
+    return {
+        "pair": pair,
+        "run_id": run_id,
+        "control_host": owner.get("control_host"),
+        "control_pid": owner.get("control_pid"),
+        "control_pid_start": owner.get("control_pid_start"),
+        "playbook": owner.get("playbook") if owner.get("playbook") is not None else playbook,
+        "user": owner.get("user"),
+        "acquired": acquired,
+    }
+
+
+def parse_record(text: str) -> dict:
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise LockUnreadable(f"not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise LockUnreadable(f"a JSON {type(doc).__name__}, not an object")
+    if not isinstance(doc.get("run_id"), str) or not doc["run_id"]:
+        raise LockUnreadable("no run_id in it")
+    return doc
+
+
+def read_holder(path: str) -> dict | None:
+    """The record in the lock file, or None when there is no lock file. Raises LockUnreadable for
+    anything else: not a regular file (a symlink is not followed), unreadable, too big, not a record."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise LockUnreadable("it is a symbolic link") from None
+        raise LockUnreadable(exc.strerror or str(exc)) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise LockUnreadable("not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise LockUnreadable(exc.strerror or str(exc)) from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_BYTES:
+        raise LockUnreadable(f"larger than {MAX_BYTES} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise LockUnreadable("not UTF-8 text") from None
+    return parse_record(text)
+
+
+def holder_id(holder: dict | None) -> str:
+    return holder["run_id"] if holder else FREE
+
+
+def describe(holder: dict) -> str:
+    """``run R (pid P on H, playbook, since T)`` for messages."""
+    def field(key: str, missing: str = "?") -> object:
+        value = holder.get(key)
+        return missing if value in (None, "") else value
+    return (f"run {field('run_id')} (pid {field('control_pid')} on {field('control_host')}, "
+            f"{field('playbook', 'playbook unknown')}, since {field('acquired')})")
+
+
+def unreadable_message(pair: str, path: str, reason: str) -> str:
+    return (f"pair {pair}: lock {path} on this rank is unreadable ({reason}); expected a dspark lock; "
+            "remove it by hand after checking no run is active")
+
+
+# --- the controller's view of a holder ----------------------------------------------------------
+
+def proc_start_ticks(stat_text: str) -> int | None:
+    """Field 22 of ``/proc/<pid>/stat`` (start time in clock ticks after boot). The command name,
+    field 2, is in parentheses and may itself hold spaces and parentheses: count after the last ``)``."""
+    _, sep, rest = stat_text.rpartition(")")
+    fields = rest.split()
+    if not sep or len(fields) < 20:
+        return None
+    try:
+        return int(fields[19])  # fields[0] is field 3
+    except ValueError:
+        return None
+
+
+def pid_start(pid: int, proc: str = "/proc") -> int | None:
+    """The start time of a live process, or None when it cannot be read."""
+    try:
+        with open(os.path.join(proc, str(int(pid)), "stat"), encoding="utf-8", errors="replace") as handle:
+            return proc_start_ticks(handle.read())
+    except (OSError, ValueError):
+        return None
+
+
+def pid_alive(pid: object) -> bool | None:
+    """Whether a process with this id exists on this host; None when the id is no process id."""
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by another user
+    return True
+
+
+def holder_state(holder: dict, this_host: str, pid_alive: bool | None, pid_start: int | None) -> str:
+    """``live``, ``stale`` or ``foreign``: how the controller at ``this_host`` sees a lock holder.
+
+    ``pid_alive``/``pid_start`` describe the process ``holder['control_pid']`` on this host now
+    (None: unknown). A holder taken from another control host is ``foreign`` - its process cannot
+    be checked from here. On this host it is ``stale`` when the process is gone, or when a process
+    with that id runs but started at another time than the one recorded (the id was reused).
+    Anything that cannot be decided is ``live``: a lock is never called stale on a guess."""
+    if holder.get("control_host") != this_host:
+        return "foreign"
+    if pid_alive is None:
+        return "live"
+    if not pid_alive:
+        return "stale"
+    recorded = holder.get("control_pid_start")
+    if isinstance(recorded, int) and isinstance(pid_start, int) and recorded != pid_start:
+        return "stale"
+    return "live"
+
+
+def stale_message(pair: str, path: str, inventory_host: str, holder: dict) -> str:
+    return (f"pair {pair}: lock {path} on {inventory_host} is stale: held by {describe(holder)}, which is no "
+            "longer running; expected a free lock. Nothing was changed. "
+            "Re-run with dspark_lock_break_stale=true to take it over.")
+
+
+def held_message(pair: str, path: str, inventory_host: str, holder: dict, this_host: str, state: str) -> str:
+    msg = (f"pair {pair}: lock {path} on {inventory_host} is held by {describe(holder)}; expected a free lock. "
+           "Another run is working on this pair; nothing was changed.")
+    if state == "foreign":
+        msg += (f" Its liveness cannot be checked from {this_host}; if no run is active on "
+                f"{holder.get('control_host') or '?'}, remove {path} on {inventory_host} by hand.")
+    return msg
+
+
+# --- the file operations on the head ------------------------------------------------------------
+
+def _make_dirs(directory: str) -> None:
+    """Create ``directory`` and missing parents, each 0755 whatever the umask."""
+    missing = []
+    d = directory
+    while d and not os.path.isdir(d):
+        missing.append(d)
+        parent = os.path.dirname(d)
+        if parent == d:
+            break
+        d = parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o755)
+        except FileExistsError:
+            continue
+        os.chmod(d, 0o755)
+
+
+def _fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def _dir_guard(directory: str) -> Iterator[None]:
+    """Exclusive flock on the lock's directory while a change reads and acts on the holder."""
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass  # a file system without flock: the link below is still exclusive
+        yield
+    finally:
+        os.close(fd)  # drops the flock
+
+
+def _write_temp(directory: str, name: str, record: dict) -> str:
+    fd, temp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            os.fchmod(handle.fileno(), 0o644)
+            handle.write(json.dumps(record, sort_keys=True, indent=2) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        os.unlink(temp)
+        raise
+    return temp
+
+
+def _link_new(path: str, record: dict) -> bool:
+    """Create the lock file with ``record`` if there is none: True, or False when one exists."""
+    directory = os.path.dirname(path)
+    temp = _write_temp(directory, os.path.basename(path), record)
+    try:
+        os.link(temp, path)
+    except FileExistsError:
+        return False
+    finally:
+        os.unlink(temp)
+    _fsync_dir(directory)
+    return True
+
+
+def _replace(path: str, record: dict) -> None:
+    """Replace the lock file by ``record`` in one rename (takeover only)."""
+    directory = os.path.dirname(path)
+    temp = _write_temp(directory, os.path.basename(path), record)
+    try:
+        os.replace(temp, path)
+    except BaseException:
+        os.unlink(temp)
+        raise
+    _fsync_dir(directory)
+
+
+def plan_acquire(current: dict | None, run_id: str, takeover_run_id: str | None) -> str:
+    """``acquire``, ``reentrant``, ``takeover``, ``held`` or ``wrong_takeover``."""
+    if current is None:
+        return "acquire"
+    if current["run_id"] == run_id:
+        return "reentrant"
+    if takeover_run_id:
+        return "takeover" if current["run_id"] == takeover_run_id else "wrong_takeover"
+    return "held"
+
+
+def plan_release(current: dict | None, run_id: str) -> str:
+    """``free``, ``release`` or ``held``."""
+    if current is None:
+        return "free"
+    return "release" if current["run_id"] == run_id else "held"
+
+
+def _read(pair: str, path: str) -> dict | None:
+    try:
+        return read_holder(path)
+    except LockUnreadable as exc:
+        raise LockFailure(unreadable_message(pair, path, exc.reason)) from None
+
+
+def _present(pair: str, path: str, record: dict, takeover_run_id: str | None, check_mode: bool) -> tuple[str, dict]:
+    """(what happened, the holder afterwards); makes the change unless ``check_mode``."""
+    run_id = record["run_id"]
+    if check_mode:
+        current = _read(pair, path)
+        step = plan_acquire(current, run_id, takeover_run_id)
+        return step, (record if step in ("acquire", "takeover") else current)
+    _make_dirs(os.path.dirname(path))
+    with _dir_guard(os.path.dirname(path)):
+        for _ in range(3):  # a writer that ignores the guard may slip in between read and link
+            current = _read(pair, path)
+            step = plan_acquire(current, run_id, takeover_run_id)
+            if step == "acquire":
+                if _link_new(path, record):
+                    return step, record
+                continue
+            if step == "takeover":
+                _replace(path, record)
+                return step, record
+            return step, current
+    raise LockFailure(f"pair {pair}: lock {path} on this rank changed under this run three times; "
+                      "expected it to settle. Nothing was changed.")
+
+
+def _absent(pair: str, path: str, run_id: str, check_mode: bool) -> tuple[str, dict | None]:
+    directory = os.path.dirname(path)
+    if check_mode or not os.path.isdir(directory):
+        current = _read(pair, path)
+        return plan_release(current, run_id), current
+    with _dir_guard(directory):
+        current = _read(pair, path)
+        step = plan_release(current, run_id)
+        if step == "release":
+            os.unlink(path)
+            _fsync_dir(directory)
+        return step, current
+
+
+def run(params: dict, check_mode: bool = False, diff: bool = False, now: str | None = None) -> dict:
+    """The module's work. Returns its result; raises LockFailure when it must fail."""
+    pair, run_id = params["pair"], params["run_id"]
+    path = os.path.abspath(params.get("path") or DEFAULT_PATH)
+    result: dict = {"changed": False, "acquired": False, "released": False, "holder": None, "path": path}
+    if params.get("state", "present") == "present":
+        owner = params.get("owner")
+        if not owner:
+            raise LockFailure(f"pair {pair}: no owner given; gb10.dspark.pair_lock runs through its action plugin, "
+                              "which fills in the owner from the control host")
+        record = make_record(pair, run_id, params.get("playbook"), owner, now or utc_now())
+        takeover = params.get("takeover_run_id")
+        step, holder = _present(pair, path, record, takeover, check_mode)
+        if step == "wrong_takeover":
+            raise LockFailure(f"pair {pair}: lock {path} on this rank is held by {describe(holder)}, "
+                              f"expected run {takeover} to take over; nothing was changed", holder)
+        before = holder_id(holder) if step in ("reentrant", "held") else (takeover if step == "takeover" else FREE)
+        result.update(changed=step in ("acquire", "takeover"), acquired=step != "held", holder=holder)
+    else:
+        step, holder = _absent(pair, path, run_id, check_mode)
+        before = holder_id(holder)
+        result.update(changed=step == "release", released=step == "release",
+                      holder=holder if step == "held" else None)
+    if diff:
+        result["diff"] = {"before": before + "\n", "after": holder_id(result["holder"]) + "\n",
+                          "before_header": path, "after_header": path}
+    return result

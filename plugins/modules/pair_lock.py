@@ -1,0 +1,183 @@
+#!/usr/bin/python
+# Copyright (c) gb10.dspark contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: pair_lock
+short_description: Take or release a pair's lock on its head, so that two runs cannot work on one pair at once
+version_added: 0.1.0
+description:
+  - An action plugin with a module, run on the head (rank 0). The lock is a JSON file on the head naming the
+    run that holds it - I(run_id), the control host, the C(ansible-playbook) process and its start time, the
+    playbook, the user and when it was taken.
+  - C(state=present) takes the lock when it is free. It is taken atomically - the record is written to a temp
+    file beside the lock and hard-linked to I(path), which fails when the lock exists - so of two runs
+    starting at once exactly one gets it. Taking it again with the same I(run_id) changes nothing, so one
+    run may take it more than once.
+  - When another run holds the lock the task fails, naming the holder, and changes nothing. A holder taken
+    from this control host whose C(ansible-playbook) process is gone, or whose process ID now belongs to a
+    process started at another time, is reported as stale; with I(break_stale=true) the stale lock is taken
+    over (replaced in one rename) and the task warns, naming the broken holder. A holder taken from another
+    control host is never called stale - its process cannot be checked from here.
+  - C(state=absent) releases the lock only when this run holds it; a lock held by another run is left alone,
+    so a run that was refused the lock cannot free it.
+  - A lock file that is not a dspark lock (unreadable, not JSON, no C(run_id)) fails the task; remove it by
+    hand after checking that no run is active.
+options:
+  pair:
+    description: The pair's name, recorded in the lock and named in messages.
+    type: str
+    required: true
+  state:
+    description: C(present) takes the lock, C(absent) releases it.
+    type: str
+    default: present
+    choices: [present, absent]
+  path:
+    description: The lock file on the head. Missing parent folders are created with mode 0755; the file has mode 0644.
+    type: path
+    default: /run/lock/dspark/pair.lock
+  run_id:
+    description: One ID per run of a playbook, the same for every pair the run works on. The lock belongs to it.
+    type: str
+    required: true
+  playbook:
+    description: The playbook or play taking the lock, recorded for messages.
+    type: str
+  break_stale:
+    description:
+      - Take over a lock whose run is no longer running on this control host (see above), with a warning.
+      - Read by the action plugin; without it a stale lock fails the task.
+    type: bool
+    default: false
+  owner:
+    description:
+      - Internal - filled in by the action plugin on the controller; a task cannot set it.
+      - Who takes the lock. I(run_id) defaults to the task's I(run_id) and must equal it; I(playbook)
+        defaults to the task's I(playbook).
+    type: dict
+    suboptions:
+      run_id:
+        description: The run.
+        type: str
+      control_host:
+        description: The control host's name.
+        type: str
+      control_pid:
+        description: The process ID of the run's C(ansible-playbook) process.
+        type: int
+      control_pid_start:
+        description: That process's start time in clock ticks after boot (field 22 of C(/proc/<pid>/stat)).
+        type: int
+      playbook:
+        description: The playbook.
+        type: str
+      user:
+        description: The user running the playbook.
+        type: str
+  takeover_run_id:
+    description:
+      - Internal - set by the action plugin when it breaks a stale lock; a task cannot set it.
+      - Replace the lock only when the run holding it is this one; otherwise fail naming the holder.
+    type: str
+attributes:
+  check_mode:
+    support: full
+    details: Reports whether the lock would be taken, taken over or released; changes nothing.
+  diff_mode:
+    support: full
+    details: The lock's holder (its run ID, or C(free)) before and after.
+  idempotent:
+    support: full
+    details: Taking a lock this run holds, or releasing a free one, changes nothing.
+  action:
+    support: full
+    details: An action plugin - runs on the controller, which adds the owner and judges a held lock's holder.
+notes:
+  - The holder's process is the C(ansible-playbook) process of its run on the control host, so a run killed on
+    the control host leaves a lock that the next run from that host recognises as stale.
+seealso:
+  - module: gb10.dspark.pair_ready
+author:
+  - gb10.dspark contributors
+"""
+
+EXAMPLES = r"""
+---
+- name: One ID for this run
+  ansible.builtin.set_fact:
+    __dspark_lock_run_id: "{{ now(utc=true, fmt='%Y%m%dT%H%M%SZ') }}-{{ 4294967295 | random }}"
+  run_once: true
+
+- name: Take the pair's lock on its head
+  gb10.dspark.pair_lock:
+    pair: "{{ dspark_pair }}"
+    run_id: "{{ __dspark_lock_run_id }}"
+    playbook: "{{ ansible_play_name }}"
+    break_stale: "{{ dspark_lock_break_stale | default(false) }}"
+  when: dspark_rank == 0
+
+- name: Release it (from an always section)
+  gb10.dspark.pair_lock:
+    pair: "{{ dspark_pair }}"
+    run_id: "{{ __dspark_lock_run_id }}"
+    state: absent
+  when: dspark_rank == 0
+"""
+
+RETURN = r"""
+changed:
+  description: Whether the lock was taken, taken over or released.
+  returned: always
+  type: bool
+acquired:
+  description: Whether this run holds the lock now (C(state=present)).
+  returned: always
+  type: bool
+released:
+  description: Whether this run released the lock (C(state=absent)).
+  returned: always
+  type: bool
+holder:
+  description:
+    - The lock's record - this run's after taking it, the other run's when it is held by another run,
+      null when the lock is free.
+  returned: always
+  type: dict
+  sample:
+    pair: spark-a
+    run_id: 20260102T030405Z-1234567
+    control_host: ctl
+    control_pid: 4711
+    control_pid_start: 123456
+    playbook: provision
+    user: ops
+    acquired: "2026-01-02T03:04:05Z"
+path:
+  description: The lock file.
+  returned: always
+  type: str
+broke_stale:
+  description: The stale holder's record, when I(break_stale) took its lock over.
+  returned: when a stale lock was taken over
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gb10.dspark.plugins.module_utils._pair_lock import ARGUMENT_SPEC, LockFailure, run
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    try:
+        result = run(module.params, check_mode=module.check_mode, diff=module._diff)
+    except LockFailure as exc:
+        module.fail_json(msg=exc.msg, holder=exc.holder, path=module.params["path"])
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
