@@ -1,5 +1,5 @@
 """Pure parts of the ratio benchmarks (bench/ratios.py): ratios, target checks, the guard's
-theoretical server time, machine facts, and docs/PERFORMANCE.md rendered from one run's results.
+theoretical server time, machine facts, and artifacts/reports/PERFORMANCE.md rendered from one run's results.
 
 Nothing here touches the simulator, the clock or the file system; tests/unit/bench covers it.
 
@@ -175,7 +175,7 @@ def meminfo_total_bytes(meminfo: str) -> int | None:
     return None
 
 
-# ---- docs/PERFORMANCE.md --------------------------------------------------------------------
+# ---- artifacts/reports/PERFORMANCE.md --------------------------------------------------------------------
 def _cell(text: object) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
@@ -195,7 +195,7 @@ def _extra_value(value: object) -> str:
 
 
 def render(run: dict) -> str:
-    """docs/PERFORMANCE.md from a run (``ratios.json``): every figure comes from ``run``."""
+    """artifacts/reports/PERFORMANCE.md from a run (``ratios.json``): every figure comes from ``run``."""
     rows = run["results"]
     m = run["machine"]
     mem = m.get("memory_bytes")

@@ -1,5 +1,5 @@
 """Benchmark: the collection's speed targets as ratios, each measured side by side in one run on the
-pair simulator, written to artifacts/bench/ratios.json and docs/PERFORMANCE.md (no figure by hand).
+pair simulator, written to artifacts/bench/ratios.json and artifacts/reports/PERFORMANCE.md (no figure by hand).
 
 1. re-provisioning a converged pair vs a fresh provision of it (engine start-up delay 60 s on
    both ranks; fresh = after teardown.yml with the images removed): ratio ≤ 0.2, zero container
@@ -18,7 +18,7 @@ It brings the simulator up with --pairs pairs itself, provisions what it measure
 what it changed: the host_vars files it writes are removed, pair sim01 is provisioned again with
 the site's engine environment, and pairs that did not serve before the run are torn down (with
 their images when they had none). A missed target is reported, not an error: the exit code is
-non-zero only when a measurement could not be taken. docs/PERFORMANCE.md is only rewritten by a
+non-zero only when a measurement could not be taken. artifacts/reports/PERFORMANCE.md is only rewritten by a
 complete run without errors; artifacts/bench/ratios.json always.
 """
 from __future__ import annotations
@@ -49,7 +49,7 @@ ROOT = common.ROOT
 BENCH = ROOT / "bench"
 INVENTORY = common.INVENTORY
 OUT_JSON = common.ARTIFACTS / "ratios.json"
-OUT_DOC = ROOT / "docs" / "PERFORMANCE.md"
+OUT_DOC = ROOT / "artifacts" / "reports" / "PERFORMANCE.md"  # outside git: provisioning refuses a dirty tree
 WORK = common.WORK.with_name(common.WORK.name + "-ratios")  # beside image_load_memory's, visible in the ranks
 PAIR = layout.Pair(1)
 HEAD, WORKER = PAIR.head, PAIR.worker
@@ -480,7 +480,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--guard-concurrency", type=int, default=16, help="dspark_guard_concurrency")
     ap.add_argument("--audit-repeats", type=int, default=3, help="timed rounds of each audit (the median is used)")
     ap.add_argument("--only", nargs="+", choices=sorted(GROUPS), metavar="NAME",
-                    help=f"measure only these ({', '.join(sorted(GROUPS))}); docs/PERFORMANCE.md is then left alone")
+                    help=f"measure only these ({', '.join(sorted(GROUPS))}); artifacts/reports/PERFORMANCE.md is then left alone")
     ap.add_argument("--keep-fleet", action="store_true",
                     help="leave the pairs as the run leaves them (no restore provision or teardown)")
     args = ap.parse_args(argv)
@@ -554,6 +554,7 @@ def main(argv: list[str] | None = None) -> int:
     OUT_JSON.write_text(json.dumps(run, indent=2) + "\n")
     say(f"wrote {OUT_JSON.relative_to(ROOT)}")
     if [r["id"] for r in results] == ORDER and not errors:
+        OUT_DOC.parent.mkdir(parents=True, exist_ok=True)
         OUT_DOC.write_text(report.render(run))
         say(f"wrote {OUT_DOC.relative_to(ROOT)}: {sum(r['met'] for r in results)} of {len(results)} targets met")
     else:

@@ -93,4 +93,5 @@ def pytest_sessionfinish(session, exitstatus):
                             capture_output=True).stdout.strip() or "unknown"
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     command = "make test-integration"
+    Path(target).parent.mkdir(parents=True, exist_ok=True)
     Path(target).write_text(reliability.render(_MATRIX, when=when, command=command, commit=commit) + "\n")

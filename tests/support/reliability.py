@@ -1,4 +1,4 @@
-"""docs/RELIABILITY.md from the fault matrix and the outcomes a simulator test run observed.
+"""The reliability report (artifacts/reports/RELIABILITY.md) from the fault matrix and the outcomes a simulator test run observed.
 
 The matrix (tests/integration/fault_matrix.yml) lists the rows; tests claim rows with
 ``@pytest.mark.fault("<id>", ...)``. A row's outcome is what its tests did in this run: "held"

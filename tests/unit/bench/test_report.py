@@ -1,5 +1,5 @@
 """bench/_report.py: ratios, the ≤ targets, the guard's theoretical time, restarts, task times and
-docs/PERFORMANCE.md rendered from a run."""
+artifacts/reports/PERFORMANCE.md rendered from a run."""
 from __future__ import annotations
 
 import math
@@ -139,7 +139,7 @@ def test_meminfo_total():
     assert report.meminfo_total_bytes("MemFree: 1 kB\n") is None
 
 
-# ---- docs/PERFORMANCE.md ------------------------------------------------------------------------------
+# ---- artifacts/reports/PERFORMANCE.md ------------------------------------------------------------------------------
 def _run(rows):
     return {"command": "make bench (which runs .venv/bin/python bench/ratios.py)", "date": "2026-08-03T10:00:00Z",
             "duration_s": 812.4, "commit": {"sha": "0123abc", "dirty": True},
