@@ -1,0 +1,255 @@
+"""Rows of the fault matrix (fault_matrix.yml) on the simulator that need a serving pair: profile
+invariants and bad input refused before anything changes, a master port held by someone else, a
+rank's dockerd restarted under a serving pair, a control node killed mid-provision, and the
+engine container's privileges and mounts.
+
+Pair 2 (sim[1]) is provisioned first; every refusal is checked against a snapshot of both ranks
+(images, containers with their IDs, start times and restart counts, files)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from simhelpers import INVENTORY, ROOT, on_rank, playbook, site, snapshot, wait_for
+
+
+def provision(pair, tree, *extra: str, check: bool = False):
+    return playbook("provision.yml", tree, "--limit", pair.group, *extra, check=check)
+
+
+def flat(res) -> str:
+    return " ".join((res.stdout + res.stderr).split())
+
+
+def profiles(pair) -> dict:
+    """Each rank's engine: (profile label, status), or (None, "absent")."""
+    out = {}
+    for r in pair.ranks:
+        res = on_rank(r, ["docker", "container", "inspect", "dspark_vllm"], check=False)
+        out[r.name] = (None, "absent")
+        if res.returncode == 0:
+            doc = json.loads(res.stdout)[0]
+            out[r.name] = (doc["Config"]["Labels"].get("io.gb10.dspark.profile"), doc["State"]["Status"])
+    return out
+
+
+LOCK = "/run/lock/dspark/pair.lock"
+
+
+def locked(pair) -> bool:
+    return on_rank(pair.head, ["test", "-e", LOCK], check=False).returncode == 0
+
+
+def refused(pair, tree, *extra: str, expect: list[str]) -> str:
+    before = {r.name: snapshot(r) for r in pair.ranks}
+    res = provision(pair, tree, *extra)
+    text = flat(res)
+    assert res.returncode != 0, res.stdout[-4000:]
+    for needle in expect:
+        assert " ".join(needle.split()) in text, f"{needle!r} not in output:\n{res.stdout[-6000:]}"
+    assert {r.name: snapshot(r) for r in pair.ranks} == before, "a refused run changed a rank"
+    assert not locked(pair), "a failed run left the pair's lock behind"
+    return text
+
+
+def background_provision(pair, tree, *extra: str) -> subprocess.Popen:
+    """provision.yml in its own process group, so that a test can kill the whole run at once."""
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0")
+    return subprocess.Popen([str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(INVENTORY),
+                             "playbooks/provision.yml", "-e", f"dspark_preflight_wrapper_path={tree}",
+                             "--limit", pair.group, *extra], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+@pytest.fixture(scope="module")
+def served(sim, clean_tree):
+    pair = sim[1]
+    provision(pair, clean_tree, check=True)
+    return pair
+
+
+@pytest.mark.fault("profile-compile-mode", "lock-released")
+def test_compilation_mode_3_is_refused(served, clean_tree):
+    refused(served, clean_tree, "-e", json.dumps({"dspark_profile_overrides": {"compilation_config": {"mode": 3}},
+                                                  "dspark_profile_allow_experimental": True}),
+            expect=["compilation_config.mode is 3, expected 0"])
+
+
+@pytest.mark.fault("profile-batched-tokens")
+def test_16384_batched_tokens_on_long_1m_is_refused(served, clean_tree):
+    refused(served, clean_tree, "-e", json.dumps({"dspark_profile": "long-1m",
+                                                  "dspark_profile_overrides": {"max_num_batched_tokens": 16384},
+                                                  "dspark_profile_allow_experimental": True}),
+            expect=["max_num_batched_tokens is 16384, expected at most 8192"])
+
+
+@pytest.mark.fault("profile-breakable-env")
+def test_the_breakable_env_var_on_production_is_refused(served, clean_tree):
+    refused(served, clean_tree, "-e", json.dumps({"dspark_profile_overrides": {"env": {"VLLM_USE_BREAKABLE_CUDAGRAPH": "1"}},
+                                                  "dspark_profile_allow_experimental": True}),
+            expect=["env.VLLM_USE_BREAKABLE_CUDAGRAPH is 1", "the runtime gate fails on any value"])
+
+
+@pytest.mark.fault("bad-profile")
+@pytest.mark.parametrize("overrides,expect", [
+    ({"max_num_seqs": "many"}, "max_num_seqs is many, expected a positive integer"),
+    ({"colour": "blue"}, "override colour is blue"),
+    ({"compilation_config": '{"mode": 0, "cudagraph_mode": '}, "expected a mapping"),
+])
+def test_bad_profile_overrides_are_refused(served, clean_tree, overrides, expect):
+    refused(served, clean_tree, "-e", json.dumps({"dspark_profile_overrides": overrides,
+                                                  "dspark_profile_allow_experimental": True}),
+            expect=[expect])
+
+
+def _pin_file(tmp_path: Path, change) -> Path:
+    import yaml
+
+    pin = yaml.safe_load((INVENTORY / "group_vars" / "all" / "pin.yml").read_text())
+    change(pin["dspark_pin"])
+    path = tmp_path / "pin.yml"
+    path.write_text(yaml.safe_dump(pin))
+    return path
+
+
+@pytest.mark.fault("bad-pin")
+def test_a_pin_with_an_unknown_key_or_a_wrong_type_is_refused(served, clean_tree, tmp_path):
+    unknown = _pin_file(tmp_path, lambda p: p.update(colour="blue"))
+    refused(served, clean_tree, "-e", f"@{unknown}", expect=["dspark_pin has unknown keys: colour"])
+    wrong = _pin_file(tmp_path, lambda p: p.update(model_shard_count="many"))
+    refused(served, clean_tree, "-e", f"@{wrong}", expect=["expected_shard_count", "is of type str and we were unable to convert"])
+
+
+@pytest.mark.fault("bad-pin")
+def test_a_malformed_pin_file_is_refused(served, clean_tree, tmp_path):
+    bad = tmp_path / "pin.yml"
+    bad.write_text("dspark_pin:\n  image_id: [sha256:1\n  release: v026\n")
+    refused(served, clean_tree, "-e", f"@{bad}", expect=[str(bad)])
+
+
+@pytest.mark.fault("master-port")
+def test_a_master_port_held_by_another_process_is_refused(served, clean_tree):
+    port = site()["dspark_master_port"]
+    head = served.head
+    on_rank(head, ["docker", "stop", "dspark_vllm"])  # our own engine may hold the port; a stranger may not
+    listen = (f"import socket, time; s = socket.socket(); s.bind(('0.0.0.0', {port})); s.listen(); "
+              "time.sleep(900)")
+    on_rank(head, ["sh", "-c", 'setsid python3 -c "$1" </dev/null >/dev/null 2>&1 & echo $! >/run/dspark-test-listener.pid',
+                   "sh", listen])
+    try:
+        wait_for(lambda: f":{port} " in on_rank(head, ["ss", "-Htln"]).stdout, 20, what=f"a listener on {port}")
+        refused(served, clean_tree,
+                expect=[f"rank {head.name}: master port {port} is in use by another process, expected free"])
+    finally:
+        on_rank(head, ["sh", "-c", "kill $(cat /run/dspark-test-listener.pid)"], check=False)
+    provision(served, clean_tree, check=True)  # the stopped head is replaced, with its worker
+    assert set(profiles(served).values()) == {("production", "running")}
+
+
+def _restart_dockerd(rank) -> None:
+    """Kill the rank's dockerd (its containers die with it, as on a daemon crash) and start it
+    again in the rank's namespaces, as systemd would."""
+    init_pid = (rank.dir / "run" / "init.pid").read_text().strip()
+    pid = int((rank.dir / "run" / "dockerd.pid").read_text().strip())
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not Path(f"/proc/{pid}").exists(), 30, what="dockerd to exit")
+    log = open(rank.dir / "log" / "dockerd.log", "ab")
+    new = subprocess.Popen(["nsenter", "-t", init_pid, "--mount", "--net", "--uts",
+                            "dockerd", "--config-file", "/etc/docker/daemon.json"],
+                           stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    (rank.dir / "run" / "dockerd.pid").write_text(f"{new.pid}\n")
+    wait_for(lambda: on_rank(rank, ["docker", "version"], check=False).returncode == 0, 60, what="dockerd back")
+
+
+@pytest.mark.fault("dockerd-restart")
+def test_a_restarted_dockerd_is_down_in_the_audit_and_the_next_provision_recovers(served, clean_tree, tmp_path):
+    _restart_dockerd(served.worker)
+    audit = playbook("audit.yml", clean_tree, "--limit", served.group, "-e", f"dspark_audit_report_dir={tmp_path}",
+                     check=False)
+    assert audit.returncode != 0
+    doc = json.loads((tmp_path / "audit.json").read_text())
+    verdicts = {p["pair"]: p["verdict"] for p in doc["pairs"]}
+    assert verdicts == {served.group.removeprefix("pair_"): "DOWN"}, verdicts
+    provision(served, clean_tree, check=True)
+    assert set(profiles(served).values()) == {("production", "running")}
+    again = playbook("audit.yml", clean_tree, "--limit", served.group, "-e", f"dspark_audit_report_dir={tmp_path}",
+                     check=False)
+    assert again.returncode == 0, again.stdout[-3000:]
+
+
+@pytest.mark.fault("lock-concurrent", "lock-released")
+def test_a_second_provision_of_a_busy_pair_is_refused_by_the_lock(served, clean_tree, host_vars):
+    for r in served.ranks:
+        host_vars(r, {"dspark_engine_extra_env": {"DSPARK_SIM_STARTUP_DELAY_S": "12"}})
+    first = background_provision(served, clean_tree, "-e", "dspark_profile=breakable-ab")
+    try:
+        wait_for(lambda: locked(served) or first.poll() is not None, 300, what="the first run to take the lock")
+        assert first.poll() is None, "the first run ended before it took the lock"
+        second = provision(served, clean_tree)
+        text = flat(second)
+        assert second.returncode != 0
+        assert f"pair {served.group.removeprefix('pair_')}: lock {LOCK} on {served.head.name} is held by run" in text, text[-3000:]
+        assert "expected a free lock" in text
+        recap = second.stdout.split("PLAY RECAP")[-1]
+        assert all("changed=0" in ln for ln in recap.splitlines() if ln.startswith("sim")), recap
+        out, _ = first.communicate(timeout=900)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
+    assert first.returncode == 0, out[-4000:]
+    assert set(profiles(served).values()) == {("breakable-ab", "running")}
+    assert not locked(served)
+
+
+@pytest.mark.fault("interrupted-provision", "lock-stale")
+def test_a_killed_provision_leaves_a_stale_lock_that_is_reported_and_a_rerun_converges(served, clean_tree, host_vars):
+    for r in served.ranks:
+        host_vars(r, {"dspark_engine_extra_env": {"DSPARK_SIM_STARTUP_DELAY_S": "12"}})
+    run = background_provision(served, clean_tree)  # breakable-ab -> production, both ranks replaced
+    try:
+        wait_for(lambda: profiles(served).get(served.worker.name) == ("production", "running")
+                 or run.poll() is not None, 300, what="the worker to be replaced")
+        assert run.poll() is None, "the run ended before the worker was replaced"
+    finally:
+        os.killpg(run.pid, signal.SIGKILL)  # the control node dies: no always section runs
+        run.wait()
+    assert locked(served)
+    before = {r.name: snapshot(r) for r in served.ranks}
+    stale = provision(served, clean_tree)
+    text = flat(stale)
+    assert stale.returncode != 0
+    assert f"lock {LOCK} on {served.head.name} is stale: held by run" in text, text[-3000:]
+    assert f"(pid {run.pid} on " in text and "dspark_lock_break_stale=true" in text
+    assert {r.name: snapshot(r) for r in served.ranks} == before
+    assert locked(served)
+    provision(served, clean_tree, "-e", "dspark_lock_break_stale=true", check=True)
+    assert set(profiles(served).values()) == {("production", "running")}
+    assert not locked(served)
+    again = provision(served, clean_tree, check=True)
+    recap = again.stdout.split("PLAY RECAP")[-1]
+    assert all("changed=0" in ln for ln in recap.splitlines() if ln.startswith("sim")), recap
+
+
+@pytest.mark.fault("container-least-privilege")
+def test_engine_containers_are_not_privileged_and_mount_model_and_manifest_read_only(served):
+    import yaml
+
+    manifest = yaml.safe_load((INVENTORY / "group_vars" / "all" / "pin.yml").read_text())["dspark_pin"]["runtime_manifest_path"]
+    for r in served.ranks:
+        doc = json.loads(on_rank(r, ["docker", "container", "inspect", "dspark_vllm"]).stdout)[0]
+        host = doc["HostConfig"]
+        assert host["Privileged"] is False, r.name
+        assert sorted(host.get("CapAdd") or []) in (["IPC_LOCK"], ["CAP_IPC_LOCK"]), host.get("CapAdd")
+        assert not host.get("Devices") or all("nvidia" in d["PathOnHost"] for d in host["Devices"]), host["Devices"]
+        mounts = {m["Destination"]: m for m in doc["Mounts"]}
+        assert mounts["/model"]["RW"] is False, r.name
+        assert mounts[manifest]["RW"] is False, r.name
+        writable = sorted(d for d, m in mounts.items() if m["RW"])
+        assert all(d.startswith("/cache") for d in writable), writable
