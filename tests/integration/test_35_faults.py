@@ -138,8 +138,9 @@ def test_a_master_port_held_by_another_process_is_refused(served, clean_tree):
     port = site()["dspark_master_port"]
     head = served.head
     on_rank(head, ["docker", "stop", "dspark_vllm"])  # our own engine may hold the port; a stranger may not
-    listen = (f"import socket, time; s = socket.socket(); s.bind(('0.0.0.0', {port})); s.listen(); "
-              "time.sleep(900)")
+    # SO_REUSEADDR: the stopped engine's rendezvous connections may sit in TIME_WAIT on the port.
+    listen = (f"import socket, time; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+              f"s.bind(('0.0.0.0', {port})); s.listen(); time.sleep(900)")
     on_rank(head, ["sh", "-c", 'setsid python3 -c "$1" </dev/null >/dev/null 2>&1 & echo $! >/run/dspark-test-listener.pid',
                    "sh", listen])
     try:
@@ -153,12 +154,13 @@ def test_a_master_port_held_by_another_process_is_refused(served, clean_tree):
 
 
 def _restart_dockerd(rank) -> None:
-    """Kill the rank's dockerd (its containers die with it, as on a daemon crash) and start it
-    again in the rank's namespaces, as systemd would."""
+    """Restart the rank's dockerd as `systemctl restart docker` does: SIGTERM (the daemon stops its
+    containers and its containerd; no live-restore), then start it again in the rank's namespaces.
+    A SIGKILL would leave the daemon's containerd behind, which a new dockerd cannot take over."""
     init_pid = (rank.dir / "run" / "init.pid").read_text().strip()
     pid = int((rank.dir / "run" / "dockerd.pid").read_text().strip())
-    os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: not Path(f"/proc/{pid}").exists(), 30, what="dockerd to exit")
+    os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: not Path(f"/proc/{pid}").exists(), 120, what="dockerd to exit")
     log = open(rank.dir / "log" / "dockerd.log", "ab")
     new = subprocess.Popen(["nsenter", "-t", init_pid, "--mount", "--net", "--uts",
                             "dockerd", "--config-file", "/etc/docker/daemon.json"],
