@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Run ``ansible-test sanity`` on the files the built gb10.dspark collection would contain.
 
 ansible-test wants the collection at ``.../ansible_collections/<namespace>/<name>``, and it
@@ -177,7 +176,7 @@ def git_init(path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     ap.add_argument("--test", action="append", default=[], metavar="NAME", help="run only this sanity test (repeatable)")
     ap.add_argument("--skip-test", action="append", default=[], metavar="NAME", help="skip this sanity test (repeatable)")
     ap.add_argument("--python", default="3.11", help="Python version ansible-test targets (default 3.11)")
