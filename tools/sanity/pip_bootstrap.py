@@ -7,31 +7,36 @@ caches the script. It does what the original does, with the pip that ships insid
 
     python pip_bootstrap.py [pip options] pip==X.Y [--no-setuptools] [--no-wheel]
 
-1. ``ensurepip`` installs the pip wheel bundled with this Python into the running environment;
-2. that pip installs the requested packages (the pinned pip);
-3. with ``--no-setuptools`` / ``--no-wheel``, those are removed again if ensurepip left them.
+1. ``python -m ensurepip`` installs the pip wheel bundled with this Python into the environment
+   (in a child process: ensurepip points the pip configuration of its own process at /dev/null);
+2. that pip installs the requested packages (the pinned pip), with the user's pip configuration;
+3. with ``--no-setuptools`` / ``--no-wheel``, those are removed again if ensurepip installed them.
 """
 from __future__ import annotations
 
-import ensurepip
-import os
+import importlib.metadata
 import subprocess
 import sys
 
 
+def _installed(name: str) -> bool:
+    try:
+        importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 def main(argv: list[str]) -> int:
     drop = {"--no-setuptools": "setuptools", "--no-wheel": "wheel"}
-    unwanted = [pkg for flag, pkg in drop.items() if flag in argv]
     pip_args = [a for a in argv if a not in drop]
 
-    # ensurepip clears the PIP_* variables of this process and points PIP_CONFIG_FILE at /dev/null:
-    # the pip that follows gets the environment (and so the pip configuration) as it was.
-    env = dict(os.environ)
-    ensurepip.bootstrap(upgrade=False, default_pip=True)
-    subprocess.run([sys.executable, "-m", "pip", "install", *pip_args], check=True, env=env)
-    if unwanted:
-        subprocess.run([sys.executable, "-m", "pip", "uninstall", "--yes", "--disable-pip-version-check", *unwanted],
-                       check=True, stdout=subprocess.DEVNULL, env=env)
+    subprocess.run([sys.executable, "-m", "ensurepip", "--default-pip"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", *pip_args], check=True)
+    present = [pkg for flag, pkg in drop.items() if flag in argv and _installed(pkg)]
+    if present:
+        subprocess.run([sys.executable, "-m", "pip", "uninstall", "--yes", "--quiet", "--disable-pip-version-check",
+                        *present], check=True)
     return 0
 
 
