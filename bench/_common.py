@@ -135,7 +135,7 @@ def adhoc(pattern: str, module: str, args: dict, forks: int | None = None, env: 
     if forks:
         argv += ["-f", str(forks)]
     res = subprocess.run(argv, cwd=ROOT, env=ansible_env(**(env or {})), text=True, capture_output=True,
-                         timeout=timeout)
+                         timeout=timeout, check=False)
     return res, parse_oneline(res.stdout)
 
 
@@ -171,7 +171,7 @@ def playbook(name: str, *extra: str, extra_vars: dict | None = None, junit_dir: 
         env = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.builtin.junit", "JUNIT_OUTPUT_DIR": str(junit_dir),
                "JUNIT_HIDE_TASK_ARGUMENTS": "true"}
     t0 = time.monotonic()
-    res = subprocess.run(argv, cwd=ROOT, env=ansible_env(**env), text=True, capture_output=True, timeout=timeout)
+    res = subprocess.run(argv, cwd=ROOT, env=ansible_env(**env), text=True, capture_output=True, timeout=timeout, check=False)
     seconds = time.monotonic() - t0
     junit = [p.read_text() for p in sorted(junit_dir.glob("*.xml"))] if junit_dir is not None else []
     return PlaybookRun(argv, res.returncode, seconds, res.stdout, res.stderr, parse_recap(res.stdout), junit)
@@ -182,7 +182,7 @@ def sim_cli(*args: str, timeout: float = 1800) -> str:
     """``python -m dspark_sim <args>``; its stdout. A failure is a BenchError."""
     env = dict(os.environ, PYTHONPATH=str(ROOT / "sim"))
     res = subprocess.run([sys.executable, "-m", "dspark_sim", *args], env=env, text=True, capture_output=True,
-                         timeout=timeout)
+                         timeout=timeout, check=False)
     if res.returncode != 0:
         raise BenchError(f"dspark_sim {' '.join(args)} exited {res.returncode}:\n{res.stdout}\n{res.stderr}")
     return res.stdout
@@ -193,7 +193,7 @@ def on_rank(rank, argv: list[str], check: bool = True, timeout: float = 120) -> 
     from dspark_sim import rank as sim_rank
 
     res = subprocess.run([*sim_rank.ssh_argv(rank), shlex.join(argv)], text=True, capture_output=True,
-                         timeout=timeout)
+                         timeout=timeout, check=False)
     if check and res.returncode != 0:
         raise BenchError(f"{rank.name}: `{shlex.join(argv)}` exited {res.returncode}: {res.stderr.strip()[-500:]}")
     return res

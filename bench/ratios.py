@@ -438,7 +438,7 @@ def machine() -> dict:
 
 def commit() -> dict:
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(ROOT), *args], text=True, capture_output=True).stdout.strip()
+        return subprocess.run(["git", "-C", str(ROOT), *args], text=True, capture_output=True, check=False).stdout.strip()
 
     return {"sha": git("rev-parse", "HEAD") or "unknown",
             "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
@@ -468,7 +468,7 @@ def print_row(r: dict) -> None:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="bench/ratios.py", description=__doc__.split("\n\n")[0],
+    ap = argparse.ArgumentParser(prog="bench/ratios.py", description=__doc__.split("\n\n", maxsplit=1)[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--pairs", type=int, default=8, help="simulated pairs (the fleet audit runs on all of them)")
     ap.add_argument("--forks", type=int, default=16, help="Ansible forks for the provisions and every audit")

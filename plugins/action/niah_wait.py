@@ -42,7 +42,7 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        _, args = self.validate_argument_spec(argument_spec=WAIT_ARGUMENT_SPEC)
+        _unused, args = self.validate_argument_spec(argument_spec=WAIT_ARGUMENT_SPEC)
         output_dir = args["output_dir"]
         jid = args.get("jid") or None
         budget, interval, every = args["budget"], args["interval"], args["progress_every"]

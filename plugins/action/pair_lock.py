@@ -52,7 +52,7 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        _, args = self.validate_argument_spec(argument_spec=lock.ACTION_ARGUMENT_SPEC)
+        _unused, args = self.validate_argument_spec(argument_spec=lock.ACTION_ARGUMENT_SPEC)
         inventory_host = (task_vars or {}).get("inventory_hostname", "?")
         this_host = socket.gethostname()
         module_args = {key: args[key] for key in ("pair", "state", "path", "run_id", "playbook")}

@@ -294,7 +294,7 @@ def _counter(metrics: dict, name: str) -> int | None:
     samples = metrics.get(name)
     if not samples:
         return None
-    return int(sum(value for _, value in samples))
+    return int(sum(value for _unused, value in samples))
 
 
 def metrics_state(base_url: str, timeout: float, api_key: str | None) -> dict:
@@ -367,7 +367,7 @@ def _rank_input(role: str, value: object, known: str | None = None) -> tuple[dic
     missing = [k for k in AUDIT_KEYS if k not in audit]
     if missing:
         return None, name, "no audit result" + (f" (missing {', '.join(missing)})" if len(missing) < len(AUDIT_KEYS)
-                                                 else "")
+                                                else "")
     return audit, name, None
 
 
@@ -557,10 +557,10 @@ def pair_verdict(pair: str, desired: dict, head: object, worker: object,
 
     down: list[Mismatch] = []
     differences: list[tuple[str, Mismatch]] = []
-    for role, (audit, name, _) in ranks.items():
+    for role, (audit, name, _unused) in ranks.items():
         down += _down(role, name, audit)  # type: ignore[arg-type]
         differences += [(role, m) for m in _drift(role, name, audit, desired, pair)]  # type: ignore[arg-type]
-    (head_audit, head_name, _), (worker_audit, worker_name, _) = ranks["head"], ranks["worker"]
+    (head_audit, head_name, _unused), (worker_audit, worker_name, _unused) = ranks["head"], ranks["worker"]
     differences += [("worker", m) for m in _cross_rank((head_name, head_audit), (worker_name, worker_audit))]  # type: ignore[arg-type]
     result["differences"] = [_as_dict(role, m) for role, m in differences]
     if down:

@@ -62,9 +62,9 @@ def parse_metrics(text: str) -> dict[str, list[tuple[dict, float]]]:
 
 
 def kv_cache_tokens(metrics: dict) -> int | None:
-    for _, value in metrics.get("vllm:kv_cache_size_tokens", []):
+    for _unused, value in metrics.get("vllm:kv_cache_size_tokens", []):
         return int(value)
-    for labels, _ in metrics.get("vllm:cache_config_info", []):
+    for labels, _unused in metrics.get("vllm:cache_config_info", []):
         if labels.get("kv_cache_size_tokens", "").isdigit():
             return int(labels["kv_cache_size_tokens"])
     return None
@@ -74,7 +74,7 @@ def requests_running(metrics: dict) -> int | None:
     samples = metrics.get("vllm:num_requests_running")
     if not samples:
         return None
-    return int(sum(v for _, v in samples))
+    return int(sum(v for _unused, v in samples))
 
 
 def container_state(inspect_json: str) -> dict:

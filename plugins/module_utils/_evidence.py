@@ -474,7 +474,7 @@ def judge_result(label: str, kind: str, fact_status: str | None, entries: list[E
     for source, status in seen:
         if fact_status is not None and source != "facts" and status != fact_status:
             reasons.append(f"{label} status is {status} in {source} but {fact_status} in the facts")
-    failing = [status for _, status in seen if status != "PASS"]
+    failing = [status for _unused, status in seen if status != "PASS"]
     status = failing[0] if failing else ("PASS" if seen else None)
     if not present:
         reasons.append(f"{label} result is missing from the pack")
@@ -482,7 +482,7 @@ def judge_result(label: str, kind: str, fact_status: str | None, entries: list[E
         reasons.append(f"{label} status is not recorded")
     if status is not None and status != "PASS":
         reasons.append(f"{label} status is {status}, expected PASS")
-    return {"status": status, "ran": True, "sources": [s for s, _ in seen]}, reasons
+    return {"status": status, "ran": True, "sources": [s for s, _unused in seen]}, reasons
 
 
 def _departure(item: object) -> str:

@@ -12,8 +12,9 @@ import urllib.request
 def json_client(base_url: str, api_key: str | None):
     """``call(method, path, body, timeout)`` -> (status, body) against ``base_url``: the parsed JSON, the raw
     text of a streamed answer (``body["stream"]``) or of a non-JSON one; for an HTTP error status the
-    error document (vLLM's ``{"error": {...}}``) when it is JSON, else ``None``. ``body=None`` sends no body. Transport errors (refused, reset, timeout) raise ``OSError``; the key goes only into the
-    Authorization header."""
+    error document (vLLM's ``{"error": {...}}``) when it is JSON, else ``None``. ``body=None`` sends no body.
+    Transport errors (refused, reset, timeout) raise ``OSError``; the key goes only into the Authorization
+    header."""
     def call(method: str, path: str, body: dict | None, timeout: float):
         headers = {"Content-Type": "application/json"}
         if api_key:

@@ -123,7 +123,7 @@ def _loads(name: str, data: bytes, path: str) -> object:
 
 
 def _blob_name(digest: str) -> str:
-    algo, _, hexpart = digest.partition(":")
+    algo, _sep, hexpart = digest.partition(":")
     return f"blobs/{algo}/{hexpart}"
 
 
@@ -197,4 +197,3 @@ def _config_of(members: dict[str, bytes], manifest_bytes: bytes, path: str) -> s
         blob = members.get(_blob_name(str(inner[0].get("digest", ""))))
         return _config_of(members, blob, path) if blob else None
     return None
-

@@ -158,7 +158,8 @@ def ensure(engine: Engine, rank: str, pin: Pin, archive_path: str | None, check_
         mismatches += _label_mismatches(rank, f"image {want}", (held.get("Config") or {}).get("Labels") or {},
                                         held.get("Architecture"), pin)
     else:
-        assert archive is not None
+        if archive is None:  # held is None, so _read_archive(required=True) raised rather than return None
+            raise AssertionError("no archive to load the image from")
         mismatches += _tag_conflicts(engine, rank, archive, want)
     if mismatches:
         raise IdentityError(mismatches)
@@ -212,7 +213,8 @@ def archive_mismatches(rank: str, archive: ArchiveIdentity, pin: Pin, store: str
 def check_archive(rank: str, path: str, pin: Pin, verify_sha256: bool = True) -> ArchiveIdentity:
     """Verify an archive against the pin without any engine (the control node, before a copy)."""
     archive = _read_archive(rank, path, required=True)
-    assert archive is not None
+    if archive is None:  # required=True raises instead of returning None
+        raise AssertionError(f"no archive read from {path}")
     mismatches = archive_mismatches(rank, archive, pin, None)
     if not mismatches and verify_sha256 and pin.archive_sha256:
         actual = sha256_file(archive.path)

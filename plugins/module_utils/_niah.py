@@ -170,7 +170,7 @@ def depth_ladder(max_model_len: int, reserve: int, fractions, min_depth: int) ->
     ladder: list[tuple[int, float]] = []
     for fraction in fractions:
         depth = min(max(int(usable * fraction), min_depth), usable)
-        if depth not in [d for d, _ in ladder]:
+        if depth not in [d for d, _unused in ladder]:
             ladder.append((depth, fraction))
     return ladder
 
@@ -509,7 +509,7 @@ def summarize(s: Settings, setup: Setup, rows: list[dict], resumed: list[int], r
     return {
         "model": s.model, "max_model_len": window, "kv_cache_size_tokens": kv,
         "kv_below_window": None if kv is None else kv < window,
-        "depths": [depth for depth, _ in setup.ladder], "fractions": list(s.fractions),
+        "depths": [depth for depth, _unused in setup.ladder], "fractions": list(s.fractions),
         "generation_reserve": s.reserve, "code": s.code, "marker": MARKER, "template_source": TEMPLATE_SOURCE,
         "tokenizer": setup.tokenizer, "depth_policy": DEPTH_POLICY,
         "pass_count": passes, "fail_count": fails, "error_count": errors,
@@ -604,7 +604,7 @@ def run(call: Call, s: Settings, load_library: Callable[[], object] = tokenizers
             elif capacity:
                 row.update(kind="capacity", reason=capacity)
             else:
-                ids, _ = build_prompt(setup.parts, prompt.depth, s.needle_fraction)
+                ids, _unused = build_prompt(setup.parts, prompt.depth, s.needle_fraction)
                 send_depth(call, s, ids, row, monotonic)
                 del ids
                 ran.append(prompt.depth)

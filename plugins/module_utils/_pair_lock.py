@@ -159,7 +159,7 @@ def unreadable_message(pair: str, path: str, reason: str) -> str:
 def proc_start_ticks(stat_text: str) -> int | None:
     """Field 22 of ``/proc/<pid>/stat`` (start time in clock ticks after boot). The command name,
     field 2, is in parentheses and may itself hold spaces and parentheses: count after the last ``)``."""
-    _, sep, rest = stat_text.rpartition(")")
+    _unused, sep, rest = stat_text.rpartition(")")
     fields = rest.split()
     if not sep or len(fields) < 20:
         return None
@@ -342,7 +342,7 @@ def _present(pair: str, path: str, record: dict, takeover_run_id: str | None, ch
         return step, (record if step in ("acquire", "takeover") else current)
     _make_dirs(os.path.dirname(path))
     with _dir_guard(os.path.dirname(path)):
-        for _ in range(3):  # a writer that ignores the guard may slip in between read and link
+        for _attempt in range(3):  # a writer that ignores the guard may slip in between read and link
             current = _read(pair, path)
             step = plan_acquire(current, run_id, takeover_run_id)
             if step == "acquire":

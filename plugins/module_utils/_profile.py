@@ -153,7 +153,7 @@ def _is_number(value: Any) -> bool:
 
 def _get(profile: dict, path: str) -> Any:
     """The value at a dotted path (``compilation_config.cudagraph_mode``, ``env.NCCL_DEBUG``)."""
-    head, _, rest = path.partition(".")
+    head, _sep, rest = path.partition(".")
     value = profile.get(head) if isinstance(profile, dict) else None
     if rest:
         return value.get(rest) if isinstance(value, dict) else None

@@ -31,7 +31,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from ansible_collections.gb10.dspark.plugins.module_utils import _pin
-from ansible_collections.gb10.dspark.plugins.module_utils._files import write_json_atomic  # noqa: F401 (the gate's writer)
+# Re-exported: the gate's test suite (roles/gate/files/runtime_gate) writes the document with it.
+from ansible_collections.gb10.dspark.plugins.module_utils._files import write_json_atomic  # noqa: F401  # pylint: disable=unused-import
 from ansible_collections.gb10.dspark.plugins.module_utils._strict_json import (
     StrictJSONError,
     json_equal,
@@ -923,7 +924,7 @@ class Gate:
             self.step(name)
 
     def _run_step(self, name: str) -> tuple[object, list[str]]:
-        kind, _, rank = name.partition(":")
+        kind, _sep, rank = name.partition(":")
         cfg = self.config
         if kind == "identity":
             return collect_identity(rank, self.runners[rank], cfg)

@@ -210,8 +210,8 @@ def report(verdicts: list[Verdict], accuracy_section: dict | None, bound_hit: bo
 
 # --- the run: 64 requests against the head, bounded in concurrency and time -------------------
 
-ACCURACY_PAIRS = [(a, b) for a, b in ((7, 19), (12, 12), (23, 4), (9, 81), (15, 16), (31, 3), (6, 47), (11, 13),
-                                      (25, 25), (8, 64), (17, 5), (42, 2), (13, 29), (3, 333), (21, 21), (19, 7))]
+ACCURACY_PAIRS = [(7, 19), (12, 12), (23, 4), (9, 81), (15, 16), (31, 3), (6, 47), (11, 13),
+                  (25, 25), (8, 64), (17, 5), (42, 2), (13, 29), (3, 333), (21, 21), (19, 7)]
 CONTRACT_TOPICS = ("the weather over a mountain pass", "a library reading room", "a river crossing at dawn",
                    "the history of a city wall", "a quiet railway station", "an orchard in autumn",
                    "a market square at noon", "a lighthouse keeper's day")

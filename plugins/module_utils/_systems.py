@@ -224,7 +224,7 @@ def acceptance(deltas: dict) -> tuple[float | None, float | None]:
     """(acceptance rate, mean acceptance length) of spec-decode counter deltas:
     accepted / draft_tokens and 1 + accepted / drafts (vLLM's definitions)."""
     drafts, draft_tokens, accepted = (deltas.get(k) for k in ("num_drafts", "num_draft_tokens",
-                                                               "num_accepted_tokens"))
+                                                              "num_accepted_tokens"))
     rate_ = accepted / draft_tokens if accepted is not None and draft_tokens else None
     length = 1 + accepted / drafts if accepted is not None and drafts else None
     return rate_, length
@@ -894,8 +894,8 @@ def markdown(report: dict) -> str:
         c, srv = row["client"], row.get("server") or {}
         server_rate = srv.get("prompt_tok_s") if c.get("tok_s_kind") == "prefill" else srv.get("generation_tok_s")
         lines.append("| " + " | ".join([row["lane"], _cell(row["level"]), row["status"], _cell(c.get("ttft_ms")),
-                                         _cell(c.get("itl_ms"), 2), _cell(c.get("e2e_s"), 3), _cell(c.get("tok_s")),
-                                         _cell(server_rate), _cell(_notes(row))]) + " |")
+                                        _cell(c.get("itl_ms"), 2), _cell(c.get("e2e_s"), 3), _cell(c.get("tok_s")),
+                                        _cell(server_rate), _cell(_notes(row))]) + " |")
     lines += ["", "Client figures are medians over the row's requests (latency: without the dropped warm-up; "
               "concurrency tok/s: sum of completion tokens over the level's wall time). Server tok/s: "
               "/metrics counter deltas over the row's wall time (prompt tokens for prefill, generated tokens "

@@ -21,7 +21,7 @@ description:
 seealso:
   - module: gb10.dspark.pair_ready
 author:
-  - gb10.dspark contributors
+  - gb10.dspark contributors (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -83,7 +83,7 @@ def main() -> None:
     )
     p = module.params
     ssh = ["ssh", *p["ssh_options"], p["worker"], "--"] if p["worker"] else None
-    result = probe(lambda argv: module.run_command(argv), p["container"], p["base_url"], p["model"], ssh,
+    result = probe(module.run_command, p["container"], p["base_url"], p["model"], ssh,
                    p["log_lines"], p["timeout"], p["api_key"])
     module.exit_json(changed=False, probe=result)
 

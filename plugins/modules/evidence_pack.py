@@ -33,6 +33,8 @@ description:
     or any of the pin identity, manifest sha256, profile or tree state is not recorded. Statuses are read
     from O(facts) and from the C(status) key of the pack's own gate, guard and NIAH files; a disagreement
     is a reason too. An invalid pack is still written, and a warning is shown."
+extends_documentation_fragment:
+  - gb10.dspark._attributes
 options:
   dest:
     description:
@@ -84,7 +86,8 @@ options:
         description: What the file is; C(gate), C(guard) and C(niah) files are read for their C(status).
         type: str
         default: other
-        choices: [pin, manifest, profile, compilation_config, gate, guard, niah, niah_row, inspect, readiness, tree, other]
+        choices: [pin, manifest, profile, compilation_config, gate, guard, niah, niah_row, systems, inspect, readiness, tree,
+          other]
       required:
         description: Whether a missing source makes the run invalid for publication.
         type: bool
@@ -234,7 +237,7 @@ seealso:
   - module: gb10.dspark.profile_resolve
   - module: gb10.dspark.serving_guard
 author:
-  - gb10.dspark contributors
+  - gb10.dspark contributors (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -32,6 +32,8 @@ description:
     C(rank), C(item), C(expected) or C(actual), rank summaries other than C(head) and C(worker)."
   - "A fleet that is not all C(OK) does not fail the module; RV(exit_code) and RV(not_ok) say so, and the
     playbook decides."
+extends_documentation_fragment:
+  - gb10.dspark._attributes
 options:
   pairs:
     description:
@@ -82,7 +84,7 @@ seealso:
   - module: gb10.dspark.pair_identity
   - module: gb10.dspark.evidence_pack
 author:
-  - gb10.dspark contributors
+  - gb10.dspark contributors (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -22,6 +22,7 @@ description:
     or prints something it cannot parse; the message names the rank and the tool's first line of output.
   - Never changes anything on the rank.
 extends_documentation_fragment:
+  - gb10.dspark._attributes
   - gb10.dspark._rank
 options:
   source:
@@ -107,7 +108,7 @@ requirements:
   - nvidia-smi (NVIDIA driver) on the rank
   - ibdev2netdev (Mellanox/NVIDIA OFED tools) on the rank when netdevs or HCAs are expected
 author:
-  - gb10.dspark contributors
+  - gb10.dspark contributors (!UNKNOWN)
 seealso:
   - name: nvidia-smi documentation
     description: The C(--query-gpu) fields and exit codes.
@@ -309,6 +310,7 @@ def main() -> None:
     ))
     finish(module, {"gpu_facts": report.facts, "ansible_facts": {"dspark_gpu": report.facts}},
            report.mismatches, params["fail_on_mismatch"], report.warnings)
+
 
 if __name__ == "__main__":
     main()

@@ -44,7 +44,7 @@ options:
 seealso:
   - module: gb10.dspark.image_identity
 author:
-  - gb10.dspark contributors
+  - gb10.dspark contributors (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -109,6 +109,7 @@ def main() -> None:
     archive = guarded(module, lambda: run_check_archive(rank_name(p["rank"]), p["pin"], p["path"], p["verify_sha256"],
                                                         p["check_labels"], p["check_architecture"]))
     module.exit_json(changed=False, archive=archive.as_dict())
+
 
 if __name__ == "__main__":
     main()

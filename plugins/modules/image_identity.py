@@ -26,6 +26,7 @@ description:
     I(manifest_digest), required then). The store it saw is returned as RV(image_store).
   - Never pulls and never builds.
 extends_documentation_fragment:
+  - gb10.dspark._attributes
   - gb10.dspark._rank
 options:
   pin:
@@ -80,7 +81,7 @@ seealso:
   - module: community.docker.docker_image_load
     description: Always loads and always reports a change; this module loads only what is missing.
 author:
-  - gb10.dspark contributors
+  - gb10.dspark contributors (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -198,6 +199,7 @@ def main() -> None:
     if module._diff:
         result["diff"] = {"before": outcome.before, "after": outcome.after}
     module.exit_json(**result)
+
 
 if __name__ == "__main__":
     main()

@@ -26,6 +26,7 @@ description:
     and follow I(progress_path).
   - Changes nothing on the rank (the progress file aside).
 extends_documentation_fragment:
+  - gb10.dspark._attributes
   - gb10.dspark._rank
 options:
   path:
@@ -109,7 +110,7 @@ seealso:
   - module: gb10.dspark.image_identity
   - module: gb10.dspark.pair_identity
 author:
-  - gb10.dspark contributors
+  - gb10.dspark contributors (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -280,6 +281,7 @@ def main() -> None:
     )
     report = guarded(module, lambda: verify(params["path"], expected, rank))
     finish(module, {"checkpoint": report.checkpoint()}, report.mismatches, params["fail_on_mismatch"], report.warnings)
+
 
 if __name__ == "__main__":
     main()

@@ -35,6 +35,7 @@ description:
     run or in use, invalid options).
   - I(state=status) only reads I(output_dir) and sends nothing.
 extends_documentation_fragment:
+  - gb10.dspark._attributes
   - gb10.dspark._rank
 options:
   state:
@@ -120,7 +121,7 @@ notes:
   - I(state=status) reports C(running) from the lock, so it is true only while a run holds it.
   - Runs with the stdlib only on the head; the C(tokenizers) library is optional.
 author:
-  - gb10.dspark contributors
+  - gb10.dspark contributors (!UNKNOWN)
 seealso:
   - module: gb10.dspark.engine_probe
   - module: gb10.dspark.serving_guard

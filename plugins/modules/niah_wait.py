@@ -42,7 +42,7 @@ options:
 seealso:
   - module: gb10.dspark.niah
 author:
-  - gb10.dspark contributors
+  - gb10.dspark contributors (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -38,7 +38,7 @@ options:
 seealso:
   - module: gb10.dspark.image_identity
 author:
-  - gb10.dspark contributors
+  - gb10.dspark contributors (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -107,6 +107,7 @@ def main() -> None:
     p = module.params
     pairs, mismatches = check_pairs(p["hosts"], p["expected_image_id"], p["check_images"])
     finish(module, {"pairs": pairs}, mismatches)
+
 
 if __name__ == "__main__":
     main()

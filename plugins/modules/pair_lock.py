@@ -25,6 +25,9 @@ description:
     so a run that was refused the lock cannot free it.
   - A lock file that is not a dspark lock (unreadable, not JSON, no C(run_id)) fails the task; remove it by
     hand after checking that no run is active.
+extends_documentation_fragment:
+  - gb10.dspark._attributes
+  - gb10.dspark._attributes.action
 options:
   pair:
     description: The pair's name, recorded in the lock and named in messages.
@@ -101,7 +104,7 @@ notes:
 seealso:
   - module: gb10.dspark.pair_ready
 author:
-  - gb10.dspark contributors
+  - gb10.dspark contributors (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -39,7 +39,7 @@ options:
 seealso:
   - module: gb10.dspark.engine_probe
 author:
-  - gb10.dspark contributors
+  - gb10.dspark contributors (!UNKNOWN)
 """
 
 EXAMPLES = r"""

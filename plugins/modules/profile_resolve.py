@@ -29,6 +29,8 @@ description:
   - Every violation, of the profile and of the rank inputs, is reported in one failure.
   - Runs where it is called; roles delegate it to the control node, once per rank, because the
     argv and environment differ per rank.
+extends_documentation_fragment:
+  - gb10.dspark._attributes
 options:
   catalog:
     description:
@@ -117,7 +119,7 @@ seealso:
   - module: gb10.dspark.runtime_manifest
     description: Its O(gb10.dspark.runtime_manifest#module:profile) option takes RV(manifest_expectations).
 author:
-  - gb10.dspark contributors
+  - gb10.dspark contributors (!UNKNOWN)
 """
 
 EXAMPLES = r"""

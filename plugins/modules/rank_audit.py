@@ -26,6 +26,7 @@ description:
   - The pair's verdict (OK, DRIFT, DOWN or UNREACHABLE) is computed from both ranks' results by
     C(pair_verdict) in the collection's C(_audit) module_utils.
 extends_documentation_fragment:
+  - gb10.dspark._attributes
   - gb10.dspark._rank
 options:
   container:
@@ -99,7 +100,7 @@ seealso:
   - module: gb10.dspark.engine_probe
   - module: gb10.dspark.model_checkpoint
 author:
-  - gb10.dspark contributors
+  - gb10.dspark contributors (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -151,6 +152,17 @@ audit:
       returned: success
       type: dict
       sample: {"reachable": true, "error": null}
+      contains:
+        reachable:
+          description: Whether the Docker engine answered.
+          returned: success
+          type: bool
+          sample: true
+        error:
+          description: Why the engine did not answer; null when it did.
+          returned: success
+          type: str
+          sample: null
     images:
       description: The engine's images, each with its full C(id) and its C(tags) (C(repository:tag)); empty when the engine is unreachable.
       returned: success
@@ -181,6 +193,14 @@ audit:
         env_sha256: 9d8c7b6a5f4e3d2c1b0a99887766554433221100ffeeddccbbaa998877665544
         profile: production
         error: null
+      contains:
+        env_sha256:
+          description:
+            - The sha256 of the container's sorted non-secret C(NAME=value) lines, each ending in a newline.
+            - Null when the container does not exist or cannot be inspected.
+          returned: success
+          type: str
+          sample: 9d8c7b6a5f4e3d2c1b0a99887766554433221100ffeeddccbbaa998877665544
     profile_file:
       description:
         - "The rendered env file of the labelled profile: C(profile), C(path), C(present), C(sha256),
@@ -200,7 +220,8 @@ audit:
       description: The runtime manifest on the rank (C(path), C(present), C(sha256), C(error)).
       returned: success
       type: dict
-      sample: {"path": "/etc/dspark/runtime-manifest.json", "present": true, "sha256": "0c1d2e3f4a5b6c7d8e9f00112233445566778899aabbccddeeff001122334455", "error": null}
+      sample: {"path": "/etc/dspark/runtime-manifest.json", "present": true,
+               "sha256": "0c1d2e3f4a5b6c7d8e9f00112233445566778899aabbccddeeff001122334455", "error": null}
     model:
       description: The model directory (C(dir), C(present), C(marker), C(revision) (the marker's stripped content), C(error)).
       returned: success
@@ -216,6 +237,17 @@ audit:
       type: dict
       sample: {"ready": true, "status": 200, "models": ["deepseek-v4-flash-dspark"], "max_model_len": 327680,
                "kv_cache_size_tokens": 1253213, "num_requests_running": 0, "error": null}
+      contains:
+        ready:
+          description: Whether C(/v1/models) answered and lists I(model).
+          returned: when I(api=true)
+          type: bool
+          sample: true
+        error:
+          description: What went wrong asking the API, if anything; null otherwise.
+          returned: when I(api=true)
+          type: str
+          sample: null
     metrics:
       description:
         - A few C(/metrics) counters (C(generation_tokens_total), C(prompt_tokens_total)) and C(error).

@@ -23,6 +23,7 @@ description:
   - A missing or unreadable file, or one that is not strict JSON, is reported as a mismatch that names the path and
     the reason.
 extends_documentation_fragment:
+  - gb10.dspark._attributes
   - gb10.dspark._rank
 options:
   path:
@@ -88,7 +89,7 @@ seealso:
   - module: ansible.builtin.stat
     description: Also returns a checksum, but does not parse the content or compare fields.
 author:
-  - gb10.dspark contributors
+  - gb10.dspark contributors (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -205,6 +206,7 @@ def main() -> None:
     report = guarded(module, lambda: verify(p["path"], expectation, rank))
     result = report.result()
     finish(module, result, report.mismatches, p["fail_on_mismatch"])
+
 
 if __name__ == "__main__":
     main()

@@ -21,6 +21,8 @@ description:
     right must reach I(accuracy_threshold).
   - Fails on any violation, naming the request and the field; returns the completions for review
     and writes the JSON report to I(report_path).
+extends_documentation_fragment:
+  - gb10.dspark._attributes
 options:
   base_url:
     description: The head's API.
@@ -69,8 +71,9 @@ options:
     type: path
 attributes:
   check_mode:
-    support: none
-    details: Sends real requests to a serving engine; skipped in check mode.
+    support: partial
+    details: Sends real requests to a serving engine, so in check mode it sends none and returns C(skipped=true) with an
+      empty RV(report).
   diff_mode:
     support: none
     details: Changes nothing on the pair.
@@ -78,7 +81,7 @@ attributes:
     support: full
     details: Read-only towards the pair; the report is rewritten each run.
 author:
-  - gb10.dspark contributors
+  - gb10.dspark contributors (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -121,7 +124,7 @@ def main() -> None:
             "model": {"type": "str", "required": True},
             "api_key": {"type": "str", "no_log": True},
             "prompts": {"type": "int", "default": 64},
-            "max_tokens": {"type": "int", "default": 128},
+            "max_tokens": {"type": "int", "default": 128, "no_log": False},
             "concurrency": {"type": "int", "default": 8},
             "request_timeout": {"type": "float", "default": 300},
             "overall_timeout": {"type": "float", "default": 1800},

@@ -47,6 +47,8 @@ description:
     module does not fail on C(ERROR) or C(FAIL) rows (the playbook decides from I(status)); it fails on
     setup problems (invalid options, I(output_dir) not writable, the engine unreachable, I(model) not
     served, I(external_client) paths missing) before any completion is sent.
+extends_documentation_fragment:
+  - gb10.dspark._attributes
 options:
   base_url:
     description: The engine's OpenAI-compatible API, seen from where the module runs.
@@ -166,7 +168,7 @@ notes:
     C(NOT_IMPLEMENTED) rows do not fail it.
   - Spec-decode figures cover the suite's own lanes (the canary to the throughput lane), not the external client.
 author:
-  - gb10.dspark contributors
+  - gb10.dspark contributors (!UNKNOWN)
 seealso:
   - module: gb10.dspark.serving_guard
   - module: gb10.dspark.engine_probe
@@ -279,14 +281,14 @@ def main() -> None:
             "lanes": {"type": "list", "elements": "str", "choices": list(_systems.LANES),
                       "default": list(_systems.LANES)},
             "latency_reps": {"type": "int", "default": 5},
-            "latency_max_tokens": {"type": "int", "default": 128},
+            "latency_max_tokens": {"type": "int", "default": 128, "no_log": False},
             "concurrency_levels": {"type": "list", "elements": "int", "default": [1, 2, 4, 6, 16]},
             "concurrency_reps": {"type": "int", "default": 3},
-            "concurrency_max_tokens": {"type": "int", "default": 512},
+            "concurrency_max_tokens": {"type": "int", "default": 512, "no_log": False},
             "decode_reps": {"type": "int", "default": 5},
-            "decode_max_tokens": {"type": "int", "default": 2048},
+            "decode_max_tokens": {"type": "int", "default": 2048, "no_log": False},
             "prefill_reps": {"type": "int", "default": 3},
-            "prefill_prompt_tokens": {"type": "int", "default": 14000},
+            "prefill_prompt_tokens": {"type": "int", "default": 14000, "no_log": False},
             "request_timeout": {"type": "float", "default": 600},
             "context": {"type": "dict", "default": {}},
             "external_client": {

@@ -24,6 +24,8 @@ description:
     as untracked (except C(__pycache__) and C(*.pyc)). The revision is C(<namespace>.<name>:<version>)."
   - A tree that is neither is unverifiable and fails, unless O(allow_dirty) is set.
   - Every fault is reported in one run, each as C(<what> is <actual>, expected <expected>).
+extends_documentation_fragment:
+  - gb10.dspark._attributes
 options:
   path:
     description: The collection or playbook tree the deployment runs from.
@@ -67,7 +69,7 @@ seealso:
   - module: ansible.builtin.git
     description: Clones and updates checkouts; this module only verifies one.
 author:
-  - gb10.dspark contributors
+  - gb10.dspark contributors (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -227,6 +229,7 @@ def main() -> None:
     except TreeError as exc:
         module.fail_json(msg=str(exc), mismatches=[])
     finish(module, {"tree": report.tree()}, report.mismatches, warnings=report.warnings)
+
 
 if __name__ == "__main__":
     main()

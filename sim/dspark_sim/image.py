@@ -104,14 +104,16 @@ def _dir_entries(paths: list[str]) -> list[str]:
 def _write_layer(base: Path, out: Path) -> str:
     """Copy the rootfs members and append the stand-in; returns the layer's sha256 (diff ID)."""
     extra = _engine_files()
-    extra_paths = {dest for dest, _, _ in extra}
+    extra_paths = {dest for dest, _unused, _unused in extra}
     h = hashlib.sha256()
 
     class _Hashing(io.RawIOBase):
         def __init__(self, f):
             self.f = f
+
         def writable(self):
             return True
+
         def write(self, b):
             h.update(b)
             return self.f.write(b)

@@ -79,7 +79,7 @@ def pin(meta: dict) -> dict:
 def memlock_limit() -> str:
     """What the engines may lock: unlimited on a real GB10, the machine's hard limit here
     (runc cannot raise RLIMIT_MEMLOCK above it, and the container would not start)."""
-    _, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    _unused, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     return "-1:-1" if hard == resource.RLIM_INFINITY else f"{hard}:{hard}"
 
 

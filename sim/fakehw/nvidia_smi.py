@@ -140,8 +140,8 @@ def _gpu_rows(g):
     fan = "N/A" if g["fan_speed"] is None else "%d%%" % g["fan_speed"]
     cap = "N/A " if g["power_limit"] is None else "%dW" % int(g["power_limit"])
     seg1 = " %3s%6s%6s%16s / %5s " % (fan, "%dC" % g["temperature"], g["pstate"],
-                                       "%dW" % int(g["power_draw"]), cap)
-    total, _, used, _ = memory_values(g)
+                                      "%dW" % int(g["power_draw"]), cap)
+    total, _unused, used, _unused = memory_values(g)
     if total is None:
         seg2 = " %-23s" % "Not Supported"
     else:
@@ -306,10 +306,18 @@ class Block(object):
 
 
 def _gpu_tree(top, g):
-    mib = lambda v: _na(v, "%d MiB")
-    mhz = lambda v: _na(v, "%d MHz")
-    watts = lambda v: _na(v, "%.2f W")
-    na = lambda n: [(tag, "N/A") for tag in n]
+    def mib(v):
+        return _na(v, "%d MiB")
+
+    def mhz(v):
+        return _na(v, "%d MHz")
+
+    def watts(v):
+        return _na(v, "%.2f W")
+
+    def na(n):
+        return [(tag, "N/A") for tag in n]
+
     unified = g["memory_total_mib"] is None
     total, reserved, used, free = memory_values(g)
     dom, bus, dev, _fn = _bus_parts(g)
@@ -628,7 +636,7 @@ def render_topo(ctx):
     for g, name in zip(ctx.gpus, names):
         cells = [" X " if other is g else "SYS" for other in ctx.gpus]
         out.append("%s\t%s\t%s\t%s\t\t%s" % (name, "\t".join(cells), g["cpu_affinity"],
-                                            g["numa_affinity"], g["gpu_numa_id"]))
+                                             g["numa_affinity"], g["gpu_numa_id"]))
     return "\n".join(out) + "\n" + _TOPO_LEGEND
 
 
@@ -700,7 +708,7 @@ def parse_args(argv):
             i += 1
         elif a in ("-d", "--display"):
             if val is None:
-                _, i = _take(argv, i, a)
+                _unused, i = _take(argv, i, a)
             else:
                 i += 1
         elif a in ("--query-gpu", "--query-compute-apps", "--format"):

@@ -580,7 +580,7 @@ def coerce_field(key, text):
     if spec is None:
         raise StateError("unknown GPU field %r (known: %s)" % (
             key, ", ".join(sorted(set(GPU_FIELDS) | set(TOP_FIELDS)))))
-    kind, nullable, _ = spec
+    kind, nullable, _unused = spec
     low = text.strip().lower()
     if nullable and low in _NULL:
         return None

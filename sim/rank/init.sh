@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/usr/bin/env bash
 # PID 1 of a simulated GB10 rank, started by the simulator as
 #   nsenter --net=/var/run/netns/NS unshare --mount --uts --propagation private init.sh RANK_DIR MGMT_IP HOSTNAME
 # It builds the rank's private view of the filesystem, starts the rank's own dockerd,

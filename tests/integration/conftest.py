@@ -90,7 +90,7 @@ def pytest_sessionfinish(session, exitstatus):
     import subprocess
 
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], text=True,
-                            capture_output=True).stdout.strip() or "unknown"
+                            capture_output=True, check=False).stdout.strip() or "unknown"
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     command = "make test-integration"
     Path(target).parent.mkdir(parents=True, exist_ok=True)

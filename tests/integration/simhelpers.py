@@ -31,7 +31,7 @@ def site() -> dict:
 def sim_cli(*args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "sim"))
     res = subprocess.run([sys.executable, "-m", "dspark_sim", *args], env=env, text=True,
-                         capture_output=True, timeout=timeout)
+                         capture_output=True, timeout=timeout, check=False)
     if check and res.returncode != 0:
         raise AssertionError(f"dspark_sim {' '.join(args)} exited {res.returncode}:\n{res.stdout}\n{res.stderr}")
     return res
@@ -42,7 +42,7 @@ def ansible(*args: str, tool: str = "ansible", check: bool = True, timeout: floa
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0", **(env or {}))
     exe = str(Path(sys.executable).with_name(tool))
     res = subprocess.run([exe, "-i", str(INVENTORY), *args], cwd=ROOT, env=env, text=True,
-                         capture_output=True, timeout=timeout)
+                         capture_output=True, timeout=timeout, check=False)
     if check and res.returncode != 0:
         raise AssertionError(f"{tool} {' '.join(args)} exited {res.returncode}:\n{res.stdout[-6000:]}\n{res.stderr[-3000:]}")
     return res
@@ -50,7 +50,7 @@ def ansible(*args: str, tool: str = "ansible", check: bool = True, timeout: floa
 
 def on_rank(rank: layout.Rank, argv: list[str], check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
     """Run argv on a rank over the simulator's real SSH."""
-    res = subprocess.run([*sim_rank.ssh_argv(rank), shlex.join(argv)], text=True, capture_output=True, timeout=timeout)
+    res = subprocess.run([*sim_rank.ssh_argv(rank), shlex.join(argv)], text=True, capture_output=True, timeout=timeout, check=False)
     if check and res.returncode != 0:
         raise AssertionError(f"{rank.name}: {argv} exited {res.returncode}: {res.stderr}")
     return res
@@ -78,8 +78,6 @@ def wait_for(pred, timeout: float, interval: float = 0.5, what: str = "condition
 def container_state(rank: layout.Rank, name: str = "dspark_vllm") -> dict:
     out = on_rank(rank, ["docker", "container", "inspect", name]).stdout
     return json.loads(out)[0]["State"]
-
-
 
 
 def playbook(name: str, tree: Path, *extra: str, check: bool = True, timeout: float = 1800,

@@ -86,7 +86,7 @@ def test_bridge_survives_a_forward_drop_policy(sim):
         subprocess.run(["iptables", "-w", "-P", "FORWARD", policy.split()[2]], check=True)
         sim_cli("up", "--pairs", str(PAIRS))  # puts the rule back
     assert any("dsim-bridge" in l for l in subprocess.run(["iptables", "-w", "-S", "FORWARD"], capture_output=True,
-                                                            text=True, check=True).stdout.splitlines())
+                                                          text=True, check=True).stdout.splitlines())
 
 
 def test_fake_gpu_answers_as_a_gb10(sim):
@@ -98,7 +98,10 @@ def test_fake_gpu_answers_as_a_gb10(sim):
 def test_ibdev2netdev_follows_the_link_state(sim):
     head = sim[1].head
     hca, netdev = layout.HEAD_PORT["hca"], layout.HEAD_PORT["netdev"]
-    line = lambda: next(l for l in on_rank(head, ["ibdev2netdev"]).stdout.splitlines() if l.startswith(hca + " "))
+
+    def line():
+        return next(l for l in on_rank(head, ["ibdev2netdev"]).stdout.splitlines() if l.startswith(hca + " "))
+
     assert line() == f"{hca} port 1 ==> {netdev} (Up)"
     on_rank(head, ["ip", "link", "set", netdev, "down"])
     try:
@@ -141,11 +144,16 @@ def test_head_serves_only_after_the_worker_joined_and_dies_with_it(sim, clean_tr
         playbook("provision.yml", clean_tree, "--limit", sim[1].group)
     # Killing the worker makes the head exit non-zero.
     on_rank(worker, ["docker", "kill", "dspark_vllm"])
-    st = wait_for(lambda: (lambda s: s if not s["Running"] else None)(container_state(head)), 60, what="head exit")
+
+    def head_exited():
+        state = container_state(head)
+        return state if not state["Running"] else None
+
+    st = wait_for(head_exited, 60, what="head exit")
     assert st["ExitCode"] != 0
     # A head alone never serves: its API stays closed while it waits for rank 1.
     on_rank(head, ["docker", "start", "dspark_vllm"])
-    for _ in range(6):
+    for _attempt in range(6):
         assert container_state(head)["Running"]
         with socket.socket() as s:
             s.settimeout(1)

@@ -14,7 +14,6 @@ import pytest
 from simhelpers import on_rank, playbook, site
 
 
-
 def provision(pair, clean_tree, *extra: str, check: bool = False):
     return playbook("provision.yml", clean_tree, "--limit", pair.group, *extra, check=check)
 

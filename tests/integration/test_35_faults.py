@@ -200,7 +200,7 @@ def test_a_second_provision_of_a_busy_pair_is_refused_by_the_lock(served, clean_
         assert "expected a free lock" in text
         recap = second.stdout.split("PLAY RECAP")[-1]
         assert all("changed=0" in ln for ln in recap.splitlines() if ln.startswith("sim")), recap
-        out, _ = first.communicate(timeout=900)
+        out, _unused = first.communicate(timeout=900)
     finally:
         if first.poll() is None:
             os.killpg(first.pid, signal.SIGKILL)

@@ -59,7 +59,7 @@ class _Handler(BaseHTTPRequestHandler):
         return path, {k: v[0] for k, v in parse_qs(u.query).items()}
 
     def do_GET(self):
-        path, _ = self._path()
+        path, _unused = self._path()
         self.state.requests.append(f"GET {path}")
         if path == "/info":
             status = [["driver-type", "io.containerd.snapshotter.v1"]] if self.state.store == "containerd" else \
@@ -109,7 +109,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(404, {"message": "page not found"})
 
     def do_DELETE(self):
-        path, _ = self._path()
+        path, _unused = self._path()
         self.state.requests.append(f"DELETE {path}")
         ref = path[len("/images/"):]
         if ref in self.state.tags:

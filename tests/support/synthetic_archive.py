@@ -117,7 +117,7 @@ def write(path: Path, tag: str = "dspark-test:v1", layer_bytes: int = 4096, arch
             for chunk in iter(lambda: src.read(CHUNK), b""):
                 dst.write(chunk)
         raw.unlink()
-    for _, _, _, layer in blobs:
+    for _unused, _unused, _unused, layer in blobs:
         layer.unlink()
     work.rmdir()
     return {"path": str(path), "image_id": ids[0], "image_ids": ids, "manifest_digest": manifest_digest,

@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/usr/bin/env bash
 # Install the Debian packages gb10.dspark and its pair simulator need; only the missing ones.
 set -euo pipefail
 packages=(
@@ -15,7 +15,7 @@ packages=(
   procps
   git
   curl
-  shellcheck         # actionlint checks the CI workflow's run: scripts with it
+  shellcheck         # actionlint (the CI workflow's run: scripts) and ansible-test sanity (shell scripts)
   chromium           # a real headless browser opens the fleet audit's HTML report in the tests
   chromium-driver    # ...driven through selenium, without any browser download
 )

@@ -84,7 +84,7 @@ def galaxy(extra: list[str], timeout: int) -> bool:
     cmd = [str(Path(sys.executable).with_name("ansible-galaxy")), "collection", "install",
            "-r", str(ROOT / "requirements.yml"), "-p", str(DEST), "--force", *extra]
     try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return False
     return res.returncode == 0 and not missing()
@@ -96,7 +96,7 @@ def from_offline_dir(path: Path) -> bool:
         return False
     cmd = [str(Path(sys.executable).with_name("ansible-galaxy")), "collection", "install", "--offline",
            "-p", str(DEST), "--force", *map(str, tarballs)]
-    return subprocess.run(cmd, capture_output=True, text=True).returncode == 0 and not missing()
+    return subprocess.run(cmd, capture_output=True, text=True, check=False).returncode == 0 and not missing()
 
 
 def from_community_package(names: list[str]) -> list[str]:
@@ -132,7 +132,7 @@ def main() -> int:
     link_self()
     todo = missing()
     if not todo:
-        say("already installed: " + ", ".join(f"{n} {installed_version(n)}" for n, _ in wanted()))
+        say("already installed: " + ", ".join(f"{n} {installed_version(n)}" for n, _unused in wanted()))
         return 0
     offline = os.environ.get("DSPARK_COLLECTIONS_OFFLINE_DIR")
     if offline and from_offline_dir(Path(offline)):
@@ -140,14 +140,14 @@ def main() -> int:
     elif os.environ.get("DSPARK_SKIP_GALAXY") != "1" and galaxy(["--timeout", "15"], timeout=45):
         say("installed from Ansible Galaxy")
     else:
-        say(f"Galaxy unreachable; taking {', '.join(n for n, _ in todo)} from the community package {ANSIBLE_PACKAGE}")
-        unpacked = from_community_package([n for n, _ in todo])
+        say(f"Galaxy unreachable; taking {', '.join(n for n, _unused in todo)} from the community package {ANSIBLE_PACKAGE}")
+        unpacked = from_community_package([n for n, _unused in todo])
         say("unpacked " + ", ".join(f"{n} {installed_version(n)}" for n in unpacked))
         still = missing()
         if still:
             say(f"versions do not satisfy requirements.yml: {still}")
             return 1
-    say("now: " + ", ".join(f"{n} {installed_version(n)}" for n, _ in wanted()))
+    say("now: " + ", ".join(f"{n} {installed_version(n)}" for n, _unused in wanted()))
     return 0
 
 

@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/usr/bin/env bash
 # Image ENTRYPOINT of the DSpark engine stand-in (wrapper spec section 4.2).
 #
 #   dspark-entrypoint.sh audit                      run the runtime audit only
@@ -39,6 +39,8 @@ kv_values=()
 strip_quotes() {
     local v="$1"
     v="${v#\"}"; v="${v%\"}"; v="${v#\'}"; v="${v%\'}"
+    # The patterns are the literal text "$KV_CACHE_DTYPE" / "${KV_CACHE_DTYPE}" of a script, not expansions.
+    # shellcheck disable=SC2016
     case "$v" in
         '$KV_CACHE_DTYPE'|'${KV_CACHE_DTYPE}') v="${KV_CACHE_DTYPE:-}" ;;
     esac

@@ -278,8 +278,8 @@ class Boot:
         bars = {"PIECEWISE": ["mixed prefill-decode, PIECEWISE"], "FULL": ["mixed prefill-decode, FULL"],
                 "FULL_DECODE_ONLY": ["decode, FULL"],
                 "FULL_AND_PIECEWISE": ["mixed prefill-decode, PIECEWISE", "decode, FULL"]}[mode]
-        for bar in bars:
-            w.raw(f"Capturing CUDA graphs ({bar}): 100%|██████████| {n}/{n} [00:02<00:00, {n / 2:.2f}it/s]",
+        for bar_label in bars:
+            w.raw(f"Capturing CUDA graphs ({bar_label}): 100%|██████████| {n}/{n} [00:02<00:00, {n / 2:.2f}it/s]",
                   stderr=True)
         w.info("gpu_model_runner.py:4211", f"CUDA_GRAPH_CAPTURE implementation={rt.resolved} status=complete")
         w.info("gpu_model_runner.py:4230", "Graph capturing finished in 3 secs, took 0.95 GiB")
@@ -303,7 +303,7 @@ class Boot:
         host = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
         api.info("api_server.py:1930", f"Starting vLLM API server 0 on http://{host}:{cfg.port}")
         api.info("launcher.py:37", "Available routes are:")
-        for path, (methods, _) in server.ROUTES.items():
+        for path, (methods, _unused) in server.ROUTES.items():
             api.info("launcher.py:45", f"Route: {path}, Methods: {', '.join(methods)}")
         api.uvicorn(f"Started server process [{os.getpid()}]")
         api.uvicorn("Waiting for application startup.")

@@ -6,6 +6,7 @@ Numeric knobs (all optional): ``DSPARK_SIM_STARTUP_DELAY_S`` (0), ``DSPARK_SIM_T
 ``DSPARK_SIM_HEARTBEAT_TIMEOUT_S`` (5), ``DSPARK_SIM_DIE_AFTER_REQUESTS`` (3, used by
 ``die_after_requests``), ``DSPARK_SIM_KV_TOKENS`` (overrides the KV capacity).
 """
+import math
 import os
 from dataclasses import dataclass
 
@@ -53,7 +54,7 @@ def _number(env, name, default, cast, minimum):
         value = cast(raw.strip())
     except ValueError:
         raise SettingsError(f"{name}={raw!r} is not a valid {cast.__name__}") from None
-    if value != value or value < minimum or value == float("inf"):
+    if (isinstance(value, float) and math.isnan(value)) or value < minimum or value == float("inf"):
         raise SettingsError(f"{name}={raw!r} must be a finite number >= {minimum}")
     return value
 

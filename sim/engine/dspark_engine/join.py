@@ -49,7 +49,7 @@ class Channel:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
-            readable, _, _ = select.select([self.sock], [], [], remaining)
+            readable, _unused, _unused = select.select([self.sock], [], [], remaining)
             if not readable:
                 return None
             chunk = self.sock.recv(65536)

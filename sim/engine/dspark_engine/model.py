@@ -132,13 +132,15 @@ def _filler_words(rng):
 
 def _filler(rng, natural):
     """Filler token ids: ``natural`` -> a finite sentence; else an endless stream."""
-    words = _filler_words(rng)
+    words = _filler_words(rng)  # endless: the loops below end only by returning or breaking
     if not natural:
-        while True:
-            yield from next(words)
+        for ids in words:
+            yield from ids
     target, out = 12 + rng.randrange(52), []
-    while len(out) < target:
-        out += next(words)
+    for ids in words:  # target >= 12, so at least one word, as many as reach it
+        out += ids
+        if len(out) >= target:
+            break
     if out[-1] != tok.encode(".")[0]:
         out += tok.encode(".")
     yield from out

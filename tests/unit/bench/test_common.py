@@ -31,13 +31,14 @@ def test_parse_oneline_ignores_other_output():
     assert common.parse_oneline("PLAY [x]\nok: [sim01-head]\n") == {}
 
 
+# ansible ends recap lines in blanks; the last blank of each is written \x20 (no trailing whitespace in the source).
 RECAP = """\
 TASK [audit | Every pair is OK] ***
 ok: [sim01-head]
 
 PLAY RECAP *********************************************************************
-sim01-head                 : ok=12   changed=1    unreachable=0    failed=0    skipped=3    rescued=0    ignored=0   
-sim01-worker               : ok=9    changed=0    unreachable=0    failed=2    skipped=4    rescued=0    ignored=1   
+sim01-head                 : ok=12   changed=1    unreachable=0    failed=0    skipped=3    rescued=0    ignored=0  \x20
+sim01-worker               : ok=9    changed=0    unreachable=0    failed=2    skipped=4    rescued=0    ignored=1  \x20
 """
 
 

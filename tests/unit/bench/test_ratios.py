@@ -129,7 +129,7 @@ def test_the_engine_env_keeps_the_sites_entries(tmp_path):
     b = FakeBench(tmp_path)
     assert b.engine_env(DSPARK_SIM_STARTUP_DELAY_S="60") == {"DSPARK_SIM_STARTUP_DELAY_S": "60"}
     assert b.engine_env(DSPARK_SIM_TOKEN_DELAY_S="0.02") == {"DSPARK_SIM_STARTUP_DELAY_S": "1",
-                                                            "DSPARK_SIM_TOKEN_DELAY_S": "0.02"}
+                                                             "DSPARK_SIM_TOKEN_DELAY_S": "0.02"}
 
 
 def test_the_recorded_command_names_make_bench_when_make_runs_it(monkeypatch):
@@ -150,7 +150,7 @@ def test_only_selects_groups_of_rows():
     assert ratios.GROUPS["audit"] == ["audit-scaling", "audit-naive"]
     assert sorted(m for g in ratios.GROUPS.values() for m in g) == sorted(ratios.ORDER)
     assert sorted(ratios.TARGETS) == sorted(ratios.ORDER)
-    assert [m for m, _ in ratios.MEASUREMENTS] and sorted(m for m, _ in ratios.MEASUREMENTS) == sorted(ratios.ORDER)
+    assert [m for m, _unused in ratios.MEASUREMENTS] and sorted(m for m, _unused in ratios.MEASUREMENTS) == sorted(ratios.ORDER)
 
 
 def test_a_rank_without_an_engine_container_reads_as_none(monkeypatch):
@@ -160,7 +160,7 @@ def test_a_rank_without_an_engine_container_reads_as_none(monkeypatch):
     monkeypatch.setattr(common, "on_rank", lambda rank, argv, check=True, timeout=120: SimpleNamespace(
         returncode=0, stdout="abc 2026-08-03T10:00:00.1Z 2 true\n", stderr=""))
     assert ratios.container(ratios.HEAD, "dspark_vllm") == {"id": "abc", "started_at": "2026-08-03T10:00:00.1Z",
-                                                           "restart_count": 2, "running": True}
+                                                            "restart_count": 2, "running": True}
     monkeypatch.setattr(common, "on_rank", lambda rank, argv, check=True, timeout=120: SimpleNamespace(
         returncode=1, stdout="", stderr="Cannot connect to the Docker daemon"))
     with pytest.raises(common.BenchError, match="docker container inspect"):

@@ -22,7 +22,8 @@ def event(kind, host="sim01-head", task="engine | Start", res=None, **extra):
     return {"event": kind, "event_data": data}
 
 
-def lines(*events, mapping=PAIRS):
+def lines(*events, mapping=None):
+    mapping = PAIRS if mapping is None else mapping
     out = io.StringIO()
     handler = Progress(mapping, out)
     for ev in events:

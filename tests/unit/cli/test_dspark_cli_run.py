@@ -54,9 +54,9 @@ def run_dirs(base):
 
 def test_runner_is_handed_the_run(tmp_path, monkeypatch):
     calls = setup(tmp_path, monkeypatch, lambda kw, ev: FakeRunner("successful", 0, {"failures": {}}))
-    code, out, _ = run_cli(tmp_path, "rollback", "--forward", "--limit", "pair_sim01", "--check", "-vv",
-                           "-e", "dspark_engine_force_replace=true", "-e", "dspark_api_key=sk-secret",
-                           "--artifacts", "runs")
+    code, out, _unused = run_cli(tmp_path, "rollback", "--forward", "--limit", "pair_sim01", "--check", "-vv",
+                                 "-e", "dspark_engine_force_replace=true", "-e", "dspark_api_key=sk-secret",
+                                 "--artifacts", "runs")
     assert code == 0
     (call,) = calls
     kw = call["kwargs"]
@@ -86,7 +86,7 @@ def test_audit_report_dir_and_drift_exit(tmp_path, monkeypatch):
         return FakeRunner("failed", 2, {"failures": {"localhost": 1}})
 
     calls = setup(tmp_path, monkeypatch, behaviour)
-    code, out, _ = run_cli(tmp_path, "audit", "--artifacts", "runs")
+    code, out, _unused = run_cli(tmp_path, "audit", "--artifacts", "runs")
     (run_dir,) = run_dirs(tmp_path / "runs")
     assert calls[0]["extravars"] == {"dspark_audit_report_dir": str(run_dir / "audit")}
     assert calls[0]["kwargs"]["playbook"] == "gb10.dspark.audit"
@@ -104,7 +104,7 @@ def test_audit_keeps_a_given_report_dir(tmp_path, monkeypatch):
         return FakeRunner("successful", 0, {})
 
     calls = setup(tmp_path, monkeypatch, behaviour)
-    code, out, _ = run_cli(tmp_path, "audit", "-e", "dspark_audit_report_dir=reports/fleet", "--artifacts", "runs")
+    code, out, _unused = run_cli(tmp_path, "audit", "-e", "dspark_audit_report_dir=reports/fleet", "--artifacts", "runs")
     assert code == 0
     assert calls[0]["extravars"] == {"dspark_audit_report_dir": str(tmp_path / "reports" / "fleet")}
     assert "failing pairs" not in out
@@ -112,7 +112,7 @@ def test_audit_keeps_a_given_report_dir(tmp_path, monkeypatch):
 
 def test_audit_run_failing_without_report_exits_with_rc(tmp_path, monkeypatch):
     setup(tmp_path, monkeypatch, lambda kw, ev: FakeRunner("failed", 4, None))
-    code, out, _ = run_cli(tmp_path, "audit", "--artifacts", "runs")
+    code, out, _unused = run_cli(tmp_path, "audit", "--artifacts", "runs")
     assert code == 4
     assert "no audit report in" in out and "failing pairs: none in the play recap" in out
 
@@ -137,7 +137,7 @@ def test_ctrl_c_stops_ansible_playbook_then_cancels(tmp_path, monkeypatch):
     monkeypatch.setattr(cli, "_child_pids", lambda parent: [child.pid] if parent == os.getpid() else [])
     before = signal.getsignal(signal.SIGINT)
     try:
-        code, out, _ = run_cli(tmp_path, "provision", "--artifacts", "runs")
+        code, out, _unused = run_cli(tmp_path, "provision", "--artifacts", "runs")
     finally:
         if child.poll() is None:
             child.kill()
@@ -156,7 +156,7 @@ def test_interrupted_run_that_stopped_itself_exits_130(tmp_path, monkeypatch):
 
     setup(tmp_path, monkeypatch, behaviour)
     monkeypatch.setattr(cli, "_child_pids", lambda parent: [])
-    code, out, _ = run_cli(tmp_path, "guard", "--artifacts", "runs")
+    code, out, _unused = run_cli(tmp_path, "guard", "--artifacts", "runs")
     assert code == 130 and "interrupted" in out
 
 

@@ -129,11 +129,11 @@ class EngineProc:
         return resp.status, dict(resp.getheaders()), payload
 
     def get(self, path, **kw):
-        status, _, payload = self.request("GET", path, **kw)
+        status, _unused, payload = self.request("GET", path, **kw)
         return status, (json.loads(payload) if payload and payload[:1] in b"[{" else payload)
 
     def post(self, path, body, **kw):
-        status, _, payload = self.request("POST", path, body, **kw)
+        status, _unused, payload = self.request("POST", path, body, **kw)
         return status, json.loads(payload) if payload else None
 
     def stream(self, path, body, **kw):

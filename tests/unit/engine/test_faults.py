@@ -75,7 +75,7 @@ def test_slow_tokens(engines, model_dir):
 def test_die_after_requests(engines, model_dir):
     proc = start_head(engines, model_dir, {"DSPARK_SIM_FAULT": "die_after_requests",
                                            "DSPARK_SIM_DIE_AFTER_REQUESTS": "2"}).wait_ready()
-    for _ in range(2):
+    for _attempt in range(2):
         assert proc.post("/v1/completions", {"prompt": "Hi", "max_tokens": 2})[0] == 200
     assert proc.request("GET", "/health")[0] == 503
     status, body = proc.post("/v1/completions", {"prompt": "Hi", "max_tokens": 2})

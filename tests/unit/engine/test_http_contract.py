@@ -195,7 +195,7 @@ def test_retrieval_canary(head):
     filler = "A deterministic context sentence for retrieval validation. " * 900
     content = filler + "Secret code: R0B0TLAB-DSVF-NVFP4-7319 " + filler + "Reply with the secret code only."
     status, body = head.post("/v1/chat/completions", {"model": SERVED, "messages": [{"role": "user",
-                                                                                   "content": content}],
+                                                                                    "content": content}],
                                                       "temperature": 0, "max_tokens": 48}, timeout=60)
     assert status == 200
     assert "R0B0TLAB-DSVF-NVFP4-7319" in body["choices"][0]["message"]["content"]
@@ -274,8 +274,8 @@ def test_metrics(head):
     assert re.search(rf"^vllm:kv_cache_size_tokens\{{[^}}]*\}} {kv}$", text, re.M)
     assert 'position="5"' in text and 'position="6"' not in text
     before = {k: metric(head, k) for k in ("vllm:generation_tokens_total", "vllm:prompt_tokens_total",
-                                            "vllm:spec_decode_num_draft_tokens_total",
-                                            "vllm:spec_decode_num_drafts_total")}
+                                           "vllm:spec_decode_num_draft_tokens_total",
+                                           "vllm:spec_decode_num_drafts_total")}
     length_before = metric(head, "vllm:request_success_total", 'finished_reason="length"')
     usage = head.post("/v1/completions", {"prompt": "count me", "max_tokens": 40, "ignore_eos": True})[1]["usage"]
     assert metric(head, "vllm:generation_tokens_total") - before["vllm:generation_tokens_total"] == 40

@@ -35,7 +35,7 @@ def test_status_follows_what_was_observed():
 
 
 def test_a_failure_is_not_overwritten_by_a_later_pass_and_skips_are_not_passes():
-    a, b, _ = rs = rows()
+    a, b, _unused = rs = rows()
     reliability.claim(rs, "t.py::one", ("a",))
     reliability.claim(rs, "t.py::two", ("b",))
     reliability.record(rs, "t.py::one", "failed", 2.0)

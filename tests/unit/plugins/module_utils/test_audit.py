@@ -332,8 +332,7 @@ def test_env_file_comments_blank_lines_and_empty_values():
 
 
 def test_dead_docker_engine_is_reported_not_raised(tmp_path):
-    run = FakeRun({IMAGE_LS: (1, "", "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
-                                       "Is the docker daemon running?\n")})
+    run = FakeRun({IMAGE_LS: (1, "", "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?\n")})
     audit = _audit.collect(run, rank="spark-a1", docker="docker", **rank_files(tmp_path, "worker"))
     assert audit["docker"]["reachable"] is False and "Cannot connect" in audit["docker"]["error"]
     assert audit["images"] == [] and run.calls == [list(IMAGE_LS)]  # no inspect against a dead engine
@@ -451,7 +450,7 @@ def test_unreachable(pair_audits, head_in, worker_in, names):
 
 
 def test_unreachable_wins_over_down(pair_audits):
-    head, _ = pair_audits
+    head, _unused = pair_audits
     head = copy.deepcopy(head)
     head["container"].update(running=False, status="exited", exit_code=1)
     assert _audit.pair_verdict(PAIR, desired(), head, None)["verdict"] == "UNREACHABLE"
@@ -687,7 +686,7 @@ def test_pinned_tag_missing_is_drift(pair_audits):
 
 
 def test_an_unreachable_rank_is_named_by_the_inventory_name_given(pair_audits):
-    head, _ = pair_audits
+    head, _unused = pair_audits
     result = _audit.pair_verdict(PAIR, desired(), head, {"unreachable": True, "msg": "No route to host"},
                                  names=("sim09-head", "sim09-worker"))
     assert result["verdict"] == "UNREACHABLE"

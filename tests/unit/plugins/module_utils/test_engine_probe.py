@@ -90,19 +90,19 @@ def test_probe_ready_pair(api):
 
 
 def test_probe_exited_worker_is_not_ready(api):
-    run, _ = fake_run({"head": {"Status": "running", "Running": True},
-                       "worker": {"Status": "exited", "Running": False, "ExitCode": 1}})
+    run, _unused = fake_run({"head": {"Status": "running", "Running": True},
+                            "worker": {"Status": "exited", "Running": False, "ExitCode": 1}})
     out = ep.probe(run, "dspark_vllm", api, "m", ["ssh", "root@w", "--"])
     assert not out["ready"] and out["exited"] == ["worker"]
 
 
 def test_probe_missing_container_and_wrong_model(api):
-    run, _ = fake_run({"head": {"Status": "running", "Running": True}, "worker": None})
+    run, _unused = fake_run({"head": {"Status": "running", "Running": True}, "worker": None})
     out = ep.probe(run, "dspark_vllm", api, "other-model", ["ssh", "root@w", "--"])
     assert out["worker"]["status"] == "absent" and not out["api"]["ready"] and not out["ready"]
 
 
 def test_probe_head_down_skips_the_api():
-    run, _ = fake_run({"head": {"Status": "exited", "Running": False, "ExitCode": 137}, "worker": None})
+    run, _unused = fake_run({"head": {"Status": "exited", "Running": False, "ExitCode": 137}, "worker": None})
     out = ep.probe(run, "dspark_vllm", "http://127.0.0.1:9", "m", None)
     assert out["exited"] == ["head"] and out["api"]["error"] == "head container not running"

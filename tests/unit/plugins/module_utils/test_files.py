@@ -8,8 +8,6 @@ import pytest
 from ansible_collections.gb10.dspark.plugins.module_utils import _files as rg
 
 
-
-
 def test_writer_writes_sorted_pretty_json_atomically(tmp_path):
     target = tmp_path / "runtime-gate.json"
     target.write_text("old")

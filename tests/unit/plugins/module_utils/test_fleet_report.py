@@ -295,7 +295,7 @@ def test_html_fleet_table_has_one_row_per_pair_with_verdict_class():
     assert drift[2]["text"] == "3f1a9c0be2d4" and drift[2]["titles"] == [PINNED]
     assert drift[3]["text"] == "b07c55aa19de" and drift[3]["titles"] == [STALE]
     assert [c["text"] for c in drift[4:]] == ["production-k8 / production", "2026-08-01T08:00:00Z",
-                                               "2026-08-01T08:00:00Z", "2", "1", "2"]
+                                              "2026-08-01T08:00:00Z", "2", "1", "2"]
     assert page.rows["spark-d"]["cells"][3]["text"] == "absent"
     assert len(page.ids) == len(set(page.ids))
 

@@ -159,7 +159,7 @@ def test_parse_csv_empty_output_is_no_gpu():
 
 
 def test_parse_simulated_gb10_csv(gb10_dir):
-    rc, out, _ = _tool(gb10_dir, [str(FAKE_NVIDIA_SMI), *gf.QUERY_ARGS])
+    rc, out, _unused = _tool(gb10_dir, [str(FAKE_NVIDIA_SMI), *gf.QUERY_ARGS])
     assert rc == 0
     gpus = gf.parse_query_csv(out)
     assert len(gpus) == 1
@@ -173,8 +173,8 @@ def test_parse_simulated_gb10_csv(gb10_dir):
 
 def test_parse_simulated_gb10_csv_with_header_and_units(gb10_dir):
     query = "--query-gpu=" + ",".join(gf.QUERY_FIELDS)
-    _, plain, _ = _tool(gb10_dir, [str(FAKE_NVIDIA_SMI), *gf.QUERY_ARGS])
-    _, with_header, _ = _tool(gb10_dir, [str(FAKE_NVIDIA_SMI), query, "--format=csv"])
+    _unused, plain, _unused = _tool(gb10_dir, [str(FAKE_NVIDIA_SMI), *gf.QUERY_ARGS])
+    _unused, with_header, _unused = _tool(gb10_dir, [str(FAKE_NVIDIA_SMI), query, "--format=csv"])
     assert with_header.splitlines()[0].startswith("index, name")
     assert gf.parse_query_csv(with_header) == gf.parse_query_csv(plain)
 
@@ -197,7 +197,7 @@ def test_parse_real_h200_xml():
 
 
 def test_parse_simulated_gb10_xml_has_unified_memory(gb10_dir):
-    rc, out, _ = _tool(gb10_dir, [str(FAKE_NVIDIA_SMI), *gf.XML_ARGS])
+    rc, out, _unused = _tool(gb10_dir, [str(FAKE_NVIDIA_SMI), *gf.XML_ARGS])
     assert rc == 0
     top, gpus = gf.parse_query_xml(out)
     assert top["cuda_version"] == "13.0"
@@ -213,7 +213,7 @@ def test_parse_xml_rejects_what_is_not_nvidia_smi(text):
 
 
 def test_merge_takes_compute_cap_from_csv_by_uuid():
-    _, xml_gpus = gf.parse_query_xml(_h200("nvidia-smi-q.xml"))
+    _unused, xml_gpus = gf.parse_query_xml(_h200("nvidia-smi-q.xml"))
     csv_gpus = gf.parse_query_csv(_h200("nvidia-smi-query.csv"))
     merged = gf.merge_compute_caps(xml_gpus, csv_gpus)
     assert merged[0]["compute_cap"] == "9.0"
@@ -221,7 +221,7 @@ def test_merge_takes_compute_cap_from_csv_by_uuid():
 
 
 def test_merge_refuses_different_gpus():
-    _, xml_gpus = gf.parse_query_xml(_h200("nvidia-smi-q.xml"))
+    _unused, xml_gpus = gf.parse_query_xml(_h200("nvidia-smi-q.xml"))
     csv_gpus = gf.parse_query_csv(_h200("nvidia-smi-query.csv"))
     other = [dict(csv_gpus[0], uuid="GPU-other", pci_bus_id="00000000:00:07.0")]
     with pytest.raises(ValueError, match="missing from --query-gpu"):
@@ -253,7 +253,7 @@ def test_parse_ibdev2netdev_rejects_unknown_lines():
 
 def test_parse_simulated_ibdev2netdev(gb10_dir):
     _fakehw(gb10_dir, "set-link", "roceP2p1s0f1", "Down")
-    rc, out, _ = _tool(gb10_dir, [str(FAKE_IBDEV2NETDEV)])
+    rc, out, _unused = _tool(gb10_dir, [str(FAKE_IBDEV2NETDEV)])
     assert rc == 0
     links = {link["hca"]: link for link in gf.parse_ibdev2netdev(out)}
     assert links["rocep1s0f1"]["netdev"] == "enp1s0f1np1"

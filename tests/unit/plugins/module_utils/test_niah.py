@@ -179,8 +179,8 @@ def read(path):
 # ---- depths, options, prompts (no HTTP) -------------------------------------------------------
 def test_depths_at_one_million_tokens():
     ladder = _niah.depth_ladder(1_048_576, 64, [0.25, 0.5, 0.9], 1024)
-    assert [depth for depth, _ in ladder] == [262128, 524256, 943660]
-    assert [fraction for _, fraction in ladder] == [0.25, 0.5, 0.9]
+    assert [depth for depth, _unused in ladder] == [262128, 524256, 943660]
+    assert [fraction for _unused, fraction in ladder] == [0.25, 0.5, 0.9]
 
 
 def test_depths_are_clamped_and_deduplicated():
@@ -531,7 +531,7 @@ def test_tokenizer_file_tokenizes_locally(tmp_path, engine):
     assert result["summary"]["tokenizer"] == "file:tokenizer.json" and result["summary"]["status"] == "PASS"
     tokenize = [body for m, p, body in engine.seen if p == "/tokenize"]
     assert len(tokenize) == 1 and "messages" in tokenize[0]  # only the template went to the server
-    assert {text for text, _ in calls[1:]} == {_niah.MARKER, _niah.FILLER, _niah.NEEDLE.format(code="GB10-NIAH-7Q4K")}
+    assert {text for text, _unused in calls[1:]} == {_niah.MARKER, _niah.FILLER, _niah.NEEDLE.format(code="GB10-NIAH-7Q4K")}
 
 
 def test_api_key_goes_only_into_the_header(tmp_path):

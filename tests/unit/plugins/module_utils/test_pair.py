@@ -18,43 +18,43 @@ def test_good_pairs():
 
 
 def test_worker_with_other_image_names_rank_expected_actual():
-    _, problems = check_pairs([host("h1", "p1", 0), host("w1", "p1", 1, image_id=B)], A)
+    _unused, problems = check_pairs([host("h1", "p1", 0), host("w1", "p1", 1, image_id=B)], A)
     msgs = [p.message for p in problems]
     assert f"rank w1: image ID is {B}, pinned {A}" in msgs
     assert any(m.startswith(f"rank w1: image ID is {B}, its head h1 holds {A}") for m in msgs)
 
 
 def test_ranks_disagree_without_a_pin():
-    _, problems = check_pairs([host("h1", "p1", 0, image_id=B), host("w1", "p1", 1)])
+    _unused, problems = check_pairs([host("h1", "p1", 0, image_id=B), host("w1", "p1", 1)])
     assert [p.rank for p in problems] == ["w1"]
     assert problems[0].expected == B and problems[0].actual == A
 
 
 def test_missing_worker_and_two_heads():
-    _, problems = check_pairs([host("h1", "p1", 0), host("h2", "p1", 0)], check_images=False)
+    _unused, problems = check_pairs([host("h1", "p1", 0), host("h2", "p1", 0)], check_images=False)
     msgs = " | ".join(p.message for p in problems)
     assert "head hosts is 2 (h1, h2), expected exactly one" in msgs
     assert "worker hosts is 0 (none), expected exactly one" in msgs
 
 
 def test_host_in_two_pairs_and_bad_rank():
-    _, problems = check_pairs([host("h1", "p1", 0), host("w1", "p1", 1), host("w1", "p2", 1), host("x", "p3", 2)],
-                              check_images=False)
+    _unused, problems = check_pairs([host("h1", "p1", 0), host("w1", "p1", 1), host("w1", "p2", 1), host("x", "p3", 2)],
+                                    check_images=False)
     msgs = " | ".join(p.message for p in problems)
     assert "rank w1: pair is p2, already in p1" in msgs
     assert "rank x: dspark_rank is 2" in msgs
 
 
 def test_host_without_pair():
-    _, problems = check_pairs([{"name": "lonely", "rank": 0}], check_images=False)
+    _unused, problems = check_pairs([{"name": "lonely", "rank": 0}], check_images=False)
     assert problems[0].rank == "lonely" and problems[0].item == "pair"
 
 
 def test_rank_that_never_reported_an_image():
-    _, problems = check_pairs([host("h1", "p1", 0), host("w1", "p1", 1, image_id=None)], A)
+    _unused, problems = check_pairs([host("h1", "p1", 0), host("w1", "p1", 1, image_id=None)], A)
     assert problems[0].rank == "w1" and "did not run" in problems[0].message
 
 
 def test_mixed_image_stores_are_refused():
-    _, problems = check_pairs([host("h1", "p1", 0), host("w1", "p1", 1, store="containerd")])
+    _unused, problems = check_pairs([host("h1", "p1", 0), host("w1", "p1", 1, store="containerd")])
     assert any(p.item == "image store" for p in problems)

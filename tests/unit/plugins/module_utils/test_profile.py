@@ -385,7 +385,7 @@ def _docker_cli_read(text: str) -> dict:
     out = {}
     for line in text.splitlines():
         if line.strip() and not line.lstrip().startswith("#"):
-            key, _, value = line.lstrip().partition("=")
+            key, _sep, value = line.lstrip().partition("=")
             out[key] = value
     return out
 

@@ -77,7 +77,6 @@ SPEC_IDENTITY_KEYS = {
 }
 
 
-
 def _bare(errors: list[str]) -> list[str]:
     """Errors without the offending log line they quote (asserted separately)."""
     return [e.split(" (log: ")[0] for e in errors]
@@ -90,6 +89,7 @@ def _assess(rank: str, text: str, cfg: dict) -> tuple[dict, list[str]]:
             quoted = e.split(" (log: ", 1)[1].rstrip(")")
             assert quoted in text or quoted == "?", f"quoted log line not from the log: {quoted!r}"
     return section, _bare(errors)
+
 
 def raw_config(**changes) -> dict:
     cfg = {
@@ -142,7 +142,7 @@ class FakeRank:
         self.container = container_obj if container_obj is not None else container()
         self.image = image_obj if image_obj is not None else image()
         self.environ = environ if environ is not None else ["PATH=/usr/bin", "VLLM_DSV4_ENABLE_MULTI_STREAM=0",
-                                                           f"VLLM_API_KEY={SECRET}"]
+                                                            f"VLLM_API_KEY={SECRET}"]
         self.manifest_sha = manifest_sha
         self.logs, self.stderr_logs = logs, stderr_logs
         self.fail = fail or {}
@@ -213,7 +213,7 @@ def passing_gate(**kw) -> rg.Gate:
 def test_config_fills_defaults_and_keeps_values():
     cfg = config()
     assert (cfg["command_timeout"], cfg["api_timeout"], cfg["retrieval_timeout"], cfg["log_tail"]) == (60, 300, 600,
-                                                                                                        20000)
+                                                                                                       20000)
     assert cfg["expected_compilation_config"] == PROD_CC and cfg["collections_path"] is None
 
 
@@ -343,7 +343,7 @@ def test_performance_mode():
     assert rg.flag_check(["--performance-mode", "throughput"], "--performance-mode", None, "balanced") == (
         "throughput", False)
     assert rg.flag_check(["--performance-mode-x", "balanced"], "--performance-mode", None, "balanced") == (None,
-                                                                                                         False)
+                                                                                                           False)
 
 
 def test_enforce_eager_is_the_last_word():
@@ -516,8 +516,8 @@ def test_a_failed_read_leaves_the_other_checks_running():
 
 
 def test_cross_rank_checks():
-    head, _ = rg.collect_identity("head", FakeRank(), config())
-    worker, _ = rg.collect_identity("worker", FakeRank(), config())
+    head, _unused = rg.collect_identity("head", FakeRank(), config())
+    worker, _unused = rg.collect_identity("worker", FakeRank(), config())
     assert rg.cross_rank_errors(head, worker) == []
     other = dict(worker, image_id="sha256:" + "f" * 64)
     assert rg.cross_rank_errors(head, other) == [f"rank image IDs disagree: head {PIN['image_id']}, worker sha256:{'f' * 64}"]
@@ -627,7 +627,7 @@ def test_logs_join_stdout_and_stderr():
     assert rg.join_logs("a", "b") == "a\nb"
     assert rg.join_logs("", "b") == "b"
     rank = FakeRank("only stdout\n", stderr_logs="Capturing model for DSpark speculator...\n")
-    section, _ = rg.collect_logs("head", rank, config())
+    section, _unused = rg.collect_logs("head", rank, config())
     assert section["required"]["Capturing model for DSpark speculator..."]
     with pytest.raises(rg.GateError, match="head docker logs failed"):
         rg.collect_logs("head", FakeRank(fail={"docker logs": (1, "", "no such container")}), config())
@@ -640,7 +640,7 @@ def test_canary_requests():
     semantic = rg.semantic_request("m")
     assert semantic["messages"][0]["content"] == "Compute 7 multiplied by 19. Reply with only the number."
     assert (semantic["temperature"], semantic["max_tokens"], semantic["chat_template_kwargs"]) == (0, 64,
-                                                                                                  {"thinking": False})
+                                                                                                   {"thinking": False})
     tool = rg.tool_request("m")
     assert tool["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
     assert tool["tools"][0]["function"]["parameters"]["required"] == ["city"]
@@ -782,7 +782,7 @@ def test_logs_are_read_only_after_identity_and_the_api_canaries():
     gate = rg.Gate(config(), {"head": recording("head", head), "worker": recording("worker", worker)},
                    recording("api", fetch))
     assert gate.step("logs:worker") == []  # asked first, runs last
-    kinds = [e for e in events]
+    kinds = list(events)
     first_log = next(i for i, e in enumerate(kinds) if e[1] == "logs")
     assert [e for e in kinds[first_log:] if e[0] == "api"] == []
     assert {"/v1/models", "/v1/chat/completions"} <= {e[1] for e in kinds[:first_log] if e[0] == "api"}
@@ -895,7 +895,7 @@ def run_suite(tmp_path, cfg: dict, *extra: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("ANSIBLE_COLLECTIONS_PATH", "DSPARK_GATE_API_KEY")}
     env["DSPARK_GATE_API_KEY"] = SECRET
     return subprocess.run([sys.executable, "-m", "pytest", str(SUITE), "-q", "-p", "no:cacheprovider", "--gate-config",
-                           str(path), *extra], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+                           str(path), *extra], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120, check=False)
 
 
 def test_suite_collects_cleanly(tmp_path):
@@ -922,7 +922,7 @@ def test_suite_with_a_bad_config_writes_a_fail_document(tmp_path):
 
 def test_suite_needs_a_gate_config(tmp_path):
     result = subprocess.run([sys.executable, "-m", "pytest", str(SUITE), "-q", "-p", "no:cacheprovider"],
-                            capture_output=True, text=True, cwd=tmp_path, timeout=120)
+                            capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False)
     assert result.returncode == 4 and "--gate-config <json> is required" in result.stderr
 
 
@@ -968,7 +968,7 @@ def test_suite_fetch_sends_the_key_only_as_a_bearer_token(suite_conftest, http_s
     assert suite_conftest.make_fetch(base + "/", SECRET)("GET", "/v1/models", None, 5) == (200, b'{"data": []}')
     assert suite_conftest.make_fetch(base, None)("GET", "/v1/models", None, 5)[0] == 200
     assert seen == [("/v1/models", f"Bearer {SECRET}"), ("/v1/models", None)]
-    status, _ = suite_conftest.make_fetch(base, SECRET)("GET", "/redirect", None, 5)
+    status, _unused = suite_conftest.make_fetch(base, SECRET)("GET", "/redirect", None, 5)
     assert status == 302 and seen[-1][0] == "/redirect"  # not followed
 
 

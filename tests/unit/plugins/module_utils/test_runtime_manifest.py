@@ -82,7 +82,7 @@ def test_every_profile_section_of_the_sim_manifest_matches_itself(sim_bytes, sim
     assert sections
     for section in sections:
         report = verify(str(SIM_MANIFEST), _pinned(sim_doc, _sha(sim_bytes), profile_section=section,
-                                                    profile=dict(sim_doc[section])), RANK)
+                                                   profile=dict(sim_doc[section])), RANK)
         assert report.mismatches == [], section
 
 
@@ -115,7 +115,7 @@ def test_changed_fields_are_all_reported_with_the_sha256(sim_bytes, sim_doc, tmp
     assert (kv.expected, kv.actual, kv.expected_word) == (sim_doc["kv_cache_dtype"], "fp8", "pinned")
     assert kv.message == f"rank {RANK}: runtime manifest kv_cache_dtype is fp8, pinned {sim_doc['kv_cache_dtype']}"
     assert (seqs.expected, seqs.actual, seqs.expected_word) == (sim_doc["production_profile"]["max_num_seqs"], 8,
-                                                               "expected")
+                                                                "expected")
     assert seqs.message == (f"rank {RANK}: runtime manifest production_profile.max_num_seqs is 8, "
                             f"expected {sim_doc['production_profile']['max_num_seqs']}")
     assert report.manifest["kv_cache_dtype"] == "fp8"

@@ -141,7 +141,7 @@ def _chunks(texts: list[str], usage: dict) -> list[dict]:
 
 def test_measure_takes_ttft_itl_e2e_from_arrival_times():
     raw, arrivals = _sse(_chunks(["a", "b", "", "c", "d"], {"prompt_tokens": 5, "completion_tokens": 4,
-                                                              "total_tokens": 9}))
+                                                            "total_tokens": 9}))
     streamed = S.Streamed(status=200, raw=raw, arrivals=arrivals, sent=-0.5, ended=7.0)
     m = S.measure("r1", streamed, Expect(served_model="m", max_tokens=4, prompt_tokens=5))
     assert m.ok, m.reasons
@@ -172,7 +172,7 @@ def test_measure_missing_usage_transport_and_http_errors():
 
 
 def test_measure_all_text_in_one_instant_has_no_itl():
-    raw, _ = _sse(_chunks(["a", "b"], {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}))
+    raw, _unused = _sse(_chunks(["a", "b"], {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}))
     payloads = [line[6:] for line in raw.split("\n\n") if line]
     m = S.measure("r6", S.Streamed(status=200, raw=raw, arrivals=[(1.0, p) for p in payloads], sent=0.0, ended=1.0),
                   Expect(served_model="m", max_tokens=2))
@@ -261,8 +261,8 @@ def slow_server():
 def test_stream_client_timestamps_each_line_as_it_arrives(slow_server):
     got = S.stream_client(slow_server, None)("/v1/completions", {"stream": True}, 10)
     assert got.status == 200 and got.error is None
-    assert [p for _, p in got.arrivals] == ['{"n": 0}', '{"n": 1}', '{"n": 2}', "[DONE]"]
-    times = [t for t, _ in got.arrivals]
+    assert [p for _unused, p in got.arrivals] == ['{"n": 0}', '{"n": 1}', '{"n": 2}', "[DONE]"]
+    times = [t for t, _unused in got.arrivals]
     # the server sleeps 0.15 s before each of the first three events: read whole, they would share one time
     assert times[0] - got.sent >= 0.14
     assert all(b - a >= 0.12 for a, b in zip(times[:2], times[1:3]))
@@ -434,7 +434,7 @@ def test_suite_itl_matches_the_engine_token_delay(suite):
     # chunk being read late); 1.5x (30 ms) allows a busy shared CI machine 10 ms of scheduling delay
     # per token on average, far below what a wrong formula (e.g. e2e / tokens, or a per-chunk count off
     # by the first token) would give at these sizes.
-    _, result = suite
+    _unused, result = suite
     for lane, level in (("latency", None), ("concurrency", 1), ("concurrency", 2), ("throughput", "decode")):
         itl = _row(result["report"], lane, level)["client"]["itl_ms"]
         assert 0.9 * TOKEN_DELAY * 1000 <= itl <= 1.5 * TOKEN_DELAY * 1000, (lane, level, itl)
@@ -443,7 +443,7 @@ def test_suite_itl_matches_the_engine_token_delay(suite):
 
 
 def test_suite_latency_drops_the_first_rep(suite):
-    _, result = suite
+    _unused, result = suite
     row = _row(result["report"], "latency")
     assert [s["dropped"] for s in row["samples"]] == [True, False, False]
     assert row["client"]["dropped_reps"] == [1]
@@ -454,7 +454,7 @@ def test_suite_latency_drops_the_first_rep(suite):
 
 
 def test_suite_concurrency_aggregate_grows_with_the_level(suite):
-    _, result = suite
+    _unused, result = suite
     c1 = _row(result["report"], "concurrency", 1)["client"]
     c2 = _row(result["report"], "concurrency", 2)["client"]
     assert (c1["requests"], c2["requests"]) == (2, 4)
@@ -464,7 +464,7 @@ def test_suite_concurrency_aggregate_grows_with_the_level(suite):
 
 
 def test_suite_prefill_prompt_tokens_are_exact(suite):
-    _, result = suite
+    _unused, result = suite
     row = _row(result["report"], "throughput", "prefill")
     assert row["client"]["prompt_tokens"] == 2000 and row["client"]["prompt_tokens_constructed"] == 2000
     assert [s["usage"]["prompt_tokens"] for s in row["samples"]] == [2000, 2000]
@@ -476,7 +476,7 @@ def test_suite_prefill_prompt_tokens_are_exact(suite):
 
 
 def test_suite_server_figures_are_kept_apart_from_client_figures(suite):
-    _, result = suite
+    _unused, result = suite
     row = _row(result["report"], "throughput", "decode")
     # two requests of 32 generated tokens inside the window
     assert row["server"]["generation_tokens"] == 64
@@ -485,7 +485,7 @@ def test_suite_server_figures_are_kept_apart_from_client_figures(suite):
 
 
 def test_suite_spec_decode_acceptance(suite):
-    _, result = suite
+    _unused, result = suite
     spec = result["report"]["spec_decode"]
     assert spec["reasons"] == []
     assert 0 < spec["acceptance_rate"] <= 1

@@ -39,7 +39,7 @@ class Recorder:
     def __call__(self, argv: list[str], env: dict[str, str]) -> tuple[int, str, str]:
         self.calls.append((list(argv), dict(env)))
         proc = subprocess.run(argv, capture_output=True, env={**os.environ, **env},
-                              encoding="utf-8", errors="surrogateescape")
+                              encoding="utf-8", errors="surrogateescape", check=False)
         return proc.returncode, proc.stdout, proc.stderr
 
 

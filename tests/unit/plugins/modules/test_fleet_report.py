@@ -145,7 +145,7 @@ def test_malformed_verdict_fails_and_writes_nothing(tmp_path, run_module):
     assert "rank control node: pair lab-03 reasons is none, expected at least one for verdict UNREACHABLE" \
         in result["msg"]
     assert {(m["item"], m["actual"]) for m in result["mismatches"]} == {("pair lab-01 verdict", "FINE"),
-                                                                          ("pair lab-03 reasons", "none")}
+                                                                        ("pair lab-03 reasons", "none")}
     assert not dest.exists()
 
 

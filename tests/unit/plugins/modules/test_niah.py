@@ -85,7 +85,7 @@ def test_check_mode_plans_without_sending_or_writing(run_module, engine, tmp_pat
     assert [(s["depth"], s["action"]) for s in result["plan"]] == [
         (2032, "run"), (4064, "run"), (7315, "capacity_error")]
     assert result["diff"] == {"before": {}, "after": {"depth-2032": "would run", "depth-4064": "would run",
-                                                     "depth-7315": "ERROR"}}
+                                                      "depth-7315": "ERROR"}}
     assert engine.completion_lengths() == [] and not (tmp_path / "niah").exists()
 
 

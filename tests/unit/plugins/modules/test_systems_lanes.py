@@ -47,7 +47,7 @@ def test_run_writes_the_report_and_returns_it(run_module, engine, tmp_path):
     assert statuses[:7] == [("canary", None, "PASS"), ("latency", None, "PASS"), ("concurrency", 1, "PASS"),
                             ("concurrency", 2, "PASS"), ("throughput", "decode", "PASS"),
                             ("throughput", "prefill", "PASS"), ("spec_decode", None, "PASS")]
-    assert [s for _, _, s in statuses[7:]] == ["NOT_IMPLEMENTED", "NOT_IMPLEMENTED"]
+    assert [s for _unused, _unused, s in statuses[7:]] == ["NOT_IMPLEMENTED", "NOT_IMPLEMENTED"]
     assert report["settings"]["concurrency_levels"] == [1, 2] and "api_key" not in json.dumps(report)
     assert "sk-not-needed" not in json.dumps(result)
     assert result["diff"] == {"before": {}, "after": {"status": "PASS", "finished": report["finished"],
