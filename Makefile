@@ -78,6 +78,8 @@ test: lint test-unit test-integration test-molecule
 lint: deps
 	@$(VENV)/bin/ruff check plugins sim tools tests molecule cli
 	@$(VENV)/bin/actionlint -config-file docs/ci/actionlint.yaml -shellcheck "$$(command -v shellcheck || true)" docs/ci/dspark-*.yml
+	@VENV=$(VENV) bash tools/lint/ansible_lint.sh
+	@$(PY) tools/sanity/run_sanity.py
 
 test-unit: deps
 	@$(PY) -m pytest tests/unit

@@ -11,12 +11,13 @@ The head reads its own container through the local engine; the worker's through
 """
 from __future__ import annotations
 
+import http.client
 import json
 import re
 import shlex
-import urllib.error
-import urllib.request
 from typing import Callable
+
+from ansible_collections.gb10.dspark.plugins.module_utils._http import open_http
 
 Run = Callable[[list[str]], tuple[int, str, str]]
 
@@ -123,15 +124,15 @@ def rank_state(run: Run, ssh: list[str] | None, container: str, log_lines: int) 
 
 
 def http_json(url: str, timeout: float, api_key: str | None = None) -> tuple[int | None, object, str]:
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            body = resp.read().decode("utf-8", "replace")
+        with open_http("GET", url, None, headers, timeout) as resp:
             status = resp.status
-    except urllib.error.HTTPError as exc:
-        return exc.code, None, f"HTTP {exc.code}"
-    except (OSError, ValueError) as exc:
-        return None, None, str(getattr(exc, "reason", exc))
+            body = resp.read().decode("utf-8", "replace")
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        return None, None, str(exc)
+    if status >= 400:
+        return status, None, f"HTTP {status}"
     if url.endswith("/metrics"):
         return status, body, ""
     try:

@@ -1,12 +1,47 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, gb10.dspark contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The JSON-over-HTTP client the serving guard and NIAH use against the head's OpenAI API (stdlib only)."""
+"""HTTP against a rank's engine (stdlib ``http.client`` only): one opener for every caller, and the
+JSON client the serving guard, NIAH and the systems suite use against the head's OpenAI API.
+
+No proxy, no netrc, no content encoding: the engine is on the pair's own network, and a caller that
+times streamed lines must see the bytes as the server sends them."""
 from __future__ import annotations
 
+import contextlib
+import http.client
 import json
-import urllib.error
-import urllib.request
+import ssl
+import urllib.parse
+
+
+@contextlib.contextmanager
+def open_http(method: str, url: str, body: bytes | None = None, headers: dict | None = None,
+              timeout: float = 10.0):
+    """Send one request and yield its ``http.client.HTTPResponse`` whatever the status (the caller
+    reads ``status``). Transport failures (refused, reset, timeout, a malformed status line) raise
+    ``OSError``; a URL that is not http(s) raises ``ValueError``."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not an http(s) URL: {url!r}")
+    if parts.scheme == "https":
+        conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+            parts.hostname, parts.port, timeout=timeout, context=ssl.create_default_context())
+    else:
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    try:
+        try:
+            conn.request(method, target, body=body, headers=headers or {})
+            resp = conn.getresponse()
+        except http.client.HTTPException as exc:
+            if isinstance(exc, OSError):
+                raise
+            raise ConnectionError(f"{type(exc).__name__}: {exc}") from exc
+        with resp:
+            yield resp
+    finally:
+        conn.close()
 
 
 def json_client(base_url: str, api_key: str | None):
@@ -19,18 +54,15 @@ def json_client(base_url: str, api_key: str | None):
         headers = {"Content-Type": "application/json"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        req = urllib.request.Request(base_url.rstrip("/") + path, data=None if body is None else json.dumps(body).encode(),
-                                     headers=headers,
-                                     method=method)
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                text = resp.read().decode("utf-8", "replace")
-                status = resp.status
-        except urllib.error.HTTPError as exc:
+        data = None if body is None else json.dumps(body).encode()
+        with open_http(method, base_url.rstrip("/") + path, data, headers, timeout) as resp:
+            status = resp.status
+            text = resp.read().decode("utf-8", "replace")
+        if status >= 400:
             try:
-                return exc.code, json.loads(exc.read().decode("utf-8", "replace"))
-            except (OSError, ValueError):
-                return exc.code, None
+                return status, json.loads(text)
+            except ValueError:
+                return status, None
         if body and body.get("stream"):
             return status, text
         try:

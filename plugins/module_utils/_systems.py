@@ -38,14 +38,13 @@ import statistics
 import subprocess
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Callable
 
 from ansible_collections.gb10.dspark.plugins.module_utils._engine_probe import parse_metrics
 from ansible_collections.gb10.dspark.plugins.module_utils._files import write_json_atomic, write_text_atomic
+from ansible_collections.gb10.dspark.plugins.module_utils._http import open_http
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, IdentityError, Mismatch
 from ansible_collections.gb10.dspark.plugins.module_utils._serving_guard import (
     Expect,
@@ -299,6 +298,22 @@ def _exc_text(exc: BaseException) -> str:
     return str(reason if reason is not None else exc) or type(exc).__name__
 
 
+def _read_events(resp, out: Streamed, lines: list[str], deadline: float, timeout: float) -> None:
+    """Read a streamed answer line by line as it arrives, timestamping every ``data:`` line."""
+    while True:
+        line = resp.readline()
+        now = time.monotonic()
+        if not line:
+            return
+        text = line.decode("utf-8", "replace")
+        lines.append(text)
+        stripped = text.rstrip("\r\n")
+        if stripped.startswith("data:"):
+            out.arrivals.append((now, stripped[5:].lstrip(" ")))
+        if now > deadline:
+            raise TimeoutError(f"the answer took longer than {timeout:g} s")
+
+
 def stream_client(base_url: str, api_key: str | None) -> Callable[[str, dict, float], Streamed]:
     """``post(path, body, timeout)`` -> :class:`Streamed`. Reads the answer line by line as it
     arrives (``json_client`` reads whole bodies) and timestamps every ``data:`` line; the whole
@@ -307,33 +322,20 @@ def stream_client(base_url: str, api_key: str | None) -> Callable[[str, dict, fl
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        req = urllib.request.Request(base_url.rstrip("/") + path, data=json.dumps(body).encode(),
-                                     headers=headers, method="POST")
         out = Streamed()
         lines: list[str] = []
         out.sent = time.monotonic()
         deadline = out.sent + timeout
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
+            with open_http("POST", base_url.rstrip("/") + path, json.dumps(body).encode(), headers, timeout) as resp:
                 out.status = resp.status
-                while True:
-                    line = resp.readline()
-                    now = time.monotonic()
-                    if not line:
-                        break
-                    text = line.decode("utf-8", "replace")
-                    lines.append(text)
-                    stripped = text.rstrip("\r\n")
-                    if stripped.startswith("data:"):
-                        out.arrivals.append((now, stripped[5:].lstrip(" ")))
-                    if now > deadline:
-                        raise TimeoutError(f"the answer took longer than {timeout:g} s")
-        except urllib.error.HTTPError as exc:
-            out.status = exc.code
-            try:
-                out.error_body = json.loads(exc.read().decode("utf-8", "replace"))
-            except (OSError, ValueError):
-                out.error_body = None
+                if resp.status >= 400:
+                    try:
+                        out.error_body = json.loads(resp.read().decode("utf-8", "replace"))
+                    except (OSError, ValueError):
+                        out.error_body = None
+                else:
+                    _read_events(resp, out, lines, deadline, timeout)
         except (OSError, ValueError, http.client.HTTPException) as exc:
             out.error = _exc_text(exc)
         out.ended = time.monotonic()

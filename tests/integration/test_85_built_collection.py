@@ -19,7 +19,7 @@ def tool(name: str) -> str:
 
 
 def run(argv: list[str], cwd: Path, env: dict, timeout: float = 1800) -> subprocess.CompletedProcess:
-    res = subprocess.run(argv, cwd=cwd, env=env, text=True, capture_output=True, timeout=timeout)
+    res = subprocess.run(argv, cwd=cwd, env=env, text=True, capture_output=True, timeout=timeout, check=False)
     assert res.returncode == 0, f"{argv} exited {res.returncode}:\n{res.stdout[-6000:]}\n{res.stderr[-3000:]}"
     return res
 

@@ -61,6 +61,6 @@ def test_module_defaults_for_the_group_reach_a_module(tmp_path):
                ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default", ANSIBLE_LOCALHOST_WARNING="0")
     res = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i", "localhost,", "-c", "local",
                           "-e", json.dumps({"ansible_python_interpreter": sys.executable}), str(playbook)],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert f"SHA={sha}" in res.stdout

@@ -83,7 +83,7 @@ def test_rule_on_a_scratch_role(tmp_path):
     env = {**os.environ, "PATH": f"{ANSIBLE_LINT.parent}{os.pathsep}{os.environ.get('PATH', '')}", "NO_COLOR": "1"}
     env.pop("ANSIBLE_CONFIG", None)
     res = subprocess.run([str(ANSIBLE_LINT), "--nocolor", "-f", "pep8", "--tags", "dspark-var-owner"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
     found = sorted(re.findall(r"^(roles/\S+?):(\d+)(?::\d+)?: dspark-var-owner: (\w+[\w ]*?) '(\w+)'",
                               res.stdout, re.M))
     assert found == sorted([

@@ -5,7 +5,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from ansible_collections.gb10.dspark.plugins.module_utils._http import json_client
+from ansible_collections.gb10.dspark.plugins.module_utils._http import json_client, open_http
 
 SEEN = []
 
@@ -77,3 +77,59 @@ def test_http_errors_keep_the_error_document(base_url):
 def test_transport_errors_raise_oserror():
     with pytest.raises(OSError):
         json_client("http://127.0.0.1:9", None)("GET", "/v1/models", None, 2)
+
+
+# ---- open_http: the one opener every engine client uses ----------------------------------------
+
+def test_open_http_yields_error_statuses_instead_of_raising(base_url):
+    with open_http("POST", f"{base_url}/bad", json.dumps({}).encode(), {"Content-Type": "application/json"}, 5) as resp:
+        assert resp.status == 400
+        assert json.loads(resp.read())["error"]["message"] == "too long"
+
+
+def test_open_http_keeps_the_query_string_and_the_headers(base_url):
+    SEEN.clear()
+    with open_http("GET", f"{base_url}/v1/models?x=1", headers={"Authorization": "Bearer k"}, timeout=5) as resp:
+        assert resp.status == 200
+    assert SEEN[-1][:3] == ("GET", "/v1/models?x=1", "Bearer k")
+
+
+def test_open_http_refused_is_an_oserror():
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    with pytest.raises(ConnectionRefusedError):
+        with open_http("GET", f"http://127.0.0.1:{port}/", timeout=2):
+            pass
+
+
+def test_open_http_a_server_that_hangs_up_is_an_oserror():
+    import socket
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen()
+    port = lsock.getsockname()[1]
+
+    def hang_up():
+        conn, _addr = lsock.accept()
+        conn.recv(65536)
+        conn.close()  # no status line at all
+
+    t = threading.Thread(target=hang_up, daemon=True)
+    t.start()
+    try:
+        with pytest.raises(OSError):
+            with open_http("GET", f"http://127.0.0.1:{port}/", timeout=5):
+                pass
+    finally:
+        t.join(5)
+        lsock.close()
+
+
+@pytest.mark.parametrize("url", ["ftp://h/x", "file:///etc/passwd", "http:///nohost"])
+def test_open_http_only_speaks_http(url):
+    with pytest.raises(ValueError, match="not an http"):
+        with open_http("GET", url):
+            pass
