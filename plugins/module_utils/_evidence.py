@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from ansible_collections.gb10.dspark.plugins.module_utils._digest import sha256_file
-from ansible_collections.gb10.dspark.plugins.module_utils._files import check_finite, write_json_atomic
+from ansible_collections.gb10.dspark.plugins.module_utils._files import check_finite, make_parents, write_json_atomic
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, IdentityError, Mismatch
 
 RANK = "control node"
@@ -803,25 +803,6 @@ def plan_pack(dest: str, pair: str, run_id: str, playbook: str, artifacts: list[
 # --------------------------------------------------------------------------------------------
 # write
 # --------------------------------------------------------------------------------------------
-def _make_parents(path: str, created: list[str]) -> None:
-    """Create ``path`` and its missing parents (0755), appending each one created to ``created``
-    (outermost first), so a caller can undo them even when this fails half way."""
-    missing = []
-    while not os.path.isdir(path):
-        missing.append(path)
-        parent = os.path.dirname(path)
-        if parent == path:
-            break
-        path = parent
-    for folder in reversed(missing):
-        try:
-            os.mkdir(folder, DIR_MODE)
-        except FileExistsError:
-            continue
-        created.append(folder)
-        os.chmod(folder, DIR_MODE)
-
-
 def _remove_empty(folders: list[str]) -> None:
     for folder in reversed(folders):
         try:
@@ -901,7 +882,7 @@ def write_pack(plan: Plan) -> None:
     staging = None
     done = False
     try:
-        _make_parents(parent, created)
+        make_parents(parent, created, DIR_MODE)
         staging = tempfile.mkdtemp(prefix=f".{os.path.basename(dest)}.", suffix=".partial", dir=parent)
         os.chmod(staging, DIR_MODE)
         for entry in plan.written():

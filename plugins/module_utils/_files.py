@@ -27,6 +27,27 @@ def check_finite(value: object, path: str = "$") -> None:
         raise ValueError(f"{path} is a {type(value).__name__}, not a JSON value")
 
 
+def make_parents(path: str, created: list[str] | None = None, mode: int = 0o755) -> None:
+    """Create ``path`` and its missing parents, each with ``mode`` whatever the umask. Each folder
+    created is appended to ``created`` (outermost first), so a caller can undo them even when this
+    fails half way; a folder another process creates meanwhile is left to that process."""
+    missing = []
+    while not os.path.isdir(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, mode)
+        except FileExistsError:
+            continue
+        if created is not None:
+            created.append(folder)
+        os.chmod(folder, mode)
+
+
 def write_json_atomic(path: str, document: object, mode: int = 0o644, make_dirs: bool = False) -> None:
     """Write ``document`` as pretty JSON (sorted keys, indent 2) with :func:`write_text_atomic`.
     Non-finite numbers and what JSON cannot hold are refused before anything is written."""

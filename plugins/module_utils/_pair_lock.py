@@ -24,6 +24,8 @@ import tempfile
 from contextlib import contextmanager
 from typing import Iterator
 
+from ansible_collections.gb10.dspark.plugins.module_utils._files import make_parents
+
 DEFAULT_PATH = "/run/lock/dspark/pair.lock"
 FREE = "free"
 MAX_BYTES = 64 * 1024
@@ -228,24 +230,6 @@ def held_message(pair: str, path: str, inventory_host: str, holder: dict, this_h
 
 # --- the file operations on the head ------------------------------------------------------------
 
-def _make_dirs(directory: str) -> None:
-    """Create ``directory`` and missing parents, each 0755 whatever the umask."""
-    missing = []
-    d = directory
-    while d and not os.path.isdir(d):
-        missing.append(d)
-        parent = os.path.dirname(d)
-        if parent == d:
-            break
-        d = parent
-    for d in reversed(missing):
-        try:
-            os.mkdir(d, 0o755)
-        except FileExistsError:
-            continue
-        os.chmod(d, 0o755)
-
-
 def _fsync_dir(directory: str) -> None:
     fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
@@ -340,7 +324,7 @@ def _present(pair: str, path: str, record: dict, takeover_run_id: str | None, ch
         current = _read(pair, path)
         step = plan_acquire(current, run_id, takeover_run_id)
         return step, (record if step in ("acquire", "takeover") else current)
-    _make_dirs(os.path.dirname(path))
+    make_parents(os.path.dirname(path))
     with _dir_guard(os.path.dirname(path)):
         for _attempt in range(3):  # a writer that ignores the guard may slip in between read and link
             current = _read(pair, path)

@@ -53,3 +53,27 @@ def test_text_writer_replaces_whole_files_only(tmp_path):
     with pytest.raises(TypeError):
         rg.write_text_atomic(str(target), b"bytes are not text")
     assert target.read_text() == "| lane |\n" and os.listdir(tmp_path) == ["systems.md"]
+
+
+def test_make_parents_creates_each_missing_folder_with_its_mode_whatever_the_umask(tmp_path):
+    target = tmp_path / "a" / "b" / "c"
+    created = []
+    old = os.umask(0o077)
+    try:
+        rg.make_parents(str(target), created)
+    finally:
+        os.umask(old)
+    assert created == [str(tmp_path / "a"), str(tmp_path / "a" / "b"), str(target)]
+    assert all(os.stat(p).st_mode & 0o777 == 0o755 for p in created)
+    again = []
+    rg.make_parents(str(target), again)  # already there: nothing created, nothing listed
+    assert again == []
+
+
+def test_make_parents_under_a_file_fails_and_lists_nothing(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "file").write_text("x")
+    created = []
+    with pytest.raises(NotADirectoryError):
+        rg.make_parents(str(tmp_path / "a" / "file" / "sub"), created)
+    assert created == []
