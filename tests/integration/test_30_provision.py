@@ -191,3 +191,13 @@ def test_api_key_reaches_only_the_containers_environment(sim, clean_tree):
     req = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"})
     with urllib.request.urlopen(req, timeout=10) as r:
         assert r.status == 200
+    labels = [json.loads(on_rank(r, ["docker", "container", "inspect", "dspark_vllm"]).stdout)[0]["Config"]["Labels"]
+              for r in pair.ranks]
+    assert all(lb["io.gb10.dspark.api_key"].startswith("fp:") and key not in json.dumps(lb) for lb in labels)
+    # The key taken out of the inventory: both ranks are replaced, and the API is open again.
+    before = started(pair)
+    provision(pair, clean_tree, check=True)
+    after = started(pair)
+    assert all(after[n][0] != before[n][0] for n in before), "an engine kept the removed key"
+    with urllib.request.urlopen(url, timeout=10) as r:
+        assert r.status == 200
