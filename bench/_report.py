@@ -65,9 +65,11 @@ def check_text(c: dict) -> str:
 
 
 def row(row_id: str, name: str, numerator: tuple[str, float], denominator: tuple[str, float], target: float,
-        notes: list[str] | None = None, checks: list[dict] | None = None, extra: dict | None = None) -> dict:
+        notes: list[str] | None = None, checks: list[dict] | None = None, extra: dict | None = None,
+        causes: list[str] | None = None) -> dict:
     """One measured ratio with its verdict: met only when the ratio is within ``target`` (≤) and
-    every check holds. ``why`` says what missed (then the notes, which explain the measurement)."""
+    every check holds. ``why`` says what missed, followed by ``causes`` (measured explanations the
+    caller gives) when anything missed; the notes explain the measurement."""
     (num_label, num_s), (den_label, den_s) = numerator, denominator
     value = ratio(num_s, den_s)
     checks = list(checks or [])
@@ -77,6 +79,8 @@ def row(row_id: str, name: str, numerator: tuple[str, float], denominator: tuple
         why.append(f"ratio {value:.{RATIO_DIGITS}f} is above the target {target} "
                    f"({num_label} {num_s:.2f} s against {den_label} {den_s:.2f} s)")
     why += [f"{check_text(c)}: missed" for c in checks if not c["met"]]
+    if why:
+        why += list(causes or [])
     return {
         "id": row_id,
         "name": name,

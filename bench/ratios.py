@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -200,20 +201,31 @@ def measure_reprovision(b: Bench) -> dict:
 
 
 # ---- 2. staging on both ranks vs a bare docker load ---------------------------------------------------
-def stage(args: dict) -> tuple[dict[str, dict], dict[int, int], float]:
-    """image_identity on both ranks of sim01 at once (one ad-hoc run, -f 2), with the peak memory of
-    the module's processes; pipelining off so that the module's process carries its name."""
+def stage(args: dict, ranks: tuple = PAIR.ranks) -> tuple[dict[str, dict], dict[int, int], float]:
+    """image_identity on ``ranks`` (both ranks of sim01 by default) at once, in one ad-hoc run with
+    a fork per rank, with the peak memory of the module's processes; pipelining off so that the
+    module's process carries its name."""
+    pattern = PAIR.group if len(ranks) == len(PAIR.ranks) else ",".join(r.name for r in ranks)
     t0 = time.monotonic()
     (res, hosts), peaks = common.peak_rss_while(
-        lambda: common.adhoc(PAIR.group, "gb10.dspark.image_identity", args, forks=2,
+        lambda: common.adhoc(pattern, "gb10.dspark.image_identity", args, forks=len(ranks),
                              env={"ANSIBLE_PIPELINING": "0"}), MARK)
     seconds = time.monotonic() - t0
-    missing = [r.name for r in PAIR.ranks if r.name not in hosts]
+    missing = [r.name for r in ranks if r.name not in hosts]
     failed = {h: v["result"].get("msg") for h, v in hosts.items() if not v["ok"]}
     if res.returncode != 0 or missing or failed:
-        raise BenchError(f"image_identity on {PAIR.group} failed (exit {res.returncode}; no result from {missing}; "
+        raise BenchError(f"image_identity on {pattern} failed (exit {res.returncode}; no result from {missing}; "
                          f"failures {failed}):\n{res.stdout[-2000:]}\n{res.stderr[-1000:]}")
     return {h: v["result"] for h, v in hosts.items()}, peaks, seconds
+
+
+def bare_load(ranks: tuple, path: str) -> float:
+    """Seconds for `docker load -i path` on every rank of ``ranks`` at once (one SSH command each)."""
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(max_workers=len(ranks)) as pool:
+        for res in pool.map(lambda r: common.on_rank(r, ["docker", "load", "-i", path], timeout=3600), ranks):
+            del res  # on_rank raises on a failed load
+    return time.monotonic() - t0
 
 
 def measure_staging(b: Bench) -> dict:
@@ -233,11 +245,18 @@ def measure_staging(b: Bench) -> dict:
         for r in PAIR.ranks:
             remove_image(r, made["image_id"])
         say(f"staging: bare docker load on {HEAD.name}")
-        t0 = time.monotonic()
-        common.on_rank(HEAD, ["docker", "load", "-i", made["path"]], timeout=3600)
-        bare = time.monotonic() - t0
+        bare = bare_load((HEAD,), made["path"])
         if not image_present(HEAD, made["image_id"]):
             raise BenchError(f"{HEAD.name}: docker load did not leave {made['image_id']}")
+        remove_image(HEAD, made["image_id"])
+        # What this machine can do: two bare loads at once (its ranks share cores and one disk), and
+        # the module on one rank alone (its own cost over a bare load).
+        say(f"staging: bare docker load on both ranks of {PAIR.group} at once")
+        both_bare = bare_load(PAIR.ranks, made["path"])
+        for r in PAIR.ranks:
+            remove_image(r, made["image_id"])
+        say(f"staging: image_identity on {HEAD.name} alone")
+        _, _, one_rank = stage(args, (HEAD,))
         remove_image(HEAD, made["image_id"])
         say(f"staging: image_identity on both ranks of {PAIR.group}")
         first, peaks, staged = stage(args)
@@ -258,6 +277,15 @@ def measure_staging(b: Bench) -> dict:
     peak = max(peaks.values(), default=0)
     checks = [report.check("second staging", round(again, 2), SECOND_STAGING_MAX_S, "<=", "s"),
               report.check("ranks that loaded again in the second staging", len(reloaded), 0, "==")]
+    contention, overhead = report.ratio(both_bare, bare), report.ratio(one_rank, bare)
+    causes = [
+        f"On this machine two bare `docker load -i` at once, one per rank, take {both_bare:.2f} s, {contention:.3f}× "
+        f"one load: the simulated ranks share its {os.cpu_count()} cores and one disk, where a GB10 pair's ranks "
+        "each load on their own. Staging on both ranks against those two bare loads at once: "
+        f"{report.ratio(staged, both_bare):.3f}.",
+        f"image_identity on {HEAD.name} alone takes {one_rank:.2f} s, {overhead:.3f}× the bare load on that rank "
+        "(Ansible's start, the archive's identity read from its tar headers, the stream into the engine, the tag).",
+    ]
     notes = [
         f"Numerator: gb10.dspark.image_identity on both ranks of {PAIR.group} at once (one ad-hoc `ansible "
         f"{PAIR.group} -f 2` run) with a pin built from the synthetic archive's identity: it reads the archive's ID, "
@@ -276,8 +304,13 @@ def measure_staging(b: Bench) -> dict:
     return report.row(
         "staging", f"Staging a {gib:g} GiB archive on both ranks vs a bare docker load on one",
         (f"image_identity on both ranks of {PAIR.group}", staged), (f"docker load on {HEAD.name}", bare),
-        TARGETS["staging"], notes=notes, checks=checks,
-        extra={"archive (bytes)": size, "module peak RSS, first staging (MiB)": round(peak / 1024, 1),
+        TARGETS["staging"], notes=notes, checks=checks, causes=causes,
+        extra={"archive (bytes)": size,
+               "two bare docker loads at once, one per rank (s)": round(both_bare, 2),
+               "two bare loads at once / one bare load": contention,
+               "image_identity on one rank alone (s)": round(one_rank, 2),
+               "image_identity on one rank / one bare load": overhead,
+               "staging on both ranks / two bare loads at once": report.ratio(staged, both_bare), "module peak RSS, first staging (MiB)": round(peak / 1024, 1),
                "module processes sampled, first staging": len(peaks),
                "module peak RSS, second staging (MiB)": round(max(peaks2.values(), default=0) / 1024, 1),
                "second staging (s)": round(again, 2),

@@ -37,6 +37,7 @@ GRACE_SECONDS = 15.0
 AUDIT_DIR_VAR = "dspark_audit_report_dir"
 
 PLAYBOOKS = {
+    "preflight": "gb10.dspark.preflight",
     "provision": "gb10.dspark.provision",
     "rollback": "gb10.dspark.rollback",
     "rollforward": "gb10.dspark.rollforward",
@@ -48,6 +49,7 @@ PLAYBOOKS = {
 }
 
 HELP = {
+    "preflight": "check every identity of pairs before a change (changes nothing)",
     "provision": "provision pairs: identity preflight, image, profile, engine, runtime gate",
     "rollback": "roll pairs back to the breakable A/B profile (--forward: roll forward again)",
     "audit": "audit the fleet and print the drift table (exit 2 when a pair is not OK)",

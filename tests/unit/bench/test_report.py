@@ -65,6 +65,15 @@ def test_a_row_with_the_ratio_and_every_check_met_is_met():
     assert r["met"] and r["why"] == []
 
 
+def test_causes_follow_a_miss_and_are_left_out_of_a_met_row():
+    cause = "two bare loads at once take 1.6x one load on this machine"
+    missed = report.row("x", "X", ("a", 30.0), ("b", 20.0), 1.25, causes=[cause])
+    assert missed["why"][0].startswith("ratio 1.500 is above the target 1.25")
+    assert missed["why"][1:] == [cause]
+    met = report.row("x", "X", ("a", 20.0), ("b", 20.0), 1.25, causes=[cause])
+    assert met["met"] and met["why"] == []
+
+
 def test_check_text_shows_value_target_and_unit():
     assert report.check_text(report.check("second staging", 3.4, 3.0, "<=", "s")) == "second staging 3.4 s, target ≤ 3 s"
 

@@ -22,6 +22,7 @@ def parse(*argv):
 
 
 @pytest.mark.parametrize("command, fqcn", [
+    ("preflight", "gb10.dspark.preflight"),
     ("provision", "gb10.dspark.provision"),
     ("rollback", "gb10.dspark.rollback"),
     ("audit", "gb10.dspark.audit"),
