@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 
-from simhelpers import INVENTORY, container_state, on_rank, playbook, site
+from simhelpers import INVENTORY, container_state, on_rank, playbook, site, snapshot
 
 LONG_WINDOW = 1_048_576
 DEPTHS = [262_128, 524_256, 943_660]
@@ -27,6 +28,11 @@ def summary(run: Path) -> dict:
 def labels(rank) -> dict:
     out = on_rank(rank, ["docker", "container", "inspect", "dspark_vllm"]).stdout
     return json.loads(out)[0]["Config"]["Labels"]
+
+
+def outside_the_ladder(snap: dict) -> dict:
+    """A rank's snapshot without the running ladder's own files (it writes its rows as it goes)."""
+    return dict(snap, files=[f for f in snap["files"] if not f.startswith("/var/lib/dspark/niah")])
 
 
 def flat(res) -> str:
@@ -97,6 +103,7 @@ def test_kv_smaller_than_the_window_and_resume_after_an_interruption(sim, clean_
     assert d3["http_status"] is None  # never sent
 
 
+@pytest.mark.fault("lock-niah")
 def test_an_interrupted_control_node_reattaches_and_restarts_nothing(sim, clean_tree, host_vars):
     import os
     import signal
@@ -129,6 +136,16 @@ def test_an_interrupted_control_node_reattaches_and_restarts_nothing(sim, clean_
     os.killpg(proc.pid, signal.SIGKILL)  # the control node goes away mid-ladder
     proc.wait()
     engine = (container_state(pair.head)["StartedAt"], container_state(pair.worker)["StartedAt"])
+
+    # While the ladder runs on, a provision of the pair is refused before anything changes.
+    before = {r.name: outside_the_ladder(snapshot(r)) for r in pair.ranks}
+    refused = playbook("provision.yml", clean_tree, "--limit", pair.group, check=False)
+    text = flat(refused)
+    assert refused.returncode != 0, text[-4000:]
+    assert f"rank {pair.head.name} (head of pair sim{pair.index:02d}): a NIAH ladder is running in" in text, text[-4000:]
+    assert "expected none" in text and "/long-1m-" in text, text[-4000:]
+    after = {r.name: outside_the_ladder(snapshot(r)) for r in pair.ranks}
+    assert after == before, "a provision refused for a running ladder changed a rank"
 
     again = playbook("niah.yml", clean_tree, "--limit", pair.group, "-e", "dspark_niah_poll_interval=1",
                      "-e", f"dspark_niah_code={CODE}")
