@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import shlex
 import subprocess
 import sys
@@ -20,6 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 for _p in (ROOT, ROOT / "sim"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
+
+import _report  # noqa: E402  (bench/_report.py, beside this file)
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -139,6 +142,17 @@ def adhoc(pattern: str, module: str, args: dict, forks: int | None = None, env: 
     return res, parse_oneline(res.stdout)
 
 
+def machine_cpu() -> tuple[int, int]:
+    """(busy, total) clock ticks of every core of this machine, which the simulated ranks share."""
+    return _report.proc_stat_cpu(Path("/proc/stat").read_text())
+
+
+def children_cpu_s() -> float:
+    """User and system CPU seconds of this process's waited-for children and their descendants."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 @dataclass
 class PlaybookRun:
     argv: list[str]
@@ -148,6 +162,8 @@ class PlaybookRun:
     stderr: str
     recap: dict[str, dict[str, int]] = field(default_factory=dict)
     junit: list[str] = field(default_factory=list)  # the junit callback's XML documents
+    controller_cpu_s: float = 0.0  # ansible-playbook and its local children (local modules, ssh clients)
+    machine_busy: float | None = None  # share of all cores busy during the run (ranks included)
 
     def tail(self, chars: int = 4000) -> str:
         return (self.stdout[-chars:] + "\n" + self.stderr[-chars // 2:]).strip()
@@ -170,11 +186,14 @@ def playbook(name: str, *extra: str, extra_vars: dict | None = None, junit_dir: 
             old.unlink()
         env = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.builtin.junit", "JUNIT_OUTPUT_DIR": str(junit_dir),
                "JUNIT_HIDE_TASK_ARGUMENTS": "true"}
+    cpu0, busy0 = children_cpu_s(), machine_cpu()
     t0 = time.monotonic()
     res = subprocess.run(argv, cwd=ROOT, env=ansible_env(**env), text=True, capture_output=True, timeout=timeout, check=False)
     seconds = time.monotonic() - t0
+    cpu, busy = children_cpu_s() - cpu0, _report.busy_fraction(busy0, machine_cpu())
     junit = [p.read_text() for p in sorted(junit_dir.glob("*.xml"))] if junit_dir is not None else []
-    return PlaybookRun(argv, res.returncode, seconds, res.stdout, res.stderr, parse_recap(res.stdout), junit)
+    return PlaybookRun(argv, res.returncode, seconds, res.stdout, res.stderr, parse_recap(res.stdout), junit,
+                       controller_cpu_s=round(cpu, 2), machine_busy=busy)
 
 
 # ---- the simulator ---------------------------------------------------------------------------

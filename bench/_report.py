@@ -168,6 +168,19 @@ def slowest_tasks(junit_xml: str, limit: int = 5) -> list[tuple[str, float]]:
     return [(name, round(s, 2)) for name, s in ranked[:limit]]
 
 
+def tasks_run(junit_xml: str) -> int:
+    """How many tasks of a playbook run did work on at least one host (not skipped everywhere),
+    from the junit callback's XML."""
+    ran: set[str] = set()
+    for case in ET.fromstring(junit_xml).iter("testcase"):
+        name = case.get("name", "")
+        if name.startswith("[") and "] " in name:
+            name = name.split("] ", 1)[1]
+        if case.find("skipped") is None:
+            ran.add(name)
+    return len(ran)
+
+
 # ---- machine facts --------------------------------------------------------------------------
 def meminfo_total_bytes(meminfo: str) -> int | None:
     """MemTotal of /proc/meminfo in bytes (None when absent)."""
@@ -177,6 +190,24 @@ def meminfo_total_bytes(meminfo: str) -> int | None:
             scale = 1024 if len(parts) > 2 and parts[2].lower() == "kb" else 1
             return int(parts[1]) * scale
     return None
+
+
+def proc_stat_cpu(stat: str) -> tuple[int, int]:
+    """(busy, total) clock ticks of all cores from the ``cpu`` line of /proc/stat; idle and iowait
+    are not busy, guest time is already inside user and nice."""
+    for line in stat.splitlines():
+        parts = line.split()
+        if parts and parts[0] == "cpu":
+            ticks = [int(v) for v in parts[1:9]]  # user nice system idle iowait irq softirq steal
+            total = sum(ticks)
+            return total - ticks[3] - ticks[4], total
+    raise ValueError("no cpu line in /proc/stat")
+
+
+def busy_fraction(before: tuple[int, int], after: tuple[int, int]) -> float | None:
+    """Share of all cores' time spent busy between two proc_stat_cpu readings (None: no time passed)."""
+    total = after[1] - before[1]
+    return round((after[0] - before[0]) / total, 3) if total > 0 else None
 
 
 # ---- artifacts/reports/PERFORMANCE.md --------------------------------------------------------------------

@@ -59,6 +59,7 @@ STAGE_TAG = "dspark-bench:ratios"
 
 TARGETS = {"reprovision": 0.2, "staging": 1.25, "audit-scaling": 2.5, "audit-naive": 0.5, "guard": 1.2}
 SECOND_STAGING_MAX_S = 3.0
+GATE_SUITE_TASK = "Provision GB10 pairs: gb10.dspark.gate : Gate | Run the runtime gate suite"
 ORDER = ["reprovision", "staging", "audit-scaling", "audit-naive", "guard"]  # the issue's order, for the doc
 GROUPS = {"reprovision": ["reprovision"], "staging": ["staging"], "audit": ["audit-scaling", "audit-naive"],
           "guard": ["guard"]}
@@ -159,6 +160,16 @@ def fleet_state(b: Bench, pairs: list[layout.Pair]) -> dict[int, dict]:
     return out
 
 
+def module_floor(b: Bench) -> float:
+    """Seconds one module task takes on the head, whatever the module does: bench/module_floor.yml
+    runs ansible.builtin.ping ten times in one loop; the loop's time from the junit callback, over ten."""
+    run = b.playbook("bench/module_floor.yml", "--limit", HEAD.name, junit=True)
+    loops = [t for doc in run.junit for name, t in report.slowest_tasks(doc, limit=1) if "ping, ten times" in name]
+    if not loops:
+        raise BenchError(f"bench/module_floor.yml reported no loop time:\n{run.tail()}")
+    return round(loops[0] / 10, 3)
+
+
 # ---- 1. re-provision vs fresh provision -------------------------------------------------------------
 def measure_reprovision(b: Bench) -> dict:
     name = b.site.get("dspark_container_name", "dspark_vllm")
@@ -189,12 +200,26 @@ def measure_reprovision(b: Bench) -> dict:
         "from docker inspect (ID, StartedAt, RestartCount) before and after it.",
         "Slowest tasks of the re-provision: " + "; ".join(f"{n} ({s} s)" for n, s in slow_again[:5]) + ".",
     ]
+    ran = sum(report.tasks_run(doc) for doc in again.junit)
+    floor = module_floor(b)
+    causes = [
+        f"The re-provision changed nothing and still ran {ran} tasks (every check of preflight, image, profile, "
+        f"engine and gate, and the evidence pack). On this machine one task that runs a module costs {floor:.2f} s "
+        f"whatever the module does (bench/module_floor.yml: ansible.builtin.ping on {HEAD.name}, ten times); "
+        f"the gate's suite alone takes {dict(slow_again).get(GATE_SUITE_TASK, 0.0):.2f} s.",
+        cpu_cause("The re-provision", again.seconds, again.controller_cpu_s, again.machine_busy or 0.0),
+        f"The fresh provision's {fresh.seconds:.2f} s hold the {delay:g} s start-up delay; a GB10's cold start of "
+        "12 to 60 minutes is the denominator the same re-provision would have on a real pair.",
+    ]
     return report.row(
         "reprovision", "Re-provision of a converged pair vs a fresh provision",
         (f"re-provision of {PAIR.group}", again.seconds), (f"fresh provision of {PAIR.group}", fresh.seconds),
-        TARGETS["reprovision"], notes=notes,
+        TARGETS["reprovision"], notes=notes, causes=causes,
         checks=[report.check("container restarts", sum(per_rank.values()), 0, "==")],
         extra={"restarts per rank": per_rank, "tasks changed by the re-provision": again.changed(),
+               "tasks run by the re-provision": ran, "one module task on a rank (s)": floor,
+               "control-node CPU, re-provision (s)": again.controller_cpu_s,
+               "machine busy, re-provision": again.machine_busy,
                "tasks changed by the fresh provision": fresh.changed(), "engine start-up delay (s)": delay,
                "stand-in archive (bytes)": archive.stat().st_size,
                "slowest tasks of the re-provision": slow_again[:5], "slowest tasks of the fresh provision": slow_fresh[:5]})
@@ -328,26 +353,36 @@ def audit_times(b: Bench) -> dict:
     forks = ["-f", str(b.args.forks)]
     ev = {"dspark_audit_report_dir": str(b.tmp / "audit")}
 
-    def audit(*limit: str) -> float:
-        return b.playbook("audit.yml", *forks, *limit, extra_vars=ev).seconds  # converged: every pair OK, exit 0
+    def audit(*limit: str) -> common.PlaybookRun:
+        return b.playbook("audit.yml", *forks, *limit, extra_vars=ev)  # converged: every pair OK, exit 0
 
-    def naive() -> float:
-        return b.playbook("bench/naive_audit.yml", *forks).seconds
+    def naive() -> common.PlaybookRun:
+        return b.playbook("bench/naive_audit.yml", *forks)
 
     say("audit: warm-up (SSH connections)")
     audit()
     naive()
-    one, every, nv = [], [], []
+    runs: dict[str, list[common.PlaybookRun]] = {"one": [], "every": [], "naive": []}
     for i in range(b.args.audit_repeats):
         say(f"audit: round {i + 1} of {b.args.audit_repeats}")
-        one.append(audit("--limit", PAIR.group))
-        every.append(audit())
-        nv.append(naive())
+        runs["one"].append(audit("--limit", PAIR.group))
+        runs["every"].append(audit())
+        runs["naive"].append(naive())
     counts = json.loads((b.tmp / "audit" / "audit.json").read_text()).get("counts")
-    b.cache["audit"] = {"one": one, "every": every, "naive": nv, "counts": counts,
-                        "median": {"one": statistics.median(one), "every": statistics.median(every),
-                                   "naive": statistics.median(nv)}}
-    return b.cache["audit"]
+    out = {k: [r.seconds for r in v] for k, v in runs.items()}
+    out.update(counts=counts, median={k: statistics.median(r.seconds for r in v) for k, v in runs.items()},
+               cpu={k: statistics.median(r.controller_cpu_s for r in v) for k, v in runs.items()},
+               busy={k: statistics.median(r.machine_busy or 0.0 for r in v) for k, v in runs.items()})
+    b.cache["audit"] = out
+    return out
+
+
+def cpu_cause(what: str, seconds: float, cpu_s: float, busy: float) -> str:
+    """One measured sentence on how a run used this machine's cores."""
+    cores = os.cpu_count() or 1
+    return (f"{what}: {seconds:.2f} s, during which this machine's {cores} cores were {busy:.0%} busy "
+            f"(ranks, their dockerds and engines, and the control node together); ansible-playbook and its "
+            f"local children used {cpu_s:.2f} s of CPU.")
 
 
 def _runs(values: list[float]) -> str:
@@ -364,8 +399,16 @@ def measure_audit_scaling(b: Bench) -> dict:
         notes=[f"playbooks/audit.yml with -f {b.args.forks} on {n} pairs and with --limit {PAIR.group}; the median "
                f"of {b.args.audit_repeats} interleaved runs each, after a warm-up run; every run exited 0 (all pairs OK).",
                f"Every rank runs its own sshd and dockerd on this machine's {os.cpu_count()} cores."],
+        causes=[cpu_cause(f"audit.yml on {n} pairs (median)", t["median"]["every"], t["cpu"]["every"], t["busy"]["every"]),
+                cpu_cause("audit.yml on 1 pair (median)", t["median"]["one"], t["cpu"]["one"], t["busy"]["one"]),
+                f"The {2 * n} ranks' audit modules run on the same cores as the control node here; on a fleet each "
+                "rank's module runs on that rank's own CPU, and only the control node's share grows with the pairs."],
         extra={f"audit.yml on {n} pairs (s, each run)": _runs(t["every"]),
-               "audit.yml on 1 pair (s, each run)": _runs(t["one"]), "last verdicts": t["counts"]})
+               "audit.yml on 1 pair (s, each run)": _runs(t["one"]), "last verdicts": t["counts"],
+               f"control-node CPU, audit.yml on {n} pairs (s, median)": t["cpu"]["every"],
+               "control-node CPU, audit.yml on 1 pair (s, median)": t["cpu"]["one"],
+               f"machine busy, audit.yml on {n} pairs (median)": t["busy"]["every"],
+               "machine busy, audit.yml on 1 pair (median)": t["busy"]["one"]})
 
 
 def measure_audit_naive(b: Bench) -> dict:
@@ -381,8 +424,13 @@ def measure_audit_naive(b: Bench) -> dict:
                "audit.yml also resolves each pair's profile, judges the pair and writes the report; the naive "
                "playbook does none of that, so the ratio is an upper bound.",
                f"Same forks (-f {b.args.forks}); the median of {b.args.audit_repeats} interleaved runs each."],
+        causes=[cpu_cause(f"audit.yml on {n} pairs (median)", t["median"]["every"], t["cpu"]["every"], t["busy"]["every"]),
+                cpu_cause(f"naive_audit.yml on {n} pairs (median)", t["median"]["naive"], t["cpu"]["naive"],
+                          t["busy"]["naive"])],
         extra={f"naive_audit.yml on {n} pairs (s, each run)": _runs(t["naive"]),
-               f"audit.yml on {n} pairs (s, each run)": _runs(t["every"])})
+               f"audit.yml on {n} pairs (s, each run)": _runs(t["every"]),
+               f"control-node CPU, naive_audit.yml on {n} pairs (s, median)": t["cpu"]["naive"],
+               f"machine busy, naive_audit.yml on {n} pairs (median)": t["busy"]["naive"]})
 
 
 # ---- 4. the guard against the theoretical server time --------------------------------------------

@@ -575,6 +575,25 @@ def manifest_expectations(resolved: dict) -> dict:
     return out
 
 
+# profile_resolve's options, shared by the module and its action plugin (which resolves in the
+# controller's worker process: the task always runs on the control node, so no module is shipped).
+RESOLVE_ARGUMENT_SPEC = {
+    "catalog": {"type": "dict", "required": True},
+    "name": {"type": "str", "required": True},
+    "overrides": {"type": "dict", "default": {}},
+    "allow_experimental": {"type": "bool", "default": False},
+    "pin": {"type": "dict", "required": True},
+    "rank": {"type": "int", "required": True, "choices": [0, 1]},
+    "eth_if": {"type": "str", "required": True},
+    "ib_hca": {"type": "str", "required": True},
+    "head_fabric_ip": {"type": "str", "required": True},
+    "master_port": {"type": "int", "default": 25000},
+    "api_port": {"type": "int", "default": 8888},
+    "served_model_name": {"type": "str", "required": True},
+    "extra_env": {"type": "dict", "default": {}},
+}
+
+
 def build(catalog: dict, name: str, overrides: dict, allow_experimental: bool, pin: dict, rank: int,
           eth_if: str, ib_hca: str, head_fabric_ip: str, master_port: int, api_port: int,
           served_model_name: str, extra_env: dict | None = None) -> dict:

@@ -274,34 +274,12 @@ mismatches:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import guarded
-from ansible_collections.gb10.dspark.plugins.module_utils._profile import build
+from ansible_collections.gb10.dspark.plugins.module_utils._profile import RESOLVE_ARGUMENT_SPEC, build
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "catalog": {"type": "dict", "required": True},
-            "name": {"type": "str", "required": True},
-            "overrides": {"type": "dict", "default": {}},
-            "allow_experimental": {"type": "bool", "default": False},
-            "pin": {"type": "dict", "required": True},
-            "rank": {"type": "int", "required": True, "choices": [0, 1]},
-            "eth_if": {"type": "str", "required": True},
-            "ib_hca": {"type": "str", "required": True},
-            "head_fabric_ip": {"type": "str", "required": True},
-            "master_port": {"type": "int", "default": 25000},
-            "api_port": {"type": "int", "default": 8888},
-            "served_model_name": {"type": "str", "required": True},
-            "extra_env": {"type": "dict", "default": {}},
-        },
-        supports_check_mode=True,
-    )
-    p = module.params
-    result = guarded(module, lambda: build(
-        catalog=p["catalog"], name=p["name"], overrides=p["overrides"], allow_experimental=p["allow_experimental"],
-        pin=p["pin"], rank=p["rank"], eth_if=p["eth_if"], ib_hca=p["ib_hca"], head_fabric_ip=p["head_fabric_ip"],
-        master_port=p["master_port"], api_port=p["api_port"], served_model_name=p["served_model_name"],
-        extra_env=p["extra_env"]))
+    module = AnsibleModule(argument_spec=RESOLVE_ARGUMENT_SPEC, supports_check_mode=True)
+    result = guarded(module, lambda: build(**module.params))
     module.exit_json(changed=False, **result)
 
 

@@ -143,6 +143,17 @@ def test_slowest_tasks_take_the_slowest_host_of_each_task():
     assert report.slowest_tasks(JUNIT, limit=1) == [("Provision GB10 pairs: engine | Wait [ready]", 7.0)]
 
 
+def test_tasks_run_counts_each_task_once_and_leaves_out_tasks_skipped_everywhere():
+    doc = JUNIT.replace("</testsuite>", """  <testcase classname="a.yml:20" name="[sim01-head] Provision GB10 pairs: gate | Skip me" time="0.01">
+    <skipped message="skipped"/></testcase>
+  <testcase classname="a.yml:21" name="[sim01-worker] Provision GB10 pairs: gate | Half" time="0.01">
+    <skipped message="skipped"/></testcase>
+  <testcase classname="a.yml:21" name="[sim01-head] Provision GB10 pairs: gate | Half" time="0.3"/>
+</testsuite>""")
+    assert report.tasks_run(JUNIT) == 3
+    assert report.tasks_run(doc) == 4  # "Half" ran on the head; "Skip me" ran nowhere
+
+
 def test_meminfo_total():
     assert report.meminfo_total_bytes("MemFree: 1 kB\nMemTotal:       24576000 kB\n") == 24576000 * 1024
     assert report.meminfo_total_bytes("MemFree: 1 kB\n") is None
@@ -210,3 +221,26 @@ def test_render_with_every_target_met_says_so():
     doc = report.render(_run(_rows()[:1]))
     assert "None: every target was met." in doc
     assert "**missed**" not in doc
+
+
+# ---- CPU accounting of the machine ----------------------------------------------------------------
+STAT = """cpu  100 5 50 800 20 3 2 0 0 0
+cpu0 50 2 25 400 10 1 1 0 0 0
+intr 12345
+"""
+
+
+def test_proc_stat_cpu_counts_idle_and_iowait_as_not_busy():
+    busy, total = report.proc_stat_cpu(STAT)
+    assert total == 100 + 5 + 50 + 800 + 20 + 3 + 2
+    assert busy == total - 800 - 20
+
+
+def test_proc_stat_cpu_without_the_cpu_line_is_an_error():
+    with pytest.raises(ValueError):
+        report.proc_stat_cpu("cpu0 1 2 3 4\n")
+
+
+def test_busy_fraction_between_two_readings():
+    assert report.busy_fraction((100, 1000), (250, 1200)) == 0.75
+    assert report.busy_fraction((100, 1000), (100, 1000)) is None
