@@ -281,7 +281,7 @@ def measure_staging(b: Bench) -> dict:
         for r in PAIR.ranks:
             remove_image(r, made["image_id"])
         say(f"staging: image_identity on {HEAD.name} alone")
-        _, _, one_rank = stage(args, (HEAD,))
+        one_rank = stage(args, (HEAD,))[2]
         remove_image(HEAD, made["image_id"])
         say(f"staging: image_identity on both ranks of {PAIR.group}")
         first, peaks, staged = stage(args)
