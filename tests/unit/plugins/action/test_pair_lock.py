@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import socket
-from unittest import mock
 
 import pytest
 
 from ansible_collections.gb10.dspark.plugins.action import pair_lock as action
 from ansible_collections.gb10.dspark.plugins.module_utils import _pair_lock as pl
+from tests.unit.plugins.action._plugin import make_plugin
 
 HOST = socket.gethostname()
 NOW = "2026-01-02T03:04:05Z"
@@ -31,14 +31,7 @@ def holder(run_id="run-old", host=HOST, pid=None, start=None):
 
 def make_action(args, module_results, check_mode=False):
     """An ActionModule whose module calls return ``module_results`` in turn (recorded in .calls)."""
-    task = mock.MagicMock()
-    task.args = dict(args)
-    task.async_val = 0
-    task.check_mode = check_mode
-    task.action = "gb10.dspark.pair_lock"
-    connection = mock.MagicMock()
-    connection._shell.tmpdir = "/tmp/x"
-    plugin = action.ActionModule(task, connection, mock.MagicMock(), mock.MagicMock(), mock.MagicMock())
+    plugin = make_plugin(action.ActionModule, "gb10.dspark.pair_lock", args, check_mode)
     results = iter(module_results)
     plugin.calls = []
 

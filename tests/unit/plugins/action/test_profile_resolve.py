@@ -11,18 +11,13 @@ from ansible.errors import AnsibleActionFail
 
 from ansible_collections.gb10.dspark.plugins.action import profile_resolve as action
 from ansible_collections.gb10.dspark.plugins.modules import profile_resolve as module
+from tests.unit.plugins.action._plugin import make_plugin
 from tests.unit.plugins.modules.conftest import run_module
 from tests.unit.plugins.modules.test_profile_resolve import args
 
 
 def run_action(task_args: dict, check_mode: bool = False) -> dict:
-    task = mock.MagicMock()
-    task.args = dict(task_args)
-    task.async_val = 0
-    task.check_mode = check_mode
-    task.action = "gb10.dspark.profile_resolve"
-    connection = mock.MagicMock()
-    plugin = action.ActionModule(task, connection, mock.MagicMock(), mock.MagicMock(), mock.MagicMock())
+    plugin = make_plugin(action.ActionModule, "gb10.dspark.profile_resolve", task_args, check_mode)
     plugin._execute_module = mock.MagicMock(side_effect=AssertionError("no module may be shipped"))
     return plugin.run(task_vars={"inventory_hostname": "head-a"})
 
