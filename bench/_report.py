@@ -156,9 +156,7 @@ def slowest_tasks(junit_xml: str, limit: int = 5) -> list[tuple[str, float]]:
     root = ET.fromstring(junit_xml)
     worst: dict[str, float] = {}
     for case in root.iter("testcase"):
-        name = case.get("name", "")
-        if name.startswith("[") and "] " in name:
-            name = name.split("] ", 1)[1]
+        name = _task_name(case)
         try:
             seconds = float(case.get("time", "0"))
         except ValueError:
@@ -171,14 +169,13 @@ def slowest_tasks(junit_xml: str, limit: int = 5) -> list[tuple[str, float]]:
 def tasks_run(junit_xml: str) -> int:
     """How many tasks of a playbook run did work on at least one host (not skipped everywhere),
     from the junit callback's XML."""
-    ran: set[str] = set()
-    for case in ET.fromstring(junit_xml).iter("testcase"):
-        name = case.get("name", "")
-        if name.startswith("[") and "] " in name:
-            name = name.split("] ", 1)[1]
-        if case.find("skipped") is None:
-            ran.add(name)
-    return len(ran)
+    return len({_task_name(case) for case in ET.fromstring(junit_xml).iter("testcase") if case.find("skipped") is None})
+
+
+def _task_name(case: ET.Element) -> str:
+    """A junit testcase's task, without the ``[host] `` the callback puts in front of it."""
+    name = case.get("name", "")
+    return name.split("] ", 1)[1] if name.startswith("[") and "] " in name else name
 
 
 # ---- machine facts --------------------------------------------------------------------------

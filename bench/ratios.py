@@ -230,7 +230,7 @@ def stage(args: dict, ranks: tuple = PAIR.ranks) -> tuple[dict[str, dict], dict[
     """image_identity on ``ranks`` (both ranks of sim01 by default) at once, in one ad-hoc run with
     a fork per rank, with the peak memory of the module's processes; pipelining off so that the
     module's process carries its name."""
-    pattern = PAIR.group if len(ranks) == len(PAIR.ranks) else ",".join(r.name for r in ranks)
+    pattern = ",".join(r.name for r in ranks)
     t0 = time.monotonic()
     (res, hosts), peaks = common.peak_rss_while(
         lambda: common.adhoc(pattern, "gb10.dspark.image_identity", args, forks=len(ranks),
@@ -247,9 +247,8 @@ def stage(args: dict, ranks: tuple = PAIR.ranks) -> tuple[dict[str, dict], dict[
 def bare_load(ranks: tuple, path: str) -> float:
     """Seconds for `docker load -i path` on every rank of ``ranks`` at once (one SSH command each)."""
     t0 = time.monotonic()
-    with ThreadPoolExecutor(max_workers=len(ranks)) as pool:
-        for res in pool.map(lambda r: common.on_rank(r, ["docker", "load", "-i", path], timeout=3600), ranks):
-            del res  # on_rank raises on a failed load
+    with ThreadPoolExecutor(max_workers=len(ranks)) as pool:  # on_rank raises on a failed load; list() re-raises it
+        list(pool.map(lambda r: common.on_rank(r, ["docker", "load", "-i", path], timeout=3600), ranks))
     return time.monotonic() - t0
 
 
@@ -313,7 +312,7 @@ def measure_staging(b: Bench) -> dict:
     ]
     notes = [
         f"Numerator: gb10.dspark.image_identity on both ranks of {PAIR.group} at once (one ad-hoc `ansible "
-        f"{PAIR.group} -f 2` run) with a pin built from the synthetic archive's identity: it reads the archive's ID, "
+        f"{HEAD.name},{WORKER.name} -f 2` run) with a pin built from the synthetic archive's identity: it reads the archive's ID, "
         "streams the archive into each rank's engine, tags the image and asserts the tag. Denominator: `docker load "
         f"-i` of the same archive on {HEAD.name} over SSH. Both start with the image absent on the ranks; the "
         "archive is one file under BENCH_WORK_DIR, which both ranks read.",
