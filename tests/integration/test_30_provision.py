@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from simhelpers import on_rank, playbook, site
+from simhelpers import on_rank, playbook, site, snapshot
 
 
 def provision(pair, clean_tree, *extra: str, check: bool = False):
@@ -59,6 +59,20 @@ def test_a_limit_that_splits_a_pair_is_refused(sim, clean_tree):
     res = playbook("provision.yml", clean_tree, "--limit", pair.head.name, check=False)
     assert res.returncode != 0
     assert "worker hosts is 0 (none), expected exactly one" in flat(res)
+
+
+@pytest.mark.fault("inventory-pairs")
+def test_a_pair_with_two_heads_is_refused_by_the_profile_check_and_nothing_changes(sim, clean_tree, host_vars, tmp_path):
+    # The audit has no preflight, so the profile role's pair index is what refuses two heads there.
+    pair = sim[1]
+    host_vars(pair.worker, {"dspark_rank": 0})
+    before = {r.name: snapshot(r) for r in pair.ranks}
+    res = playbook("audit.yml", clean_tree, "--limit", pair.group, "-e", f"dspark_audit_report_dir={tmp_path}", check=False)
+    text = flat(res)
+    assert res.returncode != 0, text[-4000:]
+    assert (f"rank {pair.head.name}: the heads (dspark_rank 0) of pair sim{pair.index:02d} in this play have fabric "
+            f"addresses ['{pair.head.fabric_ip}', '{pair.worker.fabric_ip}'], expected exactly one dspark_fabric_ip") in text, text[-4000:]
+    assert {r.name: snapshot(r) for r in pair.ranks} == before, "a refused audit changed a rank"
 
 
 def test_experimental_profile_needs_the_opt_in_and_is_recorded(sim, clean_tree):
