@@ -44,7 +44,9 @@ from ansible_collections.gb10.dspark.plugins.module_utils._runtime_gate import (
 
 Run = Callable[[list[str]], tuple[int, str, str]]
 
-VERDICTS = ("OK", "DRIFT", "DOWN", "UNREACHABLE")
+# FAILED: the audit itself failed for the pair before it could be judged (a bad inventory value, a
+# task error); the pair is reported with the reason, never left out of the report.
+VERDICTS = ("OK", "DRIFT", "DOWN", "UNREACHABLE", "FAILED")
 ROLES = ("head", "worker")
 EXIT_OK = 0
 EXIT_NOT_OK = 2

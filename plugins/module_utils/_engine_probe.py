@@ -32,6 +32,13 @@ ARGUMENT_SPEC = {
     "timeout": {"type": "float", "default": 5.0},
     "api_key": {"type": "str", "no_log": True},
 }
+# What gb10.dspark.engine_probe alone adds: a container-only read, and the replace guard.
+PROBE_ARGUMENT_SPEC = {
+    "read_api": {"type": "bool", "default": True},
+    "refuse_busy": {"type": "bool", "default": False},
+    "force": {"type": "bool", "default": False},
+    "rank": {"type": "str"},
+}
 # What gb10.dspark.pair_ready adds around the probe.
 WAIT_ARGUMENT_SPEC = {
     "budget": {"type": "float", "default": 3600},
@@ -39,6 +46,11 @@ WAIT_ARGUMENT_SPEC = {
     "progress_every": {"type": "float", "default": 30},
     "fail_log_lines": {"type": "int", "default": 30},
 }
+
+# Control characters other than tab: a container's log line carrying them (ANSI colours, a cursor
+# move, a bell) is shown to the operator, so they are replaced before any log line leaves a probe.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]")
+_ANSI_CSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 
 _SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)')
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -102,6 +114,12 @@ def container_state(inspect_json: str) -> dict:
     }
 
 
+def printable(line: str) -> str:
+    """A log line safe for a terminal: ANSI sequences dropped, other control characters shown as
+    ``?``, so a container cannot move the operator's cursor or retitle their terminal."""
+    return _CONTROL.sub("?", _ANSI_CSI.sub("", line))
+
+
 def _via(ssh: list[str] | None) -> Callable[[list[str]], list[str]]:
     """argv for a local command, or for the same command on the worker over ssh (quoted: ssh
     hands the remote shell one string)."""
@@ -118,8 +136,11 @@ def rank_state(run: Run, ssh: list[str] | None, container: str, log_lines: int) 
             return {"exists": False, "status": "absent", "logs": []}
         return {"exists": False, "status": "unknown", "error": (err or out).strip()[:500], "logs": []}
     state = container_state(out)
-    rc, out, err = run(via(["docker", "logs", "--tail", str(log_lines), container]))
-    state["logs"] = (out + err).splitlines()[-log_lines:] if rc == 0 else []
+    state["logs"] = []
+    if log_lines > 0:
+        rc, out, err = run(via(["docker", "logs", "--tail", str(log_lines), container]))
+        if rc == 0:
+            state["logs"] = [printable(line) for line in (out + err).splitlines()[-log_lines:]]
     return state
 
 
@@ -157,17 +178,53 @@ def api_state(base_url: str, model: str, timeout: float, api_key: str | None = N
     metrics = parse_metrics(text) if status == 200 and isinstance(text, str) else {}
     out["kv_cache_size_tokens"] = kv_cache_tokens(metrics)
     out["num_requests_running"] = requests_running(metrics)
+    if status != 200:
+        out["metrics_error"] = f"/metrics: {err or f'HTTP {status}'}"
+    elif out["num_requests_running"] is None:
+        out["metrics_error"] = "/metrics has no vllm:num_requests_running"
+    else:
+        out["metrics_error"] = None
     return out
 
 
+def _no_api(reason: str) -> dict:
+    return {"ready": False, "status": None, "models": [], "max_model_len": None, "error": reason,
+            "kv_cache_size_tokens": None, "num_requests_running": None, "metrics_error": reason}
+
+
 def probe(run: Run, container: str, base_url: str, model: str, worker_ssh: list[str] | None,
-          log_lines: int = 20, timeout: float = 5.0, api_key: str | None = None) -> dict:
+          log_lines: int = 20, timeout: float = 5.0, api_key: str | None = None, read_api: bool = True) -> dict:
     head = rank_state(run, None, container, log_lines)
     worker = rank_state(run, worker_ssh, container, log_lines) if worker_ssh else None
-    api = api_state(base_url, model, timeout, api_key) if head.get("running") else \
-        {"ready": False, "status": None, "models": [], "max_model_len": None, "error": "head container not running",
-         "kv_cache_size_tokens": None, "num_requests_running": None}
+    if not head.get("running"):
+        api = _no_api("head container not running")
+    elif not read_api:
+        api = _no_api("API not read (read_api=false)")
+    else:
+        api = api_state(base_url, model, timeout, api_key)
     down = [name for name, st in (("head", head), ("worker", worker)) if st is not None and st.get("exists")
             and not st.get("running")]
     return {"head": head, "worker": worker, "api": api, "ready": bool(api["ready"]) and not down,
             "exited": down}
+
+
+def busy_message(result: dict, rank: str) -> str | None:
+    """Why a running head must not be stopped now, or None when it may be.
+
+    A head whose container does not run serves nothing. A running head may be stopped only when
+    its ``/metrics`` says no request is running: a head whose count cannot be read (a timeout, an
+    error, a missing metric) may be serving under load, and "unknown" is never taken for idle.
+    """
+    if not (result.get("head") or {}).get("running"):
+        return None
+    api = result.get("api") or {}
+    running = api.get("num_requests_running")
+    if running is None:
+        why = api.get("metrics_error") or api.get("error") or "/metrics has no vllm:num_requests_running"
+        return (f"rank {rank}: cannot tell how many requests the head is serving ({why}); expected a readable "
+                f"vllm:num_requests_running of 0 before stopping its engine. Check the head's API, or set "
+                f"dspark_engine_force_replace=true to stop it anyway")
+    if running > 0:
+        return (f"rank {rank}: the head is serving {running} request(s), expected 0; stopping the engine would cut "
+                f"them off. Drain it, or set dspark_engine_force_replace=true")
+    return None

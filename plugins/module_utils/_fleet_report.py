@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Callable
 
+from ansible_collections.gb10.dspark.plugins.module_utils._audit import VERDICTS
 from ansible_collections.gb10.dspark.plugins.module_utils._files import (
     check_finite, write_json_atomic, write_text_atomic,
 )
@@ -31,7 +32,6 @@ from ansible_collections.gb10.dspark.plugins.module_utils._identity import (
 )
 
 SCHEMA_VERSION = 1
-VERDICTS = ("OK", "DRIFT", "DOWN", "UNREACHABLE")
 RANKS = ("head", "worker")
 FILES = {"json": "audit.json", "md": "audit.md", "html": "audit.html", "txt": "audit.txt"}
 DEFAULT_TITLE = "GB10 fleet audit"
@@ -137,7 +137,7 @@ def _check_pair(index: int, pair: object) -> tuple[dict | None, list[Mismatch]]:
         found.append(_bad(f"{where} reasons", "none for verdict OK", f"{len(out['reasons'])} listed"))
     if verdict == "DRIFT" and not out["differences"]:
         found.append(_bad(f"{where} differences", "at least one for verdict DRIFT", "none"))
-    if verdict in ("DOWN", "UNREACHABLE") and not out["reasons"]:
+    if verdict in ("DOWN", "UNREACHABLE", "FAILED") and not out["reasons"]:
         found.append(_bad(f"{where} reasons", f"at least one for verdict {verdict}", "none"))
     try:
         check_finite(out, "$")
@@ -287,6 +287,7 @@ code { font-family: ui-monospace, "SFMono-Regular", Menlo, monospace; font-size:
 .drift { background: #fff1c2; color: #713f12; }
 .down { background: #fbd5d5; color: #7f1d1d; }
 .unreachable { background: #e2e3f3; color: #312e81; }
+.failed { background: #f5d0fe; color: #701a75; }
 .counts span { display: inline-block; padding: .15rem .6rem; margin-right: .4rem; border-radius: .3rem; }
 section.pair { border-top: 1px solid #c9d1dc; padding-top: .5rem; }
 .none { color: #5b6472; font-style: italic; }
@@ -506,10 +507,25 @@ def write_report(plan: ReportPlan) -> None:
     write_json_atomic(plan.paths["json"], plan.document)
 
 
+NO_VERDICT = ("the audit failed for this pair before it could be judged (see the failed task in the run's "
+              "output); its state is unknown")
+
+
+def with_missing(pairs: object, expected_pairs: list[str] | None) -> object:
+    """``pairs`` plus a FAILED verdict for every expected pair that has none: a pair whose audit
+    failed is reported as such, never silently left out of a report that would then say OK."""
+    if not expected_pairs or not isinstance(pairs, list):
+        return pairs
+    judged = {p.get("pair") for p in pairs if isinstance(p, dict)}
+    missing = [name for name in dict.fromkeys(expected_pairs) if name not in judged]
+    return pairs + [{"pair": name, "verdict": "FAILED", "reasons": [NO_VERDICT]} for name in missing]
+
+
 def fleet_report(dest: str, pairs: object, title: str = DEFAULT_TITLE, generated: str | None = None,
-                 check_mode: bool = False, now: Callable[[], str] = utc_now) -> ReportPlan:
+                 check_mode: bool = False, now: Callable[[], str] = utc_now,
+                 expected_pairs: list[str] | None = None) -> ReportPlan:
     """Plan the report and, unless in check mode, write it. The module's one call."""
-    plan = plan_report(dest, pairs, title=title, generated=generated, now=now)
+    plan = plan_report(dest, with_missing(pairs, expected_pairs), title=title, generated=generated, now=now)
     if not check_mode:
         write_report(plan)
     return plan

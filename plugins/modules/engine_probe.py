@@ -13,11 +13,34 @@ extends_documentation_fragment:
   - gb10.dspark._probe
 description:
   - Runs on the head. Reports each rank's container (exists, status, exit code, start time, labels,
-    the last log lines), whether the head's OpenAI API serves the model (C(/v1/models)), the KV
+    the last log lines, with control characters replaced), whether the head's OpenAI API serves the model (C(/v1/models)), the KV
     cache size and the requests in flight (C(/metrics)).
+  - Only the fields above are returned, never the container's environment or command, so a
+    registered probe cannot carry the engine's API key into Ansible's output or run records.
   - The worker is read with C(ssh <worker> docker ...), the head's one-way trust to its worker.
   - M(gb10.dspark.pair_ready) calls it in a loop; the engine role calls it before replacing a
     running engine, to refuse while requests are in flight.
+options:
+  read_api:
+    description:
+      - Read the head's API (C(/v1/models), C(/metrics)). With C(false) only the containers are read,
+        which is what preflight needs to know whether an engine runs.
+    type: bool
+    default: true
+  refuse_busy:
+    description:
+      - Fail unless the head may be stopped now - its container does not run, or its C(/metrics)
+        reads C(vllm:num_requests_running) 0. A count that cannot be read (timeout, error, missing
+        metric) is never taken for idle.
+    type: bool
+    default: false
+  force:
+    description: With I(refuse_busy), warn instead of failing (the operator's C(dspark_engine_force_replace)).
+    type: bool
+    default: false
+  rank:
+    description: The rank's inventory name, for the messages.
+    type: str
 seealso:
   - module: gb10.dspark.pair_ready
 author:
@@ -57,7 +80,7 @@ probe:
       type: dict
       returned: always
     api:
-      description: ready, status, models, max_model_len, kv_cache_size_tokens, num_requests_running, error.
+      description: ready, status, models, max_model_len, kv_cache_size_tokens, num_requests_running, error, metrics_error (why the request count is unknown, else null).
       type: dict
       returned: always
     ready:
@@ -73,18 +96,29 @@ probe:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils._engine_probe import ARGUMENT_SPEC, probe
+from ansible_collections.gb10.dspark.plugins.module_utils._engine_probe import (
+    ARGUMENT_SPEC,
+    PROBE_ARGUMENT_SPEC,
+    busy_message,
+    probe,
+)
 
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec=ARGUMENT_SPEC,
+        argument_spec={**ARGUMENT_SPEC, **PROBE_ARGUMENT_SPEC},
         supports_check_mode=True,
     )
     p = module.params
     ssh = ["ssh", *p["ssh_options"], p["worker"], "--"] if p["worker"] else None
     result = probe(module.run_command, p["container"], p["base_url"], p["model"], ssh,
-                   p["log_lines"], p["timeout"], p["api_key"])
+                   p["log_lines"], p["timeout"], p["api_key"], p["read_api"])
+    if p["refuse_busy"]:
+        busy = busy_message(result, p["rank"] or "head")
+        if busy and not p["force"]:
+            module.fail_json(msg=busy, probe=result)
+        if busy:
+            module.warn(f"{busy} (forced: stopping it anyway)")
     module.exit_json(changed=False, probe=result)
 
 

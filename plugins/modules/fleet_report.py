@@ -27,8 +27,8 @@ description:
     Every value is HTML-escaped."
   - "Fails closed, writing nothing, when a verdict document is not well formed: an empty O(pairs), a pair
     name that is missing, repeated or not made of letters, digits, C(.), C(_) and C(-), a verdict other than
-    C(OK), C(DRIFT), C(DOWN) or C(UNREACHABLE), an C(OK) pair that lists differences or reasons, a C(DRIFT)
-    pair without differences, a C(DOWN) or C(UNREACHABLE) pair without a reason, a difference without
+    C(OK), C(DRIFT), C(DOWN), C(UNREACHABLE) or C(FAILED), an C(OK) pair that lists differences or reasons, a C(DRIFT)
+    pair without differences, a C(DOWN), C(UNREACHABLE) or C(FAILED) pair without a reason, a difference without
     C(rank), C(item), C(expected) or C(actual), rank summaries other than C(head) and C(worker)."
   - "A fleet that is not all C(OK) does not fail the module; RV(exit_code) and RV(not_ok) say so, and the
     playbook decides."
@@ -61,6 +61,13 @@ options:
         the C(Z) is required). Defaults to now.
       - It does not count as a change; see the C(idempotent) attribute.
     type: str
+  expected_pairs:
+    description:
+      - Every pair the audit set out to judge. A pair here without a verdict document in O(pairs) (its
+        audit failed before the verdict) is reported as C(FAILED) with the reason, so the report and
+        RV(exit_code) never read OK for a fleet that was not all judged.
+    type: list
+    elements: str
 attributes:
   check_mode:
     support: full
@@ -79,7 +86,7 @@ notes:
   - Files are written with mode 0644 through a temporary file and a rename; C(audit.json) is written last.
   - The Markdown table shows image IDs shortened to 12 hex digits; C(audit.json) and the HTML C(title)
     attributes keep the full IDs.
-  - "Failures read like C(rank control node: pair sim02 verdict is BROKEN, expected one of OK, DRIFT, DOWN, UNREACHABLE)."
+  - "Failures read like C(rank control node: pair sim02 verdict is BROKEN, expected one of OK, DRIFT, DOWN, UNREACHABLE, FAILED)."
 seealso:
   - module: gb10.dspark.pair_identity
   - module: gb10.dspark.evidence_pack
@@ -184,7 +191,7 @@ mismatches:
       actual: BROKEN
       reason: ""
       expected_word: expected
-      message: "rank control node: pair sim02 verdict is BROKEN, expected one of OK, DRIFT, DOWN, UNREACHABLE"
+      message: "rank control node: pair sim02 verdict is BROKEN, expected one of OK, DRIFT, DOWN, UNREACHABLE, FAILED"
 diff:
   description: With C(--diff), the content of C(audit.md) before and after.
   returned: when diff mode is on and the module succeeds
@@ -206,12 +213,14 @@ def main() -> None:
             "dest": {"type": "path", "required": True},
             "title": {"type": "str", "default": DEFAULT_TITLE},
             "generated": {"type": "str"},
+            "expected_pairs": {"type": "list", "elements": "str"},
         },
         supports_check_mode=True,
     )
     p = module.params
     plan = guarded(module, lambda: fleet_report(p["dest"], p["pairs"], title=p["title"], generated=p["generated"],
-                                                check_mode=module.check_mode))
+                                                check_mode=module.check_mode,
+                                                expected_pairs=p["expected_pairs"]))
     doc = plan.document
     result = {
         "changed": plan.changed,

@@ -4,6 +4,9 @@ and an engine with requests in flight is not replaced without force."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -11,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from simhelpers import on_rank, playbook, site, snapshot
+from simhelpers import INVENTORY, ROOT, on_rank, playbook, site, snapshot
 
 
 def provision(pair, clean_tree, *extra: str, check: bool = False):
@@ -123,7 +126,7 @@ def test_profile_change_replaces_both_ranks(sim, clean_tree):
 
 @pytest.mark.parametrize("where,fault,extra,expect", [
     pytest.param("worker", "crash_on_start", {}, ["the pair's engine exited on worker", "Traceback"],
-                 marks=pytest.mark.fault("crash-worker")),
+                 marks=pytest.mark.fault("crash-worker", "secret-rescue")),
     pytest.param("head", "crash_on_start", {}, ["the pair's engine exited on head", "Traceback"],
                  marks=pytest.mark.fault("crash-head")),
     pytest.param("worker", "worker_never_joins", {"dspark_engine_ready_budget": 15}, ["TIMEOUT", "did not serve"],
@@ -141,11 +144,15 @@ def test_stand_in_faults_fail_the_run_with_reason(sim, clean_tree, host_vars, wh
     host_vars(rank, {"dspark_engine_extra_env": {"DSPARK_SIM_STARTUP_DELAY_S": "1", "DSPARK_SIM_FAULT": fault}})
     if extra:  # readiness runs on the head
         host_vars(pair.head, extra)
-    res = provision(pair, clean_tree)
+    # With a key and -v: the readiness rescue reads and stops both ranks' keyed engines, and none
+    # of its results may carry the key (docker_container_info's Config.Env used to).
+    key = "sk-dspark-rescue-5e71b2"
+    res = provision(pair, clean_tree, "-e", f"dspark_api_key={key}", "-v")
     assert res.returncode != 0
     text = flat(res)
     for needle in expect:
         assert " ".join(needle.split()) in text, f"{needle!r} missing:\n{res.stdout[-5000:]}"
+    assert key not in res.stdout + res.stderr, "the API key is in the failed run's output"
 
 
 @pytest.mark.fault("in-flight")
@@ -181,12 +188,77 @@ def test_engine_with_requests_in_flight_is_not_replaced_without_force(sim, clean
         t.join(timeout=130)
 
 
-@pytest.mark.fault("secret-api-key")
-def test_api_key_reaches_only_the_containers_environment(sim, clean_tree):
+class ProcessWatch:
+    """Reads every process's command line (/proc/*/cmdline) on this machine, which holds the
+    control node and both simulated ranks, until stopped; keeps those that contain a needle."""
+
+    def __init__(self, needle: str):
+        self.needle = needle.encode()
+        self.hits: dict[int, str] = {}
+        self.seen = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            for entry in Path("/proc").iterdir():
+                if not entry.name.isdigit():
+                    continue
+                try:
+                    cmdline = (entry / "cmdline").read_bytes()
+                except OSError:
+                    continue
+                self.seen += 1
+                if self.needle in cmdline:
+                    self.hits[int(entry.name)] = cmdline.replace(b"\0", b" ").decode(errors="replace")
+            self._stop.wait(0.05)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def dspark(*args: str, artifacts: Path) -> subprocess.CompletedProcess:
+    exe = Path(sys.executable).with_name("dspark")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0")
+    return subprocess.run([str(exe), *args, "--inventory", str(INVENTORY), "--artifacts", str(artifacts)],
+                          cwd=ROOT, env=env, text=True, capture_output=True, timeout=1800, check=False)
+
+
+@pytest.mark.fault("secret-api-key", "secret-run-records", "secret-process-list")
+def test_api_key_reaches_only_the_containers_environment(sim, clean_tree, tmp_path):
+    """A keyed engine provisioned twice through `dspark provision -v`: the first run starts it, the
+    second finds it running (preflight and the engine role inspect a keyed engine). The key is looked
+    for where it would really go: every task result in the run folders (job_events, stdout), every
+    process's command line while the runs go on (the gate's suite included), the evidence, the
+    rendered profiles and the containers' command lines."""
     pair = sim[1]
     key = "sk-dspark-integration-7f3a9c0e51"
-    res = provision(pair, clean_tree, "-e", f"dspark_api_key={key}", "-v", check=True)
-    assert key not in res.stdout + res.stderr
+    secrets = tmp_path / "secrets.yml"
+    secrets.write_text(f"dspark_api_key: {key}\ndspark_preflight_wrapper_path: {clean_tree}\n")
+    secrets.chmod(0o600)
+    runs = tmp_path / "runs"
+    with ProcessWatch(key) as watch:
+        first = dspark("provision", "--limit", pair.group, "-e", f"@{secrets}", "-v", artifacts=runs)
+        assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-2000:]
+        between = started(pair)
+        second = dspark("provision", "--limit", pair.group, "-e", f"@{secrets}", "-v", artifacts=runs)
+        assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-2000:]
+    assert started(pair) == between, "the converged re-run restarted an engine"
+    assert watch.seen > 1000, watch.seen  # the watch did read the process table during the runs
+    assert watch.hits == {}, f"the API key was on a command line: {watch.hits}"
+    run_dirs = sorted(p for p in runs.iterdir() if p.is_dir())
+    assert len(run_dirs) == 2, run_dirs
+    events = list(run_dirs[1].rglob("job_events/*.json"))
+    assert any("Is an engine already running" in e.read_text() for e in events), "no preflight probe in the re-run"
+    for f in runs.rglob("*"):
+        if f.is_file():
+            assert key not in f.read_text(errors="replace"), f"the API key is in the run record {f}"
+    assert key not in first.stdout + first.stderr + second.stdout + second.stderr
     for r in pair.ranks:
         doc = json.loads(on_rank(r, ["docker", "container", "inspect", "dspark_vllm"]).stdout)[0]
         assert key not in json.dumps([doc["Path"], doc["Args"]])

@@ -239,6 +239,77 @@ def test_a_killed_provision_leaves_a_stale_lock_that_is_reported_and_a_rerun_con
     assert all("changed=0" in ln for ln in recap.splitlines() if ln.startswith("sim")), recap
 
 
+def engines(pair) -> dict:
+    """Each rank's engine container: (ID, start time, status), or None."""
+    out = {}
+    for r in pair.ranks:
+        res = on_rank(r, ["docker", "container", "inspect", "dspark_vllm"], check=False)
+        doc = json.loads(res.stdout)[0] if res.returncode == 0 else None
+        out[r.name] = (doc["Id"], doc["State"]["StartedAt"], doc["State"]["Status"]) if doc else None
+    return out
+
+
+METRICS_DROP = ["INPUT", "-i", "lo", "-p", "tcp", "--dport", "8888", "-m", "string", "--string", "GET /metrics",
+                "--algo", "bm", "-j", "DROP"]
+
+
+@pytest.mark.fault("in-flight-unknown")
+def test_a_head_whose_metrics_time_out_is_not_stopped_unless_forced(served, clean_tree):
+    """The head's /metrics stops answering (its requests are dropped inside the head's network
+    namespace; /v1/models still answers): its load is unknown, and unknown is not idle."""
+    before = engines(served)
+    assert all(v and v[2] == "running" for v in before.values()), before
+    on_rank(served.head, ["iptables", "-I", *METRICS_DROP])
+    try:
+        res = provision(served, clean_tree, "-e", "dspark_profile=long-1m")
+        text = flat(res)
+        assert res.returncode != 0, res.stdout[-4000:]
+        assert (f"rank {served.head.name}: cannot tell how many requests the head is serving (/metrics: timed out); "
+                f"expected a readable vllm:num_requests_running of 0 before stopping its engine") in text, text[-4000:]
+        assert engines(served) == before, "an engine was stopped although its load could not be read"
+        assert not locked(served)
+        # Forced (teardown shares the engine role's stop): the operator's word stops it, with a warning.
+        forced = playbook("teardown.yml", clean_tree, "--limit", served.group, "-e", "dspark_engine_force_replace=true",
+                          check=False)
+        assert forced.returncode == 0, forced.stdout[-4000:]
+        assert "(forced: stopping it anyway)" in flat(forced)
+        assert all(v is None for v in engines(served).values())
+    finally:
+        on_rank(served.head, ["iptables", "-D", *METRICS_DROP], check=False)
+    provision(served, clean_tree, check=True)  # the pair serves again for the tests after this one
+
+
+@pytest.mark.fault("teardown-model-guard")
+def test_teardown_refuses_to_remove_a_folder_that_is_not_the_pinned_checkpoint(served, clean_tree, host_vars):
+    host_vars(served.worker, {"dspark_model_dir": "/srv/dspark"})
+    before = {r.name: snapshot(r) for r in served.ranks}
+    res = playbook("teardown.yml", clean_tree, "--limit", served.group, "-e", "dspark_teardown_remove_model=true",
+                   check=False)
+    text = flat(res)
+    assert res.returncode != 0, res.stdout[-4000:]
+    assert f"rank {served.worker.name}: refusing to remove /srv/dspark: its revision marker" in text, text[-4000:]
+    assert {r.name: snapshot(r) for r in served.ranks} == before, "a refused teardown changed a rank"
+    assert all(v == ("production", "running") for v in profiles(served).values())
+    assert not locked(served)
+
+
+@pytest.mark.fault("lock-folder-foreign")
+def test_a_lock_folder_taken_by_another_user_is_refused(served, clean_tree):
+    """A local user who owns /run/lock/dspark could delete a held lock: the run refuses the folder."""
+    folder = os.path.dirname(LOCK)
+    on_rank(served.head, ["sh", "-c", f"mkdir -p {folder} && chown 65534:65534 {folder} && chmod 0777 {folder}"])
+    try:
+        before = engines(served)
+        res = provision(served, clean_tree)
+        text = flat(res)
+        assert res.returncode != 0, res.stdout[-4000:]
+        assert f"lock folder {folder}: owned by uid 65534" in text, text[-4000:]
+        assert engines(served) == before
+        assert not locked(served)
+    finally:
+        on_rank(served.head, ["sh", "-c", f"chown 0:0 {folder} && chmod 0755 {folder}"], check=False)
+
+
 @pytest.mark.fault("container-least-privilege")
 def test_engine_containers_are_not_privileged_and_mount_model_and_manifest_read_only(served):
     import yaml
@@ -249,6 +320,8 @@ def test_engine_containers_are_not_privileged_and_mount_model_and_manifest_read_
         host = doc["HostConfig"]
         assert host["Privileged"] is False, r.name
         assert sorted(host.get("CapAdd") or []) in (["IPC_LOCK"], ["CAP_IPC_LOCK"]), host.get("CapAdd")
+        assert host["IpcMode"] == "private", host["IpcMode"]  # a large /dev/shm, not the host's IPC
+        assert "no-new-privileges:true" in (host.get("SecurityOpt") or []), host.get("SecurityOpt")
         assert not host.get("Devices") or all("nvidia" in d["PathOnHost"] for d in host["Devices"]), host["Devices"]
         mounts = {m["Destination"]: m for m in doc["Mounts"]}
         assert mounts["/model"]["RW"] is False, r.name

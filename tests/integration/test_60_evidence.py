@@ -10,10 +10,13 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 
 from simhelpers import ROOT, playbook, site
 
 KEY = "sk-evidence-test-5b1e9c"
+EXTRA_SECRET = "hunter2-evidence-77d1"  # a site's secret passed to the engine through extra_env
 
 
 def runs(pair) -> list[Path]:
@@ -36,10 +39,11 @@ def index_rows(pack: Path) -> dict[str, str]:
     return rows
 
 
+@pytest.mark.fault("secret-evidence-extra-env")
 def test_pack_lists_every_file_with_its_checksum_and_leaks_nothing(sim, clean_tree, host_vars):
     pair = sim[0]
     for rank in (pair.head, pair.worker):
-        host_vars(rank, {"dspark_api_key": KEY})
+        host_vars(rank, {"dspark_api_key": KEY, "dspark_engine_extra_env": {"DB_PASSWD": EXTRA_SECRET}})
     before = runs(pair)
     playbook("provision.yml", clean_tree, "--limit", pair.group)
     pack = newest_pack(pair, before)
@@ -57,9 +61,11 @@ def test_pack_lists_every_file_with_its_checksum_and_leaks_nothing(sim, clean_tr
         if path.is_file():
             text = path.read_text(errors="replace")
             assert KEY not in text, path
+            assert EXTRA_SECRET not in text, path
             assert str(ROOT) not in text and str(clean_tree) not in text, path
     env = json.loads((pack / "inspect" / "head.json").read_text())[0]["Config"]["Env"]
-    assert "VLLM_API_KEY=<redacted>" in env
+    assert "VLLM_API_KEY=<redacted>" in env and "DB_PASSWD=<redacted>" in env
+    assert "DB_PASSWD=<redacted>" in (pack / "profiles" / "head" / "production.env").read_text()
     index = json.loads((pack / "index.json").read_text())
     assert index["invalid_for_publish"] is False, index["reasons"]
 

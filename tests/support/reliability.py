@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-STAGES = ("before launch", "run time", "concurrency", "bad input", "secrets")
+STAGES = ("before launch", "run time", "concurrency", "bad input", "secrets and local attackers")
 ROW_KEYS = ("id", "stage", "fault", "expect")
 
 

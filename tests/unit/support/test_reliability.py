@@ -13,7 +13,7 @@ MATRIX = Path(__file__).resolve().parents[2] / "integration" / "fault_matrix.yml
 def rows():
     return [reliability.Row("a", "before launch", "fault a", "refused"),
             reliability.Row("b", "run time", "fault b", "reported"),
-            reliability.Row("c", "secrets", "fault c", "hidden")]
+            reliability.Row("c", "secrets and local attackers", "fault c", "hidden")]
 
 
 def test_the_shipped_matrix_loads_and_covers_every_stage():

@@ -8,8 +8,10 @@ Run on the control node by the gate role, once per pair:
 
 This file only moves bytes: it reaches the two ranks through testinfra's ansible backend (the
 inventory's own ssh settings), the head's API through urllib, and hands both to
-``_runtime_gate.Gate``, where every decision is made. The API key comes only from the
-environment variable ``DSPARK_GATE_API_KEY`` and is sent only as ``Authorization: Bearer``.
+``_runtime_gate.Gate``, where every decision is made. The API key is read from the file that the
+environment variable ``DSPARK_GATE_API_KEY_FILE`` names (mode 0600, in a private folder the role
+removes afterwards), never from argv or the environment itself, whose values Ansible writes onto
+the suite's ``/bin/sh -c`` command line; it is sent only as ``Authorization: Bearer``.
 
 At the end of the session the schema-3 document is written atomically to the config's
 ``output`` and one line is printed: ``RUNTIME_GATE status=PASS|FAIL errors=N output=<path>``.
@@ -28,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-API_KEY_ENV = "DSPARK_GATE_API_KEY"
+API_KEY_FILE_ENV = "DSPARK_GATE_API_KEY_FILE"
 MODULE = "ansible_collections.gb10.dspark.plugins.module_utils._runtime_gate"
 _STATE = pytest.StashKey()
 
@@ -109,6 +111,17 @@ def make_run(hostname: str, inventory: str, timeout: int):
     return run
 
 
+def read_api_key(path: str | None) -> str | None:
+    """The key in the file at ``path`` (one line), or None without a path or with an empty file."""
+    if not path:
+        return None
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise pytest.UsageError(f"cannot read the API key file {path} ({API_KEY_FILE_ENV}): {exc.strerror}") from None
+    return text.strip() or None
+
+
 # ---- session state ----------------------------------------------------------------------------
 class GateState:
     def __init__(self, path: str):
@@ -118,7 +131,7 @@ class GateState:
         self.config_errors: list[str] = []
         self.output: str | None = None
         self.raw: dict = {}
-        self.api_key = os.environ.get(API_KEY_ENV) or None
+        self.api_key = read_api_key(os.environ.get(API_KEY_FILE_ENV))
         self.line: str | None = None
 
     def setup(self) -> None:

@@ -106,3 +106,77 @@ def test_probe_head_down_skips_the_api():
     run, _unused = fake_run({"head": {"Status": "exited", "Running": False, "ExitCode": 137}, "worker": None})
     out = ep.probe(run, "dspark_vllm", "http://127.0.0.1:9", "m", None)
     assert out["exited"] == ["head"] and out["api"]["error"] == "head container not running"
+
+
+class _StalledMetrics(_Api):
+    def do_GET(self):
+        if self.path == "/metrics":
+            import time
+            time.sleep(1.5)  # longer than the probe's timeout below
+        super().do_GET()
+
+
+@pytest.fixture
+def stalled_api():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _StalledMetrics)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+
+
+RUNNING = {"Status": "running", "Running": True}
+
+
+def test_a_metrics_timeout_is_unknown_load_never_idle(stalled_api):
+    run, _unused = fake_run({"head": RUNNING, "worker": None})
+    out = ep.probe(run, "dspark_vllm", stalled_api, "m", None, timeout=0.5)
+    assert out["api"]["ready"] and out["api"]["num_requests_running"] is None
+    assert "timed out" in out["api"]["metrics_error"]
+    msg = ep.busy_message(out, "sim01-head")
+    assert msg is not None and msg.startswith("rank sim01-head: cannot tell how many requests the head is serving")
+    assert "/metrics: timed out" in msg and "dspark_engine_force_replace=true" in msg
+
+
+def test_busy_message_refuses_running_requests_and_missing_metrics(api):
+    run, _unused = fake_run({"head": RUNNING, "worker": None})
+    out = ep.probe(run, "dspark_vllm", api, "m", None)
+    assert ep.busy_message(out, "h") == ("rank h: the head is serving 2 request(s), expected 0; stopping the engine "
+                                         "would cut them off. Drain it, or set dspark_engine_force_replace=true")
+    out["api"].update(num_requests_running=None, metrics_error="/metrics has no vllm:num_requests_running")
+    assert "(/metrics has no vllm:num_requests_running)" in ep.busy_message(out, "h")
+    out["api"].update(num_requests_running=0, metrics_error=None)
+    assert ep.busy_message(out, "h") is None
+
+
+def test_busy_message_lets_a_stopped_or_missing_head_go():
+    for head in ({"Status": "exited", "Running": False, "ExitCode": 0}, None):
+        run, _unused = fake_run({"head": head, "worker": None})
+        out = ep.probe(run, "dspark_vllm", "http://127.0.0.1:9", "m", None)
+        assert ep.busy_message(out, "h") is None
+
+
+def test_container_only_read_skips_the_api_and_the_logs():
+    run, calls = fake_run({"head": RUNNING, "worker": RUNNING})
+    out = ep.probe(run, "dspark_vllm", "http://127.0.0.1:9", "m", ["ssh", "root@w", "--"], log_lines=0, read_api=False)
+    assert out["head"]["running"] and out["worker"]["running"] and out["head"]["logs"] == []
+    assert out["api"]["error"] == "API not read (read_api=false)" and not out["ready"]
+    assert not any("logs" in " ".join(c) for c in calls)
+
+
+def test_the_probe_never_returns_the_containers_environment():
+    secret = "sk-probe-leak-check-91c2"
+    doc = [{"Id": "c", "Image": "sha256:x", "State": RUNNING, "Path": "vllm", "Args": ["serve"],
+            "Config": {"Env": [f"VLLM_API_KEY={secret}"], "Cmd": ["serve"], "Labels": {"io.gb10.dspark.rank": "0"}}}]
+    assert secret not in json.dumps(ep.container_state(json.dumps(doc)))
+
+
+def test_log_lines_lose_terminal_control_sequences():
+    assert ep.printable("\x1b[31mERROR\x1b[0m boom\x07\x1b]0;owned\x07") == "ERROR boom??]0;owned?"
+    assert ep.printable("tab\tkept") == "tab\tkept"
+
+    def run(argv):
+        if "inspect" in argv:
+            return 0, json.dumps([{"Id": "h", "State": RUNNING, "Config": {"Labels": {}}}]), ""
+        return 0, "\x1b[2J\x1b[Hcleared screen\n", ""
+    assert ep.rank_state(run, None, "dspark_vllm", 5)["logs"] == ["cleared screen"]

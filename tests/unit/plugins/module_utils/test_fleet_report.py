@@ -119,7 +119,7 @@ def parse(text: str) -> Page:
 def test_document_sorts_counts_and_exit_code():
     doc = document()
     assert [p["pair"] for p in doc["pairs"]] == ["spark-a", "spark-b", "spark-c", "spark-d"]
-    assert doc["counts"] == {"OK": 1, "DRIFT": 1, "DOWN": 1, "UNREACHABLE": 1}
+    assert doc["counts"] == {"OK": 1, "DRIFT": 1, "DOWN": 1, "UNREACHABLE": 1, "FAILED": 0}
     assert doc["exit_code"] == 2
     assert doc["not_ok"] == ["spark-b", "spark-c", "spark-d"]
     assert doc["schema_version"] == 1 and doc["generated"] == T0
@@ -133,7 +133,7 @@ def test_all_ok_exits_zero():
     pairs.append(dict(copy.deepcopy(pairs[0]), pair="spark-e"))
     doc = document(pairs)
     assert doc["exit_code"] == 0 and doc["not_ok"] == []
-    assert doc["counts"] == {"OK": 2, "DRIFT": 0, "DOWN": 0, "UNREACHABLE": 0}
+    assert doc["counts"] == {"OK": 2, "DRIFT": 0, "DOWN": 0, "UNREACHABLE": 0, "FAILED": 0}
 
 
 def test_missing_lists_count_as_empty_and_extra_keys_are_kept():
@@ -145,8 +145,8 @@ def test_missing_lists_count_as_empty_and_extra_keys_are_kept():
 
 
 @pytest.mark.parametrize("change, item, expected, actual", [
-    ({"verdict": "BROKEN"}, "pair spark-b verdict", "one of OK, DRIFT, DOWN, UNREACHABLE", "BROKEN"),
-    ({"verdict": "drift"}, "pair spark-b verdict", "one of OK, DRIFT, DOWN, UNREACHABLE", "drift"),
+    ({"verdict": "BROKEN"}, "pair spark-b verdict", "one of OK, DRIFT, DOWN, UNREACHABLE, FAILED", "BROKEN"),
+    ({"verdict": "drift"}, "pair spark-b verdict", "one of OK, DRIFT, DOWN, UNREACHABLE, FAILED", "drift"),
     ({"verdict": "OK"}, "pair spark-b differences", "none for verdict OK", "2 listed"),
     ({"differences": []}, "pair spark-b differences", "at least one for verdict DRIFT", "none"),
     ({"differences": [{"rank": "worker", "item": "image_id", "actual": STALE}]},
@@ -169,7 +169,7 @@ def test_malformed_pair_fails_naming_expected_and_actual(change, item, expected,
     assert f"is {'absent' if actual is None else actual}, expected {expected}" in str(err.value)
 
 
-@pytest.mark.parametrize("verdict", ["DOWN", "UNREACHABLE"])
+@pytest.mark.parametrize("verdict", ["DOWN", "UNREACHABLE", "FAILED"])
 def test_down_and_unreachable_need_a_reason(verdict):
     with pytest.raises(IdentityError, match=f"pair spark-x reasons is none, expected at least one for verdict {verdict}"):
         fr.normalize_pairs([{"pair": "spark-x", "verdict": verdict, "reasons": []}])
@@ -362,7 +362,7 @@ def test_terminal_table():
                        "    head: profile is production-k8, expected production"]
     after_d = lines[lines.index(pair_lines[3]) + 1:-1]
     assert after_d == ["    reason: worker spark-d1: ssh timed out after 30 s"]
-    assert lines[-1] == "4 pairs: 1 OK, 1 DRIFT, 1 DOWN, 1 UNREACHABLE; exit code 2"
+    assert lines[-1] == "4 pairs: 1 OK, 1 DRIFT, 1 DOWN, 1 UNREACHABLE, 0 FAILED; exit code 2"
 
 
 def test_terminal_table_neutralises_escape_sequences():
@@ -486,3 +486,19 @@ def test_unreadable_existing_file_fails(tmp_path):
     with pytest.raises(CheckError, match="rank control node: cannot read .*audit.md"):
         fr.fleet_report(str(tmp_path), fleet(), generated=T0)
     assert not (tmp_path / "audit.json").exists()
+
+
+def test_a_pair_the_audit_failed_to_judge_is_reported_failed_never_left_out(tmp_path):
+    ok = {"pair": "spark-a", "verdict": "OK"}
+    plan = fr.fleet_report(str(tmp_path), [ok], generated="2026-08-05T12:00:00Z", expected_pairs=["spark-a", "spark-b"])
+    doc = plan.document
+    assert doc["exit_code"] == fr.EXIT_NOT_OK and doc["not_ok"] == ["spark-b"]
+    assert doc["counts"]["FAILED"] == 1 and doc["counts"]["OK"] == 1
+    failed = doc["pairs"][1]
+    assert failed["pair"] == "spark-b" and failed["verdict"] == "FAILED" and failed["reasons"] == [fr.NO_VERDICT]
+    assert "spark-b" in (tmp_path / "audit.html").read_text()
+    # a FAILED verdict made by the audit role keeps its own reason; expected pairs with verdicts add nothing
+    own = {"pair": "spark-b", "verdict": "FAILED", "reasons": ["rank b-head: bad override"]}
+    doc = fr.fleet_report(str(tmp_path), [ok, own], generated="2026-08-05T12:00:00Z",
+                          expected_pairs=["spark-a", "spark-b"]).document
+    assert doc["pairs"][1]["reasons"] == ["rank b-head: bad override"] and len(doc["pairs"]) == 2

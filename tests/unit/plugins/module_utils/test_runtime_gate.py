@@ -892,8 +892,11 @@ def test_failure_document_and_summary_line():
 def run_suite(tmp_path, cfg: dict, *extra: str) -> subprocess.CompletedProcess:
     path = tmp_path / "gate-config.json"
     path.write_text(json.dumps(cfg))
-    env = {k: v for k, v in os.environ.items() if k not in ("ANSIBLE_COLLECTIONS_PATH", "DSPARK_GATE_API_KEY")}
-    env["DSPARK_GATE_API_KEY"] = SECRET
+    env = {k: v for k, v in os.environ.items() if k not in ("ANSIBLE_COLLECTIONS_PATH", "DSPARK_GATE_API_KEY_FILE")}
+    key_file = tmp_path / "api-key"
+    key_file.write_text(SECRET + "\n")
+    key_file.chmod(0o600)
+    env["DSPARK_GATE_API_KEY_FILE"] = str(key_file)
     return subprocess.run([sys.executable, "-m", "pytest", str(SUITE), "-q", "-p", "no:cacheprovider", "--gate-config",
                            str(path), *extra], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120, check=False)
 
@@ -980,3 +983,17 @@ def test_suite_finds_the_collection(suite_conftest, monkeypatch, tmp_path):
     monkeypatch.delenv("ANSIBLE_COLLECTIONS_PATH")
     assert suite_conftest._collection_candidates({"collections_path": "/x"})[0] == "/x"
     assert Path(suite_conftest.__file__).name == "conftest.py"
+
+
+def test_suite_reads_the_key_from_a_file_never_from_the_environment(suite_conftest, tmp_path, monkeypatch):
+    key_file = tmp_path / "api-key"
+    key_file.write_text(f"{SECRET}\n")
+    assert suite_conftest.read_api_key(str(key_file)) == SECRET
+    assert suite_conftest.read_api_key(None) is None
+    key_file.write_text("\n")
+    assert suite_conftest.read_api_key(str(key_file)) is None
+    with pytest.raises(pytest.UsageError, match="cannot read the API key file"):
+        suite_conftest.read_api_key(str(tmp_path / "missing"))
+    monkeypatch.setenv("DSPARK_GATE_API_KEY", SECRET)  # the old variable is not read any more
+    monkeypatch.delenv("DSPARK_GATE_API_KEY_FILE", raising=False)
+    assert suite_conftest.GateState(str(tmp_path / "cfg.json")).api_key is None
