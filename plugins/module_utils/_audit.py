@@ -16,7 +16,7 @@ engine, a container or the head's API is not up), ``DRIFT`` (anything differs; e
 listed), else ``OK``.
 
 No secret reaches a result: the API key is only sent as a header, environment values of names
-that look secret (:data:`SECRET_NAME`) are neither returned nor hashed, and any secret value seen
+that look secret (``_secrets.is_secret_name``) are neither returned nor hashed, and any secret value seen
 is scrubbed from every returned string.
 
 Standard library only; it runs on the ranks.
@@ -36,6 +36,7 @@ from ansible_collections.gb10.dspark.plugins.module_utils._engine_probe import (
     parse_metrics,
 )
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, Mismatch
+from ansible_collections.gb10.dspark.plugins.module_utils._secrets import is_secret_name
 from ansible_collections.gb10.dspark.plugins.module_utils._runtime_gate import (
     command_string,
     scrub,
@@ -61,9 +62,6 @@ LABEL_IMAGE_ID = LABEL_PREFIX + "image.id"
 LABEL_MANIFEST_SHA256 = LABEL_PREFIX + "manifest.sha256"
 LABEL_MODEL_REVISION = LABEL_PREFIX + "model.revision"
 
-# An environment variable whose name matches this holds (or may hold) a secret: its value is never
-# returned, never hashed, and scrubbed from every returned string.
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 SCRUB_MIN = 8  # shorter secret values ("0", "1") are not scrubbed from text: they would mangle it
 
 REVISION_MARKER = ".r0b0tlab-model-revision"
@@ -82,10 +80,6 @@ AUDIT_KEYS = ("rank", "docker", "images", "container", "profile_file", "manifest
 def _excerpt(text: str) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= _ERROR_LIMIT else text[:_ERROR_LIMIT] + "..."
-
-
-def is_secret_name(name: str) -> bool:
-    return bool(SECRET_NAME.search(name))
 
 
 def _env_name(entry: str) -> str:

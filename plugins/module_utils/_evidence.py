@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 from ansible_collections.gb10.dspark.plugins.module_utils._digest import sha256_file
 from ansible_collections.gb10.dspark.plugins.module_utils._files import check_finite, make_parents, write_json_atomic
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, IdentityError, Mismatch
+from ansible_collections.gb10.dspark.plugins.module_utils._secrets import is_secret_name
 
 RANK = "control node"
 SCHEMA_VERSION = 1
@@ -43,9 +44,6 @@ REDACTED = "<redacted>"
 FILE_MODE = 0o644
 DIR_MODE = 0o755
 
-SENSITIVE_ENV = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
-API_KEY_INLINE = re.compile(r"(--api-key(?:=|\s+))(\S+)")
-ARGV_KEYS = ("Args", "Cmd", "Entrypoint")
 CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -176,46 +174,150 @@ def redact_value(value: object, prefixes: list[Prefix]) -> object:
     return value
 
 
-def _redact_env(entry: object) -> object:
-    if isinstance(entry, str) and "=" in entry:
-        name = entry.split("=", 1)[0]
-        if SENSITIVE_ENV.search(name):
-            return f"{name}={REDACTED}"
-    return entry
+# The one secret rule of the pack. A *variable* is a ``NAME=value`` line of an env file, an entry of
+# a container's ``Env``, a ``NAME=value`` anywhere in text or in a JSON string, a JSON member, a
+# command-line flag with its value (``--api-key K``, ``--hf-token=K``) or a profile departure of an
+# ``env.NAME``. Its value is secret when its NAME looks secret (:func:`is_secret_name`), or when the
+# value is one the pack was told is secret. The NAME is judged by its words (split at ``_``, ``-``,
+# ``.`` and camelCase): counters and structural names that merely contain a word - MTP_NUM_TOKENS,
+# DSPARK_SIM_TOKEN_DELAY_S, run_key, pass_count, KV_CACHE_DTYPE - are not secret.
+# A told secret value shorter than this is not searched for (it would match ordinary values such as
+# 1 or true, and redact them); the variable that holds it is still redacted by its name.
+SECRET_VALUE_MIN = 6
+
+_LINE_ASSIGNMENT = re.compile(r"(\s*(?:export\s+)?)([A-Za-z_][A-Za-z0-9_]*)=(.*)")
+_ASSIGNMENT = re.compile(r"(?<![A-Za-z0-9_./-])([A-Za-z_][A-Za-z0-9_]*)=([^\s\"'`]+)")
+_FLAG = re.compile(r"(?<![A-Za-z0-9_-])(--?[A-Za-z][A-Za-z0-9_-]*)(=|[ \t]+)([^\s\"'`=-][^\s\"'`]*)")
+_SHOWN_NAME = re.compile(r"-{0,2}[A-Za-z_][A-Za-z0-9_.-]{0,127}")
 
 
-def _redact_argv(argv: list) -> list:
-    out = []
-    hide_next = False
-    for element in argv:
-        if hide_next and isinstance(element, str):
-            out.append(REDACTED)
-            hide_next = False
+def secret_values(secrets: list[str] | None, secret_env: list[str] | None = None) -> tuple[list[str], list[str], int]:
+    """The told secret values, each with the variable it came from ("" for a bare value): every
+    non-empty element of ``secrets`` and the value of every ``NAME=value`` of ``secret_env`` whose
+    NAME looks secret, each once. Values shorter than :data:`SECRET_VALUE_MIN` are counted apart."""
+    values: list[str] = []
+    labels: list[str] = []
+    short = 0
+    told = [("", s) for s in secrets or []]
+    problems = []
+    for i, entry in enumerate(secret_env or []):
+        name, sep, value = entry.partition("=") if isinstance(entry, str) else ("", "", "")
+        if not sep or not name:
+            problems.append(_mismatch(f"secret_env[{i}]", "not a NAME=value entry (value withheld)", "NAME=value"))
+        elif is_secret_name(name):
+            told.append((name, value))
+    if problems:
+        raise IdentityError(problems)
+    for label, value in told:
+        if not isinstance(value, str) or not value or value in values:
             continue
-        hide_next = element == "--api-key"
-        out.append(API_KEY_INLINE.sub(lambda m: m.group(1) + REDACTED, element)
-                   if isinstance(element, str) else element)
+        if len(value) < SECRET_VALUE_MIN:
+            short += 1
+            continue
+        values.append(value)
+        labels.append(label)
+    return values, labels, short
+
+
+def _told(value: str, secrets: list[str]) -> bool:
+    return value in secrets or (len(value) > 1 and value[0] == value[-1] and value[0] in "'\"" and value[1:-1] in secrets)
+
+
+def _secret_variable(name: str, value: str, secrets: list[str]) -> bool:
+    return bool(value) and (is_secret_name(name) or _told(value, secrets))
+
+
+def _line_spans(line: str, secrets: list[str]) -> list[tuple[str, int, int]]:
+    """(name, start, end) of every secret value in one line of text, by the one rule."""
+    whole = _LINE_ASSIGNMENT.fullmatch(line)
+    if whole and _secret_variable(whole.group(2), whole.group(3), secrets):
+        return [(whole.group(2), whole.start(3), whole.end(3))]
+    start = whole.start(3) if whole else 0
+    spans = [(m.group(1), m.start(2), m.end(2)) for m in _ASSIGNMENT.finditer(line, start)
+             if _secret_variable(m.group(1), m.group(2), secrets)]
+    spans += [(m.group(1), m.start(3), m.end(3)) for m in _FLAG.finditer(line, start)
+              if _secret_variable(m.group(1), m.group(3), secrets)]
+    kept: list[tuple[str, int, int]] = []
+    for span in sorted(spans, key=lambda s: s[1]):
+        if not kept or span[1] >= kept[-1][2]:
+            kept.append(span)
+    return kept
+
+
+def _lines(text: str) -> list[tuple[str, str]]:
+    """Each line of ``text`` split from its line ending."""
+    out = []
+    for line in text.splitlines(keepends=True):
+        body = line.rstrip("\r\n")
+        out.append((body, line[len(body):]))
     return out
 
 
-def redact_inspect(value: object) -> object:
-    """Container inspect data with secret-looking ``Env`` values and every ``--api-key`` value in
-    ``Args``, ``Cmd`` and ``Entrypoint`` replaced by ``<redacted>``, at any depth."""
+def redact_secrets_text(text: str, secrets: list[str] | None = None) -> str:
+    """``text`` with the value of every secret variable replaced by ``<redacted>``."""
+    secrets = secrets or []
+    out = []
+    for body, ending in _lines(text):
+        for _unused, start, end in reversed(_line_spans(body, secrets)):
+            body = body[:start] + REDACTED + body[end:]
+        out.append(body + ending)
+    return "".join(out)
+
+
+def _secret_flag(element: object) -> bool:
+    return isinstance(element, str) and element.startswith("-") and "=" not in element and is_secret_name(element)
+
+
+def _flag_value(element: object) -> bool:
+    return isinstance(element, str) and bool(element) and not element.startswith("--")
+
+
+def _departure_name(value: dict) -> str | None:
+    """The variable a profile departure (``{key: env.NAME, qualified, actual}``) is about, if any."""
+    key = value.get("key")
+    if isinstance(key, str) and ("actual" in value or "qualified" in value):
+        return key.rpartition(".")[2]
+    return None
+
+
+def _hide(value: object) -> object:
+    """Every value under a secret variable: strings (but the empty one) and numbers, at any depth."""
+    if isinstance(value, str):
+        return REDACTED if value else value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return REDACTED
     if isinstance(value, dict):
-        out = {}
-        for key, item in value.items():
-            if key == "Env" and isinstance(item, list):
-                out[key] = [_redact_env(e) for e in item]
-            elif key in ARGV_KEYS and isinstance(item, list):
-                out[key] = _redact_argv(item)
-            elif key in ARGV_KEYS and isinstance(item, str):
-                out[key] = API_KEY_INLINE.sub(lambda m: m.group(1) + REDACTED, item)
-            else:
-                out[key] = redact_inspect(item)
-        return out
-    if isinstance(value, list):
-        return [redact_inspect(v) for v in value]
+        return {k: _hide(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_hide(v) for v in value]
     return value
+
+
+def redact_document(value: object, secrets: list[str] | None = None) -> object:
+    """A JSON document with every secret value replaced by ``<redacted>``, at any depth: members with
+    a secret-looking name, strings that are (or hold) a secret variable or equal a told secret, the
+    value after a secret flag in a list (``["--api-key", K]``), and both values of a departure of a
+    secret-looking variable."""
+    secrets = secrets or []
+    if isinstance(value, str):
+        return REDACTED if _told(value, secrets) else redact_secrets_text(value, secrets)
+    if isinstance(value, (list, tuple)):
+        out = [redact_document(v, secrets) for v in value]
+        for i in range(len(out) - 1):
+            if _secret_flag(out[i]) and _flag_value(out[i + 1]):
+                out[i + 1] = REDACTED
+        return out
+    if isinstance(value, dict):
+        departure = _departure_name(value)
+        hidden = ("actual", "qualified") if departure and is_secret_name(departure) else ()
+        return {k: _hide(v) if k in hidden or is_secret_name(k) else redact_document(v, secrets)
+                for k, v in value.items()}
+    return value
+
+
+def redact_inspect(value: object, secrets: list[str] | None = None) -> object:
+    """Container inspect data redacted by the pack's one rule (see :func:`redact_document`)."""
+    return redact_document(value, secrets)
 
 
 # --------------------------------------------------------------------------------------------
@@ -255,10 +357,9 @@ class Entry:
                 "redacted": self.redacted}
 
 
-def _as_json_document(name: str, kind: str, document: object, prefixes: list[Prefix]) -> tuple[object, bool]:
-    cleaned = redact_value(document, prefixes)
-    if kind == "inspect":
-        cleaned = redact_inspect(cleaned)
+def _as_json_document(name: str, document: object, prefixes: list[Prefix],
+                      secrets: list[str] | None = None) -> tuple[object, bool]:
+    cleaned = redact_document(redact_value(document, prefixes), secrets)
     try:
         check_finite(cleaned)
     except ValueError as exc:
@@ -274,18 +375,37 @@ def _parse_inspect(name: str, text: str) -> object:
                                f"redacted: {exc}") from exc
 
 
-def _from_text(entry: Entry, text: str, prefixes: list[Prefix]) -> None:
+def _json_container(text: str) -> dict | list | None:
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return None
+    return document if isinstance(document, (dict, list)) else None
+
+
+def _from_text(entry: Entry, text: str, prefixes: list[Prefix], secrets: list[str] | None = None) -> None:
+    """Text is copied with its paths replaced and its secret variables redacted. A JSON text (other
+    than inspect data, which is always parsed) keeps its bytes unless a secret had to be redacted;
+    then it is written back as JSON."""
     if entry.kind == "inspect":
-        document, changed = _as_json_document(entry.name, entry.kind, _parse_inspect(entry.name, text), prefixes)
+        document, changed = _as_json_document(entry.name, _parse_inspect(entry.name, text), prefixes, secrets)
         entry.document, entry.is_json, entry.redacted = document, True, changed
         entry.data = json_bytes(document)
-    else:
-        cleaned = redact_text(text, prefixes)
-        entry.data, entry.redacted = cleaned.encode("utf-8"), cleaned != text
+        return
+    cleaned = redact_text(text, prefixes)
+    document = _json_container(cleaned)
+    if document is None:
+        cleaned = redact_secrets_text(cleaned, secrets)
+    elif redact_document(document, secrets) != document:
+        entry.document = _as_json_document(entry.name, document, prefixes, secrets)[0]
+        entry.is_json, entry.redacted, entry.data = True, True, json_bytes(entry.document)
+        return
+    entry.data, entry.redacted = cleaned.encode("utf-8"), cleaned != text
 
 
-def load_artifact(spec: dict, prefixes: list[Prefix]) -> Entry:
-    """Read (or render) one artifact, redacted. A source that does not exist is ``missing`` when the
+def load_artifact(spec: dict, prefixes: list[Prefix], secrets: list[str] | None = None) -> Entry:
+    """Read (or render) one artifact, redacted (paths by ``prefixes``, secret variables by the one
+    rule, told ``secrets`` where they are a variable's whole value). A source that does not exist is ``missing`` when the
     artifact is required and ``absent`` when it is not; any other read fault fails the run."""
     name, kind = spec["name"], spec.get("kind") or "other"
     entry = Entry(name=name, kind=kind, required=bool(spec.get("required")))
@@ -297,10 +417,10 @@ def load_artifact(spec: dict, prefixes: list[Prefix]) -> Entry:
                                       else "given neither src nor content", "exactly one of src and content"))
     if content is not None:
         if isinstance(content, (dict, list)):
-            entry.document, entry.redacted = _as_json_document(name, kind, content, prefixes)
+            entry.document, entry.redacted = _as_json_document(name, content, prefixes, secrets)
             entry.is_json, entry.data = True, json_bytes(entry.document)
         elif isinstance(content, str):
-            _from_text(entry, content, prefixes)
+            _from_text(entry, content, prefixes, secrets)
         else:
             raise IdentityError(_mismatch(f"artifact {name} content", type(content).__name__,
                                           "a dict, a list or a string"))
@@ -326,7 +446,7 @@ def load_artifact(spec: dict, prefixes: list[Prefix]) -> Entry:
                                    "cannot be redacted") from None
         entry.data = raw  # binary: copied as is; the leak scan still covers it
         return entry
-    _from_text(entry, text, prefixes)
+    _from_text(entry, text, prefixes, secrets)
     return entry
 
 
@@ -705,18 +825,88 @@ def _holds(data: bytes, decoded: list[str], needle: str) -> bool:
     return any(form in data for form in _spellings(needle)) or any(needle in s for s in decoded)
 
 
-def find_leaks(name: str, data: bytes, secrets: list[str], prefixes: list[Prefix]) -> list[Mismatch]:
-    """Secrets and control-node paths left in one file. The message names the file and the secret's
-    position in O(secrets), never its value."""
+def _text_variable_leaks(text: str, secrets: list[str]) -> list[str]:
+    """Names of the secret variables of ``text`` whose value is not ``<redacted>``. A line that is a
+    JSON document (JSON lines) is judged as one."""
+    names = []
+    for body, _unused in _lines(text):
+        document = _json_container(body) if body.lstrip()[:1] in ("{", "[") else None
+        if document is not None:
+            names += _document_variable_leaks(document, secrets)
+        else:
+            names += [name for name, start, end in _line_spans(body, secrets) if body[start:end] != REDACTED]
+    return names
+
+
+def _document_variable_leaks(value: object, secrets: list[str], under: str | None = None) -> list[str]:
+    """Names of the secret variables of a JSON document (``under``: the secret variable ``value`` is
+    part of) whose value is not ``<redacted>``; the same rule as :func:`redact_document`."""
+    if isinstance(value, str):
+        if under is not None:
+            return [under] if value and value != REDACTED else []
+        return _text_variable_leaks(value, secrets)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return [under] if under is not None else []
+    names: list[str] = []
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            names += _document_variable_leaks(item, secrets, under)
+            if (under is None and i + 1 < len(value) and _secret_flag(item) and _flag_value(value[i + 1])
+                    and value[i + 1] != REDACTED):
+                names.append(item)
+    elif isinstance(value, dict):
+        departure = _departure_name(value)
+        hidden = ("actual", "qualified") if departure and is_secret_name(departure) else ()
+        for key, item in value.items():
+            if under is None and key in hidden:
+                names += _document_variable_leaks(item, secrets, str(value.get("key")))
+            elif under is None and is_secret_name(key):
+                names += _document_variable_leaks(item, secrets, key)
+            else:
+                names += _document_variable_leaks(item, secrets, under)
+    return names
+
+
+def variable_leaks(data: bytes, secrets: list[str] | None = None) -> list[str]:
+    """Names of the secret variables (by the one rule) left with a value other than ``<redacted>`` in
+    one file of the pack, each once, in order of appearance."""
+    secrets = secrets or []
+    text = data.decode("utf-8", errors="replace")
+    document = _json_container(text)
+    names = _document_variable_leaks(document, secrets) if document is not None else _text_variable_leaks(text, secrets)
+    return list(dict.fromkeys(names))
+
+
+def _shown(name: str, secrets: list[str]) -> str:
+    """A variable name fit for a message: never a secret, nor anything that could hold one."""
+    if _SHOWN_NAME.fullmatch(name) and not any(s in name for s in secrets):
+        return name
+    return "a variable (name withheld)"
+
+
+def _secret_label(number: int, labels: list[str] | None) -> str:
+    label = labels[number - 1] if labels and number <= len(labels) else ""
+    return f"secret #{number}, the value of {label}" if label else f"secret #{number}"
+
+
+def find_leaks(name: str, data: bytes, secrets: list[str], prefixes: list[Prefix],
+               labels: list[str] | None = None) -> list[Mismatch]:
+    """Secrets, unredacted secret variables and control-node paths left in one file. The message
+    names the file and the secret's position in O(secrets) (with the variable it came from, when
+    known) or the variable, never a value."""
     try:
         decoded = list(_strings(json.loads(data.decode("utf-8"))))
     except (UnicodeDecodeError, ValueError):
         decoded = []
     leaks = []
     for number, secret in enumerate(secrets, 1):
-        if secret and _holds(data, decoded, secret):
-            leaks.append(_mismatch(f"pack file {name}", f"carrying secret #{number} (value withheld)",
+        if secret and len(secret) >= SECRET_VALUE_MIN and _holds(data, decoded, secret):
+            leaks.append(_mismatch(f"pack file {name}", f"carrying {_secret_label(number, labels)} (value withheld)",
                                    "free of secrets"))
+    for variable in variable_leaks(data, secrets):
+        leaks.append(_mismatch(f"pack file {name}",
+                               f"carrying an unredacted value of {_shown(variable, secrets)} (value withheld)",
+                               f"{REDACTED} in its place"))
     for prefix in prefixes:
         if _holds(data, decoded, prefix.prefix):
             leaks.append(_mismatch(f"pack file {name}", f"carrying the control-node path {prefix.prefix}",
@@ -724,11 +914,12 @@ def find_leaks(name: str, data: bytes, secrets: list[str], prefixes: list[Prefix
     return leaks
 
 
-def name_leaks(names: list[str], secrets: list[str]) -> list[Mismatch]:
+def name_leaks(names: list[str], secrets: list[str], labels: list[str] | None = None) -> list[Mismatch]:
     leaks = []
     for number, secret in enumerate(secrets, 1):
-        if secret and any(secret in name for name in names):
-            leaks.append(_mismatch("an artifact name", f"carrying secret #{number} (value withheld)", "free of secrets"))
+        if secret and len(secret) >= SECRET_VALUE_MIN and any(secret in name for name in names):
+            leaks.append(_mismatch("an artifact name", f"carrying {_secret_label(number, labels)} (value withheld)",
+                                   "free of secrets"))
     return leaks
 
 
@@ -744,6 +935,8 @@ class Plan:
     index: dict
     secrets: list[str] = field(default_factory=list, repr=False)
     prefixes: list[Prefix] = field(default_factory=list)
+    secret_labels: list[str] = field(default_factory=list)  # the variable each secret came from ("" if none)
+    short_secrets: int = 0  # told secret values too short to search for (see SECRET_VALUE_MIN)
 
     @property
     def invalid_for_publish(self) -> bool:
@@ -766,10 +959,13 @@ def utc_stamp(now: datetime | None = None) -> str:
 
 def plan_pack(dest: str, pair: str, run_id: str, playbook: str, artifacts: list[dict], facts: dict | None = None,
               secrets: list[str] | None = None, redact_prefixes: list[dict] | None = None,
-              now: datetime | None = None) -> Plan:
-    """Everything the pack will hold, rendered and scanned in memory; nothing is written."""
+              now: datetime | None = None, secret_env: list[str] | None = None) -> Plan:
+    """Everything the pack will hold, rendered and scanned in memory; nothing is written.
+
+    ``secrets`` are values that must never appear in the pack; ``secret_env`` are ``NAME=value``
+    entries (an engine's extra env) whose values count as secrets when their NAME looks secret."""
     dest = os.path.abspath(dest)
-    secrets = [s for s in (secrets or []) if s]
+    secrets, labels, short = secret_values(secrets, secret_env)
     prefixes = normalise_prefixes(redact_prefixes)
     facts = facts or {}
     problems = [m for m in (check_label("pair", pair), check_label("run_id", run_id),
@@ -782,19 +978,20 @@ def plan_pack(dest: str, pair: str, run_id: str, playbook: str, artifacts: list[
         raise IdentityError(problems)
     check_dest(dest)
 
-    entries = sorted((load_artifact(spec, prefixes) for spec in artifacts), key=lambda e: e.name)
-    facts = redact_value(facts, prefixes)  # type: ignore[assignment]
+    entries = sorted((load_artifact(spec, prefixes, secrets) for spec in artifacts), key=lambda e: e.name)
+    # by name only: a told secret in the facts is refused below, not hidden
+    facts = redact_document(redact_value(facts, prefixes))  # type: ignore[assignment]
     reasons, results = publication_reasons(facts, entries)
     index = build_index(pair, run_id, playbook, utc_stamp(now), facts, entries, reasons, results)
     index_json = Entry(INDEX_JSON, "index", data=json_bytes(index), document=index, is_json=True)
     index_md = Entry(INDEX_MD, "index", data=render_markdown(index, index_json).encode("utf-8"))
     present = [e for e in entries if e.state == "present"]
     sums = Entry(SUMS, "checksums", data=sha256sums(present + [index_json, index_md]))
-    plan = Plan(dest, entries, [index_json, index_md, sums], reasons, index, secrets, prefixes)
+    plan = Plan(dest, entries, [index_json, index_md, sums], reasons, index, secrets, prefixes, labels, short)
 
-    leaks = name_leaks([e.name for e in entries], secrets)
+    leaks = name_leaks([e.name for e in entries], secrets, labels)
     for entry in plan.written():
-        leaks += find_leaks(entry.name, entry.data or b"", secrets, prefixes)
+        leaks += find_leaks(entry.name, entry.data or b"", secrets, prefixes, labels)
     if leaks:
         raise IdentityError(leaks)
     return plan
@@ -866,7 +1063,7 @@ def scan_folder(root: str, plan: Plan) -> list[Mismatch]:
             if digest != expected[name]:
                 problems.append(_mismatch(f"pack file {name} sha256", digest, expected[name]))
             with open(path, "rb") as handle:
-                problems += find_leaks(name, handle.read(), plan.secrets, plan.prefixes)
+                problems += find_leaks(name, handle.read(), plan.secrets, plan.prefixes, plan.secret_labels)
     for name in sorted(set(expected) - found):
         problems.append(_mismatch(f"pack file {name}", "absent", "written"))
     return problems

@@ -17,13 +17,25 @@ description:
   - "A pack is written once: when O(dest) exists and is not an empty folder the module fails and
     changes nothing."
   - "Every copied or rendered artifact is redacted: each O(redact_prefixes) path is replaced by its
-    placeholder (longest prefix first), and in O(artifacts[].kind=inspect) data every C(Env) entry whose
-    name contains C(KEY), C(TOKEN), C(SECRET) or C(PASSWORD) (any case) and every C(--api-key) value in
-    C(Args), C(Cmd) and C(Entrypoint) becomes C(<redacted>)."
+    placeholder (longest prefix first), and one secret rule applies to every file of the pack (env
+    files, inspect data, any JSON or text). A variable - a C(NAME=value) line or C(Env) entry, a
+    C(NAME=value) inside text or a JSON string, a JSON member, a flag and its value (C(--api-key K),
+    C(--hf-token=K)), a profile departure of C(env.NAME) - has its value replaced by C(<redacted>) when
+    its NAME looks secret, or when its value is one of the O(secrets) (or O(secret_env) values)."
+  - "A NAME looks secret (any case, judged by its words split at C(_), C(-), C(.) and camelCase) when it
+    holds C(SECRET), C(PASSWORD), C(PASSWD), C(PASSPHRASE), C(CREDENTIAL), C(APIKEY), C(ACCESSKEY),
+    C(PRIVATEKEY), C(COOKIE), C(BEARER) or C(SESSIONID); when one of its words is C(AUTH),
+    C(AUTHORIZATION), C(OAUTH), C(CRED), C(CREDS), C(PRIVATE), C(SIGNATURE), C(CERT), C(CERTS),
+    C(CERTIFICATE), C(JWT), C(SALT) or C(DSN); when its last word is C(TOKEN) (or ends in it), C(PASS),
+    C(PWD) or C(SESSION); or when its last word is C(KEY) or C(KEYS) after a qualifier (C(VLLM_API_KEY);
+    not a bare C(key), nor C(run_key), C(sort_key), C(cache_key) and the like). Counters and knobs that
+    merely contain a word - C(MTP_NUM_TOKENS), C(DSPARK_SIM_TOKEN_DELAY_S), C(pass_count),
+    C(KV_CACHE_DTYPE) - are not secret."
   - "The pack is written into a hidden staging folder beside O(dest), every file is hashed again from
-    disk and scanned for the O(secrets) values and the O(redact_prefixes) paths (also in their JSON
-    escaped spellings), and only a clean folder is renamed to O(dest). On any finding the module fails,
-    removes what it wrote, and names the file (never the secret)."
+    disk and scanned for every O(secrets) and O(secret_env) value and the O(redact_prefixes) paths (also
+    in their JSON escaped spellings), and for any variable whose NAME looks secret and whose value is
+    not C(<redacted>). Only a clean folder is renamed to O(dest). On any finding the module fails,
+    removes what it wrote, and names the file and the variable (never the value)."
   - "The run is judged for publication. RV(invalid_for_publish) is V(true), with one reason per fault in
     RV(reasons), when: the wrapper tree is dirty; the profile is experimental or departs from the
     qualified profile; the runtime gate result is missing or not C(PASS); a serving guard or NIAH result
@@ -193,7 +205,19 @@ options:
   secrets:
     description:
       - Values that must never appear in the pack (API keys, tokens). Not logged. Empty strings are ignored.
-      - They are not redacted but searched for; a pack that holds one is not written.
+      - Where one is the whole value of a variable it is redacted, whatever the variable's name; anywhere
+        else it is searched for, and a pack that holds one is not written.
+      - Values shorter than 6 characters are not searched for (they would match ordinary values such as
+        C(1)); a warning says how many were left out. Their variables are still redacted by name.
+    type: list
+    elements: str
+    default: []
+  secret_env:
+    description:
+      - C(NAME=value) entries of an environment that may hold secrets, typically the engine's extra env
+        (C(dspark_engine_extra_env)) of both ranks. Not logged.
+      - The value of each entry whose NAME looks secret is added to O(secrets) (and named by its NAME in a
+        failure); the other entries are ignored.
     type: list
     elements: str
     default: []
@@ -231,7 +255,8 @@ notes:
   - Files are written with mode 0644, folders 0755. JSON is written atomically, sorted, indent 2.
   - Only relative paths appear in C(index.json) and C(index.md); source paths are never recorded.
   - "Failures read like C(rank control node: pack file inspect/head.json is carrying secret #1 (value withheld),
-    expected free of secrets)."
+    expected free of secrets) or C(rank control node: pack file profiles/head/production.env is carrying an
+    unredacted value of DB_PASSWD (value withheld), expected <redacted> in its place)."
 seealso:
   - module: gb10.dspark.wrapper_tree
   - module: gb10.dspark.profile_resolve
@@ -273,6 +298,8 @@ EXAMPLES = r"""
         commit: "{{ __dspark_tree.tree.revision }}"
       row_kinds: ["{{ __dspark_profile.profile.compilation_config.cudagraph_implementation }}"]
     secrets: "{{ [dspark_api_key] if dspark_api_key | default('') else [] }}"
+    secret_env: "{{ dspark_engine_extra_env | default({}) | dict2items | map(attribute='key')
+      | zip(dspark_engine_extra_env | default({}) | dict2items | map(attribute='value')) | map('join', '=') | list }}"
     redact_prefixes:
       - {prefix: "{{ dspark_evidence_dir }}", placeholder: "<evidence>"}
       - {prefix: "{{ playbook_dir | dirname }}", placeholder: "<checkout>"}
@@ -411,7 +438,7 @@ diff:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gb10.dspark.plugins.module_utils._evidence import (
-    IMPLEMENTATIONS, KINDS, discover, merge_facts, plan_pack, write_pack,
+    IMPLEMENTATIONS, KINDS, SECRET_VALUE_MIN, discover, merge_facts, plan_pack, write_pack,
 )
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import guarded
 
@@ -468,6 +495,7 @@ def main() -> None:
             "pair_dir": {"type": "path"},
             "tree_record": {"type": "path"},
             "secrets": {"type": "list", "elements": "str", "default": [], "no_log": True},
+            "secret_env": {"type": "list", "elements": "str", "default": [], "no_log": True},
             "redact_prefixes": {
                 "type": "list", "elements": "dict", "default": [],
                 "options": {
@@ -487,7 +515,7 @@ def main() -> None:
             artifacts += found
             facts = merge_facts(derived, facts)
         plan = plan_pack(p["dest"], p["pair"], p["run_id"], p["playbook"], artifacts, facts=facts,
-                         secrets=p["secrets"], redact_prefixes=p["redact_prefixes"])
+                         secrets=p["secrets"], redact_prefixes=p["redact_prefixes"], secret_env=p["secret_env"])
         if not module.check_mode:
             write_pack(plan)
         return plan
@@ -505,6 +533,9 @@ def main() -> None:
     }
     if module._diff:
         result["diff"] = {"before": {}, "after": {"path": plan.dest, "files": files}}
+    if plan.short_secrets:
+        module.warn(f"{plan.short_secrets} secret value(s) shorter than {SECRET_VALUE_MIN} characters were not searched "
+                    "for in the pack (their variables are still redacted by name)")
     if plan.invalid_for_publish:
         module.warn(f"evidence pack {plan.dest} is not valid for publication: " + "; ".join(plan.reasons))
     module.exit_json(**result)

@@ -266,6 +266,7 @@ def test_env_hash_ignores_order_and_secret_names_but_not_other_values():
     for name in ("VLLM_API_KEY", "hf_token", "DB_PASSWORD", "CLIENT_SECRET", "AWS_CREDENTIALS"):
         assert _audit.is_secret_name(name), name
     assert not _audit.is_secret_name("KV_CACHE_DTYPE")
+    assert not _audit.is_secret_name("MTP_NUM_TOKENS")  # a profile knob, hashed like any other
 
 
 def test_head_audit_collects_everything_in_one_call(tmp_path, api):
@@ -284,7 +285,7 @@ def test_head_audit_collects_everything_in_one_call(tmp_path, api):
     doc = inspect_doc("head")[0]
     # the runtime gate's command_sha256: Path and Args space-joined
     assert c["command_sha256"] == hashlib.sha256(" ".join([doc["Path"], *doc["Args"]]).encode()).hexdigest()
-    plain = sorted(e for e in doc["Config"]["Env"] if not e.startswith(("VLLM_API_KEY=", "HF_TOKEN=", "MTP_NUM_TOKENS=")))
+    plain = sorted(e for e in doc["Config"]["Env"] if not e.startswith(("VLLM_API_KEY=", "HF_TOKEN=")))
     assert c["env_sha256"] == hashlib.sha256("".join(e + "\n" for e in plain).encode()).hexdigest()
 
     pf = audit["profile_file"]

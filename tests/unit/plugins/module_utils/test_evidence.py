@@ -332,11 +332,13 @@ def test_inspect_env_and_api_key_are_redacted(tmp_path):
     assert next(e for e in p.entries if e.name == "inspect/head.json").redacted is True
 
 
-def test_inspect_redaction_leaves_other_kinds_alone():
+def test_the_inspect_rule_applies_to_every_kind():
+    # issue 21: one rule for everything the pack writes (this test used to require other kinds be left alone)
     doc = {"Env": ["A_TOKEN=x"], "Args": ["--api-key", "k"]}
-    assert ev.redact_inspect(doc) == {"Env": ["A_TOKEN=<redacted>"], "Args": ["--api-key", "<redacted>"]}
+    redacted = {"Env": ["A_TOKEN=<redacted>"], "Args": ["--api-key", "<redacted>"]}
+    assert ev.redact_inspect(doc) == redacted
     entry = ev.load_artifact({"name": "x.json", "kind": "other", "content": doc}, [])
-    assert json.loads(entry.data) == doc
+    assert json.loads(entry.data) == redacted and entry.redacted
 
 
 def test_inspect_that_is_not_json_fails(tmp_path):
@@ -586,3 +588,162 @@ def test_discovered_systems_lanes_with_error_rows_are_a_reason(tmp_path):
     assert "systems lanes status is ERROR, expected PASS" in text
     assert "systems lanes counted 2 infra error(s)" in text
     assert plan.index["results"]["systems"]["status"] == "ERROR"
+
+
+# --- one redaction rule for every file of the pack (issue 21) -------------------------------------------
+CATALOG = Path(__file__).resolve().parents[4] / "roles" / "profile" / "vars" / "main.yml"
+LEAKS = {"DB_PASSWD": "hunter2-xyz", "AWS_CREDENTIALS": "aws-cred-5f1e9b77", "HF_TOKEN": "hf_q8ZrT4kLm2Nv"}
+
+
+def catalog_env_names() -> list[str]:
+    """Every engine variable the profile catalog sets, plus the per-rank extras of the rendered env file."""
+    import yaml  # noqa: PLC0415 - only these tests need it
+
+    from ansible_collections.gb10.dspark.plugins.module_utils._profile import PER_RANK_ENV  # noqa: PLC0415
+
+    catalog = yaml.safe_load(CATALOG.read_text())["__dspark_profile_catalog"]
+    names = {name for profile in catalog.values() for name in profile["env"]}
+    assert "MTP_NUM_TOKENS" in PER_RANK_ENV and "KV_CACHE_DTYPE" in names  # the catalog is what we think it is
+    return sorted(names | set(PER_RANK_ENV))
+
+
+def leaking_sources(root: Path) -> tuple[list[dict], dict[str, Path]]:
+    """A rank's rendered env file and inspect data holding secrets in the operator's extra env."""
+    folder = root / "ranks"
+    folder.mkdir()
+    env_file = folder / "production.env"
+    env_file.write_text("HF_HOME=/cache/huggingface\nNCCL_IB_HCA=mlx5_0\n"
+                        + "".join(f"{k}={v}\n" for k, v in LEAKS.items()))
+    inspect = folder / "inspect.json"
+    inspect.write_text(json.dumps([{"Id": "beef", "Config": {"Env": ["MTP_NUM_TOKENS=6"]
+                                                            + [f"{k}={v}" for k, v in LEAKS.items()]}}]))
+    artifacts = [{"name": "profiles/head/production.env", "src": str(env_file), "kind": "profile"},
+                 {"name": "profiles/worker/production.env", "kind": "profile", "content": env_file.read_text()},
+                 {"name": "inspect/head.json", "src": str(inspect), "kind": "inspect", "required": True}]
+    return artifacts, {"env": env_file, "inspect": inspect}
+
+
+def test_secret_extra_env_never_reaches_any_file_of_the_pack(tmp_path):
+    artifacts, _unused = leaking_sources(tmp_path)
+    p = plan(tmp_path, artifacts=artifacts, secrets=[])
+    ev.write_pack(p)
+    dest = Path(p.dest)
+    for path in dest.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            for value in LEAKS.values():
+                assert value.encode() not in data, path
+    for side in ("head", "worker"):
+        env = (dest / "profiles" / side / "production.env").read_text().splitlines()
+        assert env == ["HF_HOME=/cache/huggingface", "NCCL_IB_HCA=mlx5_0"] + [f"{k}=<redacted>" for k in LEAKS]
+    container = json.loads((dest / "inspect/head.json").read_text())[0]
+    assert container["Config"]["Env"] == ["MTP_NUM_TOKENS=6"] + [f"{k}=<redacted>" for k in LEAKS]
+    assert all(e.redacted for e in p.entries)
+
+
+def test_the_profile_catalog_knobs_are_never_redacted(tmp_path):
+    names = catalog_env_names()
+    names += ["DSPARK_SIM_TOKEN_DELAY_S", "DSPARK_SIM_KV_TOKENS", "DSPARK_SIM_STARTUP_DELAY_S"]  # the simulator's
+    env_text = "".join(f"{n}=v{i}\n" for i, n in enumerate(names))
+    artifacts = [{"name": "profiles/head/production.env", "kind": "profile", "content": env_text},
+                 {"name": "inspect/head.json", "kind": "inspect",
+                  "content": [{"Config": {"Env": [f"{n}=v{i}" for i, n in enumerate(names)]}}]},
+                 {"name": "niah/niah.json", "kind": "niah",  # structural keys that merely contain a word
+                  "content": {"status": "PASS", "run_key": "long-1m-20260803", "pass_count": 3,
+                              "usage": {"prompt_tokens": 9, "max_tokens": 64}, "pass": True}},
+                 {"name": "readiness.json", "kind": "readiness",
+                  "content": {"departures": [{"key": "max_model_len", "qualified": 327680, "actual": 4096}]}}]
+    p = plan(tmp_path, artifacts=artifacts, secrets=[])
+    by_name = {e.name: e for e in p.entries}
+    assert by_name["profiles/head/production.env"].data.decode() == env_text
+    assert by_name["inspect/head.json"].document == artifacts[1]["content"]
+    assert by_name["niah/niah.json"].document == artifacts[2]["content"]
+    assert by_name["readiness.json"].document == artifacts[3]["content"]
+    assert not any(e.redacted for e in p.entries)
+
+
+@pytest.mark.parametrize("name", ["DB_PASSWD", "AWS_CREDENTIALS", "HF_TOKEN", "db_password", "MYSQL_PWD", "SMTP_PASS",
+                                  "GOOGLE_APPLICATION_CREDENTIALS", "OAUTH_CLIENT_SECRET", "SSH_KEY_PASSPHRASE",
+                                  "PROXY_AUTH", "SESSION_COOKIE", "TLS_PRIVATE", "WEBHOOK_SIGNATURE", "CLIENT_CERT",
+                                  "VLLM_API_KEY", "apiKey", "accessToken", "GITHUBTOKEN", "PWD"])
+def test_secret_looking_names_are_redacted_in_env_files(name):
+    entry = ev.load_artifact({"name": "x.env", "kind": "profile", "content": f"{name}=s3cr3t-value\nA=1\n"}, [])
+    assert entry.data == f"{name}=<redacted>\nA=1\n".encode() and entry.redacted
+
+
+def test_a_secret_value_under_an_innocent_name_is_redacted(tmp_path):
+    env_text = "HF_HOME=/cache/huggingface\nSITE_LABEL=hunter2-xyz\n"
+    artifacts = [{"name": "profiles/head/production.env", "kind": "profile", "content": env_text},
+                 {"name": "inspect/head.json", "kind": "inspect",
+                  "content": [{"Config": {"Env": ["SITE_LABEL=hunter2-xyz", "NODE_RANK=0"]}}]}]
+    p = plan(tmp_path, artifacts=artifacts, secrets=["hunter2-xyz"])
+    ev.write_pack(p)
+    dest = Path(p.dest)
+    assert (dest / "profiles/head/production.env").read_text() == "HF_HOME=/cache/huggingface\nSITE_LABEL=<redacted>\n"
+    assert json.loads((dest / "inspect/head.json").read_text())[0]["Config"]["Env"] == \
+        ["SITE_LABEL=<redacted>", "NODE_RANK=0"]
+
+
+def test_a_secret_value_in_free_text_is_refused_naming_the_file_and_the_variable(tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("the operator typed hunter2-xyz here\n")
+    with pytest.raises(IdentityError) as info:
+        plan(tmp_path, artifacts=[{"name": "notes.txt", "src": str(notes)}], secrets=[API_KEY],
+             secret_env=["DB_PASSWD=hunter2-xyz", "DSPARK_SIM_TOKEN_DELAY_S=2"])
+    text = str(info.value)
+    assert "pack file notes.txt" in text and "DB_PASSWD" in text and "hunter2-xyz" not in text
+    assert not (tmp_path / "evidence" / "sim01" / "runs").exists()
+
+
+def test_secret_env_adds_only_the_secret_looking_values(tmp_path):
+    p = plan(tmp_path, artifacts=[{"name": "notes.txt", "content": "delay 2 s; KV 1253213 tokens\n"}], secrets=[],
+             secret_env=["DSPARK_SIM_TOKEN_DELAY_S=2", "DSPARK_SIM_KV_TOKENS=1253213", "HF_TOKEN=hf_q8ZrT4kLm2Nv"])
+    assert p.secrets == ["hf_q8ZrT4kLm2Nv"]
+
+
+@pytest.mark.parametrize("data, variable", [
+    (b"NCCL_DEBUG=INFO\nDB_PASSWD=hunter2-xyz\n", "DB_PASSWD"),
+    (b"export AWS_CREDENTIALS='aws-cred-5f1e9b77'\n", "AWS_CREDENTIALS"),
+    (b"exec env HF_TOKEN=hf_q8ZrT4kLm2Nv vllm serve\n", "HF_TOKEN"),
+    (b'[{"Config": {"Env": ["DB_PASSWD=hunter2-xyz"]}}]', "DB_PASSWD"),
+    (b'{"db": {"password": "hunter2-xyz"}}', "password"),
+    (b'{"Args": ["serve", "--hf-token", "hf_q8ZrT4kLm2Nv"]}', "--hf-token"),
+])
+def test_an_unredacted_secret_looking_variable_is_a_leak(data, variable):
+    leaks = ev.find_leaks("profiles/head/production.env", data, [], [])
+    assert len(leaks) == 1
+    message = leaks[0].message
+    assert "pack file profiles/head/production.env" in message and variable in message
+    for value in LEAKS.values():
+        assert value not in message
+
+
+def test_a_redacted_or_empty_secret_variable_is_not_a_leak():
+    assert ev.find_leaks("a.env", b"DB_PASSWD=<redacted>\nHF_TOKEN=\nMTP_NUM_TOKENS=6\n", [], []) == []
+    assert ev.find_leaks("a.json", b'{"password": "<redacted>", "pass": true, "run_key": "x-1"}', [], []) == []
+
+
+def test_a_pack_whose_file_still_holds_a_secret_is_not_published(tmp_path):
+    p = plan(tmp_path, artifacts=[{"name": "profiles/head/production.env", "kind": "profile",
+                                   "content": "NCCL_DEBUG=INFO\n"}], secrets=[])
+    entry = p.entries[0]
+    entry.data = b"NCCL_DEBUG=INFO\nDB_PASSWD=hunter2-xyz\n"  # e.g. a redaction bug between plan and write
+    with pytest.raises(IdentityError) as info:
+        ev.write_pack(p)
+    text = str(info.value)
+    assert "pack file profiles/head/production.env" in text and "DB_PASSWD" in text and "hunter2-xyz" not in text
+    assert not (tmp_path / "evidence" / "sim01" / "runs").exists()
+
+
+def test_a_secret_departure_is_redacted_in_the_facts_and_the_index(tmp_path):
+    facts = clean_facts(profile={"name": "production", "sha256": "b9" * 32, "experimental": True,
+                                 "departures": [{"key": "env.HF_TOKEN", "qualified": None, "actual": "hf_q8ZrT4kLm2Nv"}],
+                                 "cudagraph_implementation": "regular"})
+    p = plan(tmp_path, artifacts=[{"name": "readiness.json", "kind": "readiness",
+                                   "content": {"departures": facts["profile"]["departures"]}}],
+             facts=facts, secret_env=["HF_TOKEN=hf_q8ZrT4kLm2Nv"])
+    ev.write_pack(p)
+    for path in Path(p.dest).rglob("*"):
+        if path.is_file():
+            assert b"hf_q8ZrT4kLm2Nv" not in path.read_bytes(), path
+    assert p.index["profile"]["departures"] == [{"key": "env.HF_TOKEN", "qualified": None, "actual": "<redacted>"}]

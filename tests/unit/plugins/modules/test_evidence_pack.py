@@ -132,7 +132,7 @@ def test_dirty_tree_and_experimental_profile_make_it_invalid_with_a_warning(tmp_
 
 def test_secret_in_an_artifact_fails_and_leaves_nothing(tmp_path, run_dir, run_module):
     a = args(tmp_path, run_dir)
-    a["artifacts"].append({"name": "notes.txt", "content": f"export VLLM_API_KEY={API_KEY}\n"})
+    a["artifacts"].append({"name": "notes.txt", "content": f"curl -H 'Authorization: Bearer {API_KEY}'\n"})
     result = run_module(evidence_pack, a)
     assert result["failed"] is True and result["changed"] is False
     assert result["msg"] == ("rank control node: pack file notes.txt is carrying secret #1 (value withheld), "

@@ -49,7 +49,7 @@ def test_report_is_written(tmp_path, run_module):
     assert result["failed"] is False, result.get("msg")
     assert result["changed"] is True
     assert result["exit_code"] == 2
-    assert result["counts"] == {"OK": 1, "DRIFT": 1, "DOWN": 0, "UNREACHABLE": 1}
+    assert result["counts"] == {"OK": 1, "DRIFT": 1, "DOWN": 0, "UNREACHABLE": 1, "FAILED": 0}
     assert result["not_ok"] == ["lab-02", "lab-03"]
     assert result["files"] == {"json": str(dest / "audit.json"), "md": str(dest / "audit.md"),
                                "html": str(dest / "audit.html"), "txt": str(dest / "audit.txt")}
