@@ -55,7 +55,13 @@ class ActionModule(ActionBase):
         _unused, args = self.validate_argument_spec(argument_spec=lock.ACTION_ARGUMENT_SPEC)
         inventory_host = (task_vars or {}).get("inventory_hostname", "?")
         this_host = socket.gethostname()
-        module_args = {key: args[key] for key in ("pair", "state", "path", "run_id", "playbook")}
+        try:  # before anything reaches the head: a name that could leave the lock's folder
+            lock.check_name("pair", args["pair"])
+            lock.check_name("run_id", args["run_id"])
+        except lock.LockFailure as exc:
+            result.update(failed=True, msg=exc.msg)
+            return result
+        module_args = {key: args[key] for key in ("pair", "state", "path", "run_id", "playbook", "wait")}
         module_args["owner"] = controller_owner(args["run_id"], args.get("playbook"))
         res = self._lock(module_args, task_vars)
         result.update(res)

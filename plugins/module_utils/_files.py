@@ -30,7 +30,11 @@ def check_finite(value: object, path: str = "$") -> None:
 def make_parents(path: str, created: list[str] | None = None, mode: int = 0o755) -> None:
     """Create ``path`` and its missing parents, each with ``mode`` whatever the umask. Each folder
     created is appended to ``created`` (outermost first), so a caller can undo them even when this
-    fails half way; a folder another process creates meanwhile is left to that process."""
+    fails half way; a folder another process creates meanwhile is left to that process.
+
+    The mode is set on the folder just made, through a descriptor opened without following a
+    symlink: a folder swapped for a symlink after ``mkdir`` fails the call (OSError) instead of the
+    symlink's target being chmod-ed."""
     missing = []
     while not os.path.isdir(path):
         missing.append(path)
@@ -45,7 +49,11 @@ def make_parents(path: str, created: list[str] | None = None, mode: int = 0o755)
             continue
         if created is not None:
             created.append(folder)
-        os.chmod(folder, mode)
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
 
 
 def write_json_atomic(path: str, document: object, mode: int = 0o644, make_dirs: bool = False) -> None:

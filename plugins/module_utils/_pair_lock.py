@@ -10,7 +10,17 @@ names the holder's run id (the controller decides a holder is stale; see :func:`
 
 Every change (take, take over, release) also holds ``flock`` on the lock's directory for the few
 system calls it takes, so that reading the holder and acting on it cannot interleave with another
-run's change.
+run's change. That flock is polled (``LOCK_NB``) until a deadline (``wait``): a process that holds it
+for ever fails the run, naming the folder, instead of blocking it for ever.
+
+The lock's folder sits in a world-writable place (``/run/lock``), so it is trusted only when it is a
+real directory (not a symlink) owned by this process's effective uid and writable by nobody else -
+otherwise another local user could hold its flock, or delete the lock file under a run. Folders
+this module creates are 0700; a root-owned 0755 folder left by earlier versions is accepted. The
+folder is checked with ``lstat``, opened with ``O_NOFOLLOW | O_DIRECTORY``, re-checked with
+``fstat`` (same inode), and every file operation after that is relative to that descriptor.
+
+The pair name and run id are checked against :data:`NAME` before anything touches the disk.
 """
 from __future__ import annotations
 
@@ -19,8 +29,10 @@ import errno
 import fcntl
 import json
 import os
+import re
+import secrets
 import stat
-import tempfile
+import time
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -29,6 +41,13 @@ from ansible_collections.gb10.dspark.plugins.module_utils._files import make_par
 DEFAULT_PATH = "/run/lock/dspark/pair.lock"
 FREE = "free"
 MAX_BYTES = 64 * 1024
+DEFAULT_WAIT = 30
+FOLDER_MODE = 0o700
+POLL_S = 0.1
+# A pair name or run id: no "/", no leading "." (so neither ".." nor a hidden file), one line, short.
+# The run ids the lock role makes (20260102T030405Z-4294967295) and inventory pair names pass.
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+NAME_EXPECTED = "1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit"
 OWNER_KEYS = ("run_id", "control_host", "control_pid", "control_pid_start", "playbook", "user")
 
 # What the run passes to gb10.dspark.pair_lock (the action plugin validates these).
@@ -40,6 +59,7 @@ ACTION_ARGUMENT_SPEC = {
     "run_id": {"type": "str", "required": True},
     "playbook": {"type": "str"},
     "break_stale": {"type": "bool", "default": False},
+    "wait": {"type": "int", "default": DEFAULT_WAIT},
 }
 # What the module on the head accepts: the above, plus what the action plugin fills in.
 ARGUMENT_SPEC = dict(
@@ -72,6 +92,12 @@ class LockUnreadable(Exception):
     def __init__(self, reason: str):
         super().__init__(reason)
         self.reason = reason
+
+
+def check_name(option: str, value: object) -> None:
+    """Refuse a pair name or run id that could leave the lock's folder or break a record or message."""
+    if not isinstance(value, str) or not NAME.fullmatch(value):
+        raise LockFailure(f"option {option} is {value!r}, expected {NAME_EXPECTED}")
 
 
 # --- the record ---------------------------------------------------------------------------------
@@ -109,11 +135,13 @@ def parse_record(text: str) -> dict:
     return doc
 
 
-def read_holder(path: str) -> dict | None:
+def read_holder(path: str, dir_fd: int | None = None) -> dict | None:
     """The record in the lock file, or None when there is no lock file. Raises LockUnreadable for
-    anything else: not a regular file (a symlink is not followed), unreadable, too big, not a record."""
+    anything else: not a regular file (a symlink is not followed), unreadable, too big, not a record.
+    With ``dir_fd`` (the lock folder's descriptor) the file is its entry ``basename(path)``."""
+    name = os.path.basename(path) if dir_fd is not None else path
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -230,30 +258,100 @@ def held_message(pair: str, path: str, inventory_host: str, holder: dict, this_h
 
 # --- the file operations on the head ------------------------------------------------------------
 
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+def folder_message(directory: str, st: os.stat_result, euid: int) -> str | None:
+    """Why the lock folder (as ``lstat`` or ``fstat`` saw it) must not be used, or None when it may."""
+    if stat.S_ISLNK(st.st_mode):
+        what = "a symbolic link "
+    elif stat.S_ISREG(st.st_mode):
+        what = "a file "
+    elif not stat.S_ISDIR(st.st_mode):
+        what = "not a directory, "
+    elif st.st_uid != euid or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        what = ""
+    else:
+        return None
+    return (f"lock folder {directory}: {what}owned by uid {st.st_uid} mode {stat.S_IMODE(st.st_mode):04o}, "
+            f"expected a directory owned by uid {euid} and not writable by group or others; remove it")
+
+
+def _check_folder(pair: str, directory: str, st: os.stat_result) -> None:
+    problem = folder_message(directory, st, os.geteuid())
+    if problem:
+        raise LockFailure(f"pair {pair}: {problem}")
+
+
+def _changed(pair: str, directory: str) -> LockFailure:
+    return LockFailure(f"pair {pair}: lock folder {directory}: changed while it was checked (replaced by another "
+                       "process); expected it to stay put. Nothing was changed.")
+
+
+def _open_folder(pair: str, directory: str) -> int | None:
+    """A descriptor of the checked lock folder, or None when there is no folder. Fails when the folder
+    is not one this process may trust, or when the name stops pointing at the folder that was checked."""
     try:
-        os.fsync(fd)
-    finally:
+        seen = os.lstat(directory)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise LockFailure(f"pair {pair}: lock folder {directory}: cannot be read ({exc.strerror or exc}); "
+                          "expected a directory this user owns") from None
+    _check_folder(pair, directory, seen)
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        raise _changed(pair, directory) from None  # gone, or now a symlink or no directory
+    try:
+        opened = os.fstat(fd)
+        if (opened.st_dev, opened.st_ino) != (seen.st_dev, seen.st_ino):
+            raise _changed(pair, directory)
+        _check_folder(pair, directory, opened)
+    except BaseException:
         os.close(fd)
+        raise
+    return fd
 
 
 @contextmanager
-def _dir_guard(directory: str) -> Iterator[None]:
-    """Exclusive flock on the lock's directory while a change reads and acts on the holder."""
-    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_CLOEXEC)
+def _folder(pair: str, directory: str) -> Iterator[int | None]:
+    """The checked lock folder's descriptor (None: no folder), closed afterwards."""
+    fd = _open_folder(pair, directory)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError:
-            pass  # a file system without flock: the link below is still exclusive
-        yield
+        yield fd
     finally:
-        os.close(fd)  # drops the flock
+        if fd is not None:
+            os.close(fd)
 
 
-def _write_temp(directory: str, name: str, record: dict) -> str:
-    fd, temp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
+def _flock(pair: str, directory: str, dir_fd: int, wait: int) -> None:
+    """Exclusive flock on the lock folder, polled until ``wait`` seconds have passed; never blocks.
+    Held until ``dir_fd`` is closed."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise LockFailure(f"pair {pair}: lock folder {directory} is held by another process (flock); "
+                                  f"waited {wait} s for it, expected it free. Nothing was changed.") from None
+            time.sleep(min(POLL_S, left))
+        except OSError:
+            return  # a file system without flock: the link below is still exclusive
+
+
+def _write_temp(dir_fd: int, name: str, record: dict) -> str:
+    """A new temp file in the folder holding ``record``; its name (relative to ``dir_fd``)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _attempt in range(100):
+        temp = f".{name}.{secrets.token_hex(6)}.tmp"
+        try:
+            fd = os.open(temp, flags, 0o600, dir_fd=dir_fd)
+        except FileExistsError:
+            continue
+        break
+    else:
+        raise FileExistsError(errno.EEXIST, "no free temp file name", name)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             os.fchmod(handle.fileno(), 0o644)
@@ -261,35 +359,33 @@ def _write_temp(directory: str, name: str, record: dict) -> str:
             handle.flush()
             os.fsync(handle.fileno())
     except BaseException:
-        os.unlink(temp)
+        os.unlink(temp, dir_fd=dir_fd)
         raise
     return temp
 
 
-def _link_new(path: str, record: dict) -> bool:
+def _link_new(dir_fd: int, name: str, record: dict) -> bool:
     """Create the lock file with ``record`` if there is none: True, or False when one exists."""
-    directory = os.path.dirname(path)
-    temp = _write_temp(directory, os.path.basename(path), record)
+    temp = _write_temp(dir_fd, name, record)
     try:
-        os.link(temp, path)
+        os.link(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except FileExistsError:
         return False
     finally:
-        os.unlink(temp)
-    _fsync_dir(directory)
+        os.unlink(temp, dir_fd=dir_fd)
+    os.fsync(dir_fd)
     return True
 
 
-def _replace(path: str, record: dict) -> None:
+def _replace(dir_fd: int, name: str, record: dict) -> None:
     """Replace the lock file by ``record`` in one rename (takeover only)."""
-    directory = os.path.dirname(path)
-    temp = _write_temp(directory, os.path.basename(path), record)
+    temp = _write_temp(dir_fd, name, record)
     try:
-        os.replace(temp, path)
+        os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
-        os.unlink(temp)
+        os.unlink(temp, dir_fd=dir_fd)
         raise
-    _fsync_dir(directory)
+    os.fsync(dir_fd)
 
 
 def plan_acquire(current: dict | None, run_id: str, takeover_run_id: str | None) -> str:
@@ -310,55 +406,82 @@ def plan_release(current: dict | None, run_id: str) -> str:
     return "release" if current["run_id"] == run_id else "held"
 
 
-def _read(pair: str, path: str) -> dict | None:
+def _read(pair: str, path: str, dir_fd: int | None) -> dict | None:
+    if dir_fd is None:
+        return None  # no folder, no lock
     try:
-        return read_holder(path)
+        return read_holder(path, dir_fd)
     except LockUnreadable as exc:
         raise LockFailure(unreadable_message(pair, path, exc.reason)) from None
 
 
-def _present(pair: str, path: str, record: dict, takeover_run_id: str | None, check_mode: bool) -> tuple[str, dict]:
+def _make_folder(pair: str, directory: str) -> None:
+    try:
+        make_parents(directory, mode=FOLDER_MODE)
+    except OSError as exc:
+        raise LockFailure(f"pair {pair}: lock folder {directory} cannot be created ({exc.strerror or exc}); "
+                          "expected a directory this user owns. Nothing was changed.") from None
+
+
+def _present(pair: str, path: str, record: dict, takeover_run_id: str | None, wait: int,
+             check_mode: bool) -> tuple[str, dict]:
     """(what happened, the holder afterwards); makes the change unless ``check_mode``."""
-    run_id = record["run_id"]
+    run_id, directory, name = record["run_id"], os.path.dirname(path), os.path.basename(path)
     if check_mode:
-        current = _read(pair, path)
+        with _folder(pair, directory) as dir_fd:
+            current = _read(pair, path, dir_fd)
         step = plan_acquire(current, run_id, takeover_run_id)
         return step, (record if step in ("acquire", "takeover") else current)
-    make_parents(os.path.dirname(path))
-    with _dir_guard(os.path.dirname(path)):
+    _make_folder(pair, directory)
+    with _folder(pair, directory) as dir_fd:
+        if dir_fd is None:
+            raise _changed(pair, directory)  # removed right after it was made
+        _flock(pair, directory, dir_fd, wait)
         for _attempt in range(3):  # a writer that ignores the guard may slip in between read and link
-            current = _read(pair, path)
+            current = _read(pair, path, dir_fd)
             step = plan_acquire(current, run_id, takeover_run_id)
             if step == "acquire":
-                if _link_new(path, record):
+                if _link_new(dir_fd, name, record):
                     return step, record
                 continue
             if step == "takeover":
-                _replace(path, record)
+                _replace(dir_fd, name, record)
                 return step, record
             return step, current
     raise LockFailure(f"pair {pair}: lock {path} on this rank changed under this run three times; "
                       "expected it to settle. Nothing was changed.")
 
 
-def _absent(pair: str, path: str, run_id: str, check_mode: bool) -> tuple[str, dict | None]:
+def _absent(pair: str, path: str, run_id: str, wait: int, check_mode: bool) -> tuple[str, dict | None]:
     directory = os.path.dirname(path)
-    if check_mode or not os.path.isdir(directory):
-        current = _read(pair, path)
-        return plan_release(current, run_id), current
-    with _dir_guard(directory):
-        current = _read(pair, path)
+    with _folder(pair, directory) as dir_fd:
+        if check_mode or dir_fd is None:
+            current = _read(pair, path, dir_fd)
+            return plan_release(current, run_id), current
+        _flock(pair, directory, dir_fd, wait)
+        current = _read(pair, path, dir_fd)
         step = plan_release(current, run_id)
         if step == "release":
-            os.unlink(path)
-            _fsync_dir(directory)
+            os.unlink(os.path.basename(path), dir_fd=dir_fd)
+            os.fsync(dir_fd)
         return step, current
 
 
 def run(params: dict, check_mode: bool = False, diff: bool = False, now: str | None = None) -> dict:
     """The module's work. Returns its result; raises LockFailure when it must fail."""
     pair, run_id = params["pair"], params["run_id"]
+    check_name("pair", pair)
+    check_name("run_id", run_id)
+    takeover = params.get("takeover_run_id")
+    if takeover is not None:
+        check_name("takeover_run_id", takeover)
+    wait = params.get("wait")
+    wait = DEFAULT_WAIT if wait is None else wait
+    if isinstance(wait, bool) or not isinstance(wait, int) or wait < 0:
+        raise LockFailure(f"option wait is {wait!r}, expected 0 or more seconds")
     path = os.path.abspath(params.get("path") or DEFAULT_PATH)
+    if not os.path.basename(path):
+        raise LockFailure(f"pair {pair}: option path is {path!r}, expected a file in a lock folder")
     result: dict = {"changed": False, "acquired": False, "released": False, "holder": None, "path": path}
     if params.get("state", "present") == "present":
         owner = params.get("owner")
@@ -366,15 +489,14 @@ def run(params: dict, check_mode: bool = False, diff: bool = False, now: str | N
             raise LockFailure(f"pair {pair}: no owner given; gb10.dspark.pair_lock runs through its action plugin, "
                               "which fills in the owner from the control host")
         record = make_record(pair, run_id, params.get("playbook"), owner, now or utc_now())
-        takeover = params.get("takeover_run_id")
-        step, holder = _present(pair, path, record, takeover, check_mode)
+        step, holder = _present(pair, path, record, takeover, wait, check_mode)
         if step == "wrong_takeover":
             raise LockFailure(f"pair {pair}: lock {path} on this rank is held by {describe(holder)}, "
                               f"expected run {takeover} to take over; nothing was changed", holder)
         before = holder_id(holder) if step in ("reentrant", "held") else (takeover if step == "takeover" else FREE)
         result.update(changed=step in ("acquire", "takeover"), acquired=step != "held", holder=holder)
     else:
-        step, holder = _absent(pair, path, run_id, check_mode)
+        step, holder = _absent(pair, path, run_id, wait, check_mode)
         before = holder_id(holder)
         result.update(changed=step == "release", released=step == "release",
                       holder=holder if step == "held" else None)

@@ -25,12 +25,18 @@ description:
     so a run that was refused the lock cannot free it.
   - A lock file that is not a dspark lock (unreadable, not JSON, no C(run_id)) fails the task; remove it by
     hand after checking that no run is active.
+  - The lock folder is trusted only when another local user cannot hold, replace or empty it (see I(path)),
+    and its C(flock) is waited for at most I(wait) seconds, so a local user can neither block the task for
+    ever nor let two runs hold one pair's lock.
 extends_documentation_fragment:
   - gb10.dspark._attributes
   - gb10.dspark._attributes.action
 options:
   pair:
-    description: The pair's name, recorded in the lock and named in messages.
+    description:
+      - The pair's name, recorded in the lock and named in messages.
+      - 1 to 64 letters, digits, C(.), C(_) or C(-), starting with a letter or digit; anything else
+        (a C(/), a leading C(.)) fails the task before the head is touched.
     type: str
     required: true
   state:
@@ -39,13 +45,29 @@ options:
     default: present
     choices: [present, absent]
   path:
-    description: The lock file on the head. Missing parent folders are created with mode 0755; the file has mode 0644.
+    description:
+      - The lock file on the head; the file has mode 0644.
+      - Its folder (the lock folder) and missing parent folders are created with mode 0700, owned by the
+        module's user. Before use the lock folder is checked without following a symlink - it must be a
+        directory (not a symlink) owned by the module's effective user and not writable by group or
+        others (a root-owned 0755 folder from earlier versions is fine); otherwise the task fails, naming
+        the owner and mode found, and changes nothing. Remove such a folder by hand.
     type: path
     default: /run/lock/dspark/pair.lock
   run_id:
-    description: One ID per run of a playbook, the same for every pair the run works on. The lock belongs to it.
+    description:
+      - One ID per run of a playbook, the same for every pair the run works on. The lock belongs to it.
+      - 1 to 64 letters, digits, C(.), C(_) or C(-), starting with a letter or digit; anything else
+        (a C(/), a leading C(.)) fails the task before the head is touched.
     type: str
     required: true
+  wait:
+    description:
+      - Seconds to wait for the lock folder's C(flock), which every change holds for a few system calls.
+      - The flock is polled, never waited on blindly; when another process still holds it after I(wait)
+        seconds the task fails, naming the folder, and changes nothing. C(0) tries once.
+    type: int
+    default: 30
   playbook:
     description: The playbook or play taking the lock, recorded for messages.
     type: str
@@ -120,6 +142,7 @@ EXAMPLES = r"""
     run_id: "{{ __dspark_lock_run_id }}"
     playbook: "{{ ansible_play_name }}"
     break_stale: "{{ dspark_lock_break_stale | default(false) }}"
+    wait: 30
   when: dspark_rank == 0
 
 - name: Release it (from an always section)

@@ -188,3 +188,23 @@ def test_two_runs_against_a_real_lock_file(tmp_path):
     broke = real(dict(ARGS, run_id="run-2", break_stale=True), me).run(task_vars=TASK_VARS)
     assert broke["acquired"] is True and broke["broke_stale"]["run_id"] == "run-1"
     assert pl.read_holder(path)["run_id"] == "run-2"
+
+
+def test_wait_is_passed_to_the_module():
+    plugin = make_action(dict(ARGS, wait=7), [{"changed": True, "acquired": True, "released": False, "holder": {}}])
+    plugin.run(task_vars=TASK_VARS)
+    assert plugin.calls[0][1]["wait"] == 7
+    plugin = make_action(ARGS, [{"changed": True, "acquired": True, "released": False, "holder": {}}])
+    plugin.run(task_vars=TASK_VARS)
+    assert plugin.calls[0][1]["wait"] == 30
+
+
+@pytest.mark.parametrize("option, value", [("pair", "../etc"), ("pair", "a/b"), ("run_id", ".hidden"),
+                                           ("run_id", "run/../../x")])
+def test_bad_names_fail_on_the_controller_before_the_module_runs(option, value):
+    for state in ("present", "absent"):
+        plugin = make_action(dict(ARGS, state=state, **{option: value}), [])
+        res = plugin.run(task_vars=TASK_VARS)
+        assert res["failed"] is True and plugin.calls == []
+        assert res["msg"] == (f"option {option} is {value!r}, expected 1 to 64 letters, digits, '.', '_' or '-', "
+                              "starting with a letter or digit")

@@ -77,3 +77,31 @@ def test_make_parents_under_a_file_fails_and_lists_nothing(tmp_path):
     with pytest.raises(NotADirectoryError):
         rg.make_parents(str(tmp_path / "a" / "file" / "sub"), created)
     assert created == []
+
+
+def test_make_parents_never_chmods_through_a_symlink_swapped_in_after_mkdir(tmp_path, monkeypatch):
+    """A folder renamed away and replaced by a symlink between mkdir and chmod: the symlink's target
+    keeps its mode and the call fails, rather than chmod following the link."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    os.chmod(victim, 0o751)
+    target = tmp_path / "a" / "lock"
+    real_mkdir = os.mkdir
+
+    def mkdir_then_swap(path, mode=0o777, *args, **kwargs):
+        real_mkdir(path, mode, *args, **kwargs)
+        if os.fspath(path) == str(target):
+            os.rename(path, str(tmp_path / "moved"))
+            os.symlink(victim, path)
+
+    monkeypatch.setattr(rg.os, "mkdir", mkdir_then_swap)
+    created = []
+    with pytest.raises(OSError):
+        rg.make_parents(str(target), created, 0o700)
+    assert os.stat(victim).st_mode & 0o777 == 0o751
+    assert created == [str(tmp_path / "a"), str(target)]  # the caller may still undo what it made
+
+
+def test_make_parents_default_mode_is_unchanged_for_other_callers(tmp_path):
+    rg.make_parents(str(tmp_path / "x" / "y"))
+    assert os.stat(tmp_path / "x").st_mode & 0o777 == 0o755 and os.stat(tmp_path / "x" / "y").st_mode & 0o777 == 0o755

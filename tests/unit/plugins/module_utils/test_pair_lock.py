@@ -5,9 +5,15 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
 from unittest import mock
 
 import pytest
+import yaml
 
 from ansible_collections.gb10.dspark.plugins.module_utils import _pair_lock as pl
 from ansible_collections.gb10.dspark.plugins.module_utils._pair_lock import LockFailure, holder_state, run
@@ -45,18 +51,18 @@ def test_acquire_free_lock_writes_the_record_and_creates_dirs(lock_path):
             "control_pid_start": 1000, "playbook": "provision", "user": "ops", "acquired": NOW}
     assert on_disk(lock_path) == want and res["holder"] == want and res["path"] == str(lock_path)
     assert stat.S_IMODE(lock_path.stat().st_mode) == 0o644
-    assert stat.S_IMODE(lock_path.parent.stat().st_mode) == 0o755
-    assert stat.S_IMODE(lock_path.parent.parent.stat().st_mode) == 0o755
+    assert stat.S_IMODE(lock_path.parent.stat().st_mode) == 0o700  # issue 21: was 0755
+    assert stat.S_IMODE(lock_path.parent.parent.stat().st_mode) == 0o700
     assert os.listdir(lock_path.parent) == ["pair.lock"]  # the temp file is gone
 
 
-def test_parent_dirs_are_0755_whatever_the_umask(lock_path):
-    old = os.umask(0o077)
+def test_parent_dirs_are_0700_whatever_the_umask(lock_path):
+    old = os.umask(0o022)  # issue 21: was 0755 (with umask 077)
     try:
         run(params(lock_path), now=NOW)
     finally:
         os.umask(old)
-    assert stat.S_IMODE(lock_path.parent.stat().st_mode) == 0o755
+    assert stat.S_IMODE(lock_path.parent.stat().st_mode) == 0o700
 
 
 def test_reacquire_by_the_same_run_changes_nothing(lock_path):
@@ -85,11 +91,11 @@ def test_lost_race_at_link_time_reports_the_winner(lock_path, monkeypatch):
     """Another writer creates the lock between our read and our link: the link fails, the winner is read."""
     real_link = os.link
 
-    def link_after_rival(src, dst):
-        if not os.path.exists(dst):
-            with open(dst, "w") as handle:
+    def link_after_rival(src, dst, **kwargs):  # relative to the lock folder's descriptor (issue 21)
+        if not lock_path.exists():
+            with open(lock_path, "w") as handle:
                 json.dump({"run_id": "rival", "control_host": "other"}, handle)
-        return real_link(src, dst)
+        return real_link(src, dst, **kwargs)
 
     monkeypatch.setattr(pl.os, "link", link_after_rival)
     res = run(params(lock_path, run_id="run-a"), now=NOW)
@@ -296,3 +302,230 @@ def test_messages():
     foreign = pl.held_message("spark-a", "/l", "head-a", HOLDER, "other-ctl", "foreign")
     assert foreign.startswith(live) and "liveness cannot be checked from other-ctl" in foreign
     assert pl.describe({"run_id": "r"}) == "run r (pid ? on ?, playbook unknown, since ?)"
+
+
+# --- the lock folder cannot be taken over by another local user (issue 21) ----------------------
+
+ROLE = Path(__file__).resolve().parents[4] / "roles" / "lock"
+EUID = os.geteuid()
+
+
+def folder_message(folder, uid, mode, what=""):
+    return (f"lock folder {folder}: {what}owned by uid {uid} mode {mode:04o}, expected a directory owned by "
+            f"uid {EUID} and not writable by group or others; remove it")
+
+
+@contextmanager
+def folder_flock_held(folder, seconds=15):
+    """Another process holds flock on ``folder`` for at most ``seconds`` (killed on exit)."""
+    code = ("import fcntl, os, sys, time\n"
+            "fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+            "print('held', flush=True)\n"
+            "time.sleep(float(sys.argv[2]))\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(folder), str(seconds)], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("state, check_mode", [("present", False), ("present", True), ("absent", False),
+                                               ("absent", True)])
+def test_foreign_owned_lock_folder_is_refused(lock_path, state, check_mode):
+    folder = lock_path.parent
+    folder.mkdir(parents=True, mode=0o755)
+    os.chmod(folder, 0o755)
+    os.chown(folder, 12345, 12345)
+    with pytest.raises(LockFailure) as exc:
+        run(params(lock_path, state=state), check_mode=check_mode, now=NOW)
+    assert exc.value.msg == f"pair spark-a: {folder_message(folder, 12345, 0o755)}"
+    assert os.listdir(folder) == []
+
+
+def test_foreign_lock_file_in_a_foreign_folder_is_never_released(lock_path):
+    """A user who owns the folder could delete pair.lock under a run: such a folder is never used."""
+    run(params(lock_path, run_id="run-a"), now=NOW)
+    os.chown(lock_path.parent, 12345, 12345)
+    before = lock_path.read_bytes()
+    for state in ("present", "absent"):
+        with pytest.raises(LockFailure, match="owned by uid 12345"):
+            run(params(lock_path, run_id="run-a", state=state))
+    assert lock_path.read_bytes() == before
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o775, 0o757, 0o720, 0o702])
+def test_group_or_world_writable_lock_folder_is_refused(lock_path, mode):
+    folder = lock_path.parent
+    folder.mkdir(parents=True)
+    os.chmod(folder, mode)
+    with pytest.raises(LockFailure) as exc:
+        run(params(lock_path), now=NOW)
+    assert exc.value.msg == f"pair spark-a: {folder_message(folder, EUID, mode)}"
+    assert os.listdir(folder) == []
+    assert stat.S_IMODE(folder.stat().st_mode) == mode  # not "repaired" behind the operator's back
+
+
+@pytest.mark.parametrize("state", ["present", "absent"])
+def test_symlinked_lock_folder_is_refused_even_to_a_folder_we_own(lock_path, tmp_path, state):
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    lock_path.parent.parent.mkdir(parents=True)
+    lock_path.parent.symlink_to(real)
+    with pytest.raises(LockFailure) as exc:
+        run(params(lock_path, state=state), now=NOW)
+    st = os.lstat(lock_path.parent)
+    want = folder_message(lock_path.parent, st.st_uid, stat.S_IMODE(st.st_mode), "a symbolic link ")
+    assert exc.value.msg == f"pair spark-a: {want}"
+    assert os.listdir(real) == []
+
+
+def test_dangling_symlink_as_lock_folder_is_refused(lock_path, tmp_path):
+    lock_path.parent.parent.mkdir(parents=True)
+    lock_path.parent.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(LockFailure, match="a symbolic link owned by uid"):
+        run(params(lock_path), now=NOW)
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_lock_folder_that_is_a_file_is_refused(lock_path):
+    lock_path.parent.parent.mkdir(parents=True)
+    lock_path.parent.write_text("x")
+    with pytest.raises(LockFailure, match=rf"lock folder {lock_path.parent}: a file owned by uid {EUID} mode 0\d\d\d"):
+        run(params(lock_path), now=NOW)
+
+
+def test_lock_folder_swapped_between_check_and_open_is_refused(lock_path, tmp_path, monkeypatch):
+    """lstat saw one folder, the open got another: the fd's inode is checked, not the name."""
+    lock_path.parent.mkdir(parents=True, mode=0o700)
+    decoy = tmp_path / "decoy"
+    decoy.mkdir(mode=0o700)
+    real_lstat = os.lstat
+
+    def lstat(path, *args, **kwargs):
+        if os.fspath(path) == str(lock_path.parent):
+            return real_lstat(decoy)
+        return real_lstat(path, *args, **kwargs)
+
+    monkeypatch.setattr(pl.os, "lstat", lstat)
+    with pytest.raises(LockFailure, match=rf"lock folder {lock_path.parent}: changed while it was checked"):
+        run(params(lock_path), now=NOW)
+    assert os.listdir(lock_path.parent) == []
+
+
+def test_legacy_root_owned_0755_lock_folder_is_still_used(lock_path):
+    """Earlier versions created /run/lock/dspark 0755: not writable by others, so an upgrade keeps working."""
+    lock_path.parent.mkdir(parents=True)
+    os.chmod(lock_path.parent, 0o755)
+    assert run(params(lock_path), now=NOW)["acquired"] is True
+    assert run(params(lock_path, state="absent"))["released"] is True
+    assert stat.S_IMODE(lock_path.parent.stat().st_mode) == 0o755
+
+
+def test_new_lock_folders_are_0700_and_ours_whatever_the_umask(lock_path):
+    for umask in (0o000, 0o077):
+        old = os.umask(umask)
+        try:
+            run(params(lock_path), now=NOW)
+        finally:
+            os.umask(old)
+        for folder in (lock_path.parent, lock_path.parent.parent):
+            st = os.lstat(folder)
+            assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == EUID and stat.S_ISDIR(st.st_mode)
+        assert stat.S_IMODE(lock_path.stat().st_mode) == 0o644
+        run(params(lock_path, state="absent"))
+        os.rmdir(lock_path.parent)
+        os.rmdir(lock_path.parent.parent)
+
+
+def test_folder_flock_held_by_another_process_is_refused_within_the_deadline(lock_path):
+    folder = lock_path.parent
+    folder.mkdir(parents=True, mode=0o700)
+    with folder_flock_held(folder):
+        for state in ("present", "absent"):
+            started = time.monotonic()
+            with pytest.raises(LockFailure) as exc:
+                run(dict(params(lock_path, state=state), wait=1), now=NOW)
+            elapsed = time.monotonic() - started
+            assert 0.9 <= elapsed < 10, elapsed
+            assert exc.value.msg == (f"pair spark-a: lock folder {folder} is held by another process (flock); "
+                                     "waited 1 s for it, expected it free. Nothing was changed.")
+    assert os.listdir(folder) == []
+
+
+def test_folder_flock_released_within_the_deadline_is_taken(lock_path):
+    folder = lock_path.parent
+    folder.mkdir(parents=True, mode=0o700)
+    with folder_flock_held(folder, seconds=0.5) as holder:
+        res = run(dict(params(lock_path), wait=20), now=NOW)
+        assert holder.poll() is not None  # taken only after the other process let go
+    assert res["acquired"] is True and on_disk(lock_path)["run_id"] == "run-a"
+
+
+def test_wait_zero_tries_once(lock_path):
+    folder = lock_path.parent
+    folder.mkdir(parents=True, mode=0o700)
+    with folder_flock_held(folder):
+        started = time.monotonic()
+        with pytest.raises(LockFailure, match="waited 0 s for it"):
+            run(dict(params(lock_path), wait=0), now=NOW)
+        assert time.monotonic() - started < 5
+
+
+BAD_NAMES = ["../x", "..", ".", "a/b", "/abs", ".hidden", "-dash", "_under", "", "a b", "a\nb", "x" * 65,
+             "naïve", "a:b", "a\\b"]
+
+
+@pytest.mark.parametrize("value", BAD_NAMES)
+@pytest.mark.parametrize("option", ["pair", "run_id"])
+def test_bad_pair_or_run_id_is_refused_before_any_file_work(lock_path, option, value):
+    for state in ("present", "absent"):
+        p = params(lock_path, state=state)
+        p[option] = value
+        if option == "run_id":
+            p["owner"]["run_id"] = value
+        with pytest.raises(LockFailure) as exc:
+            run(p, now=NOW)
+        assert exc.value.msg == (f"option {option} is {value!r}, expected 1 to 64 letters, digits, '.', '_' or '-', "
+                                 "starting with a letter or digit")
+    assert not lock_path.parent.exists()
+
+
+@pytest.mark.parametrize("value", ["spark-a", "lab01", "sim01", "fleet03", "20260102T030405Z-4294967295",
+                                   "20260102T030405Z-0", "a", "x" * 64, "pair_1.v2"])
+def test_names_the_collection_produces_are_accepted(value):
+    pl.check_name("pair", value)
+    pl.check_name("run_id", value)
+
+
+def test_takeover_run_id_is_validated_too(lock_path):
+    run(params(lock_path, run_id="run-a"), now=NOW)
+    with pytest.raises(LockFailure, match="option takeover_run_id is '../run-a'"):
+        run(params(lock_path, run_id="run-b", takeover="../run-a"))
+    assert on_disk(lock_path)["run_id"] == "run-a"
+
+
+def test_module_documents_wait_and_the_role_passes_it():
+    doc = yaml.safe_load(pair_lock_module.DOCUMENTATION)
+    assert doc["options"]["wait"]["type"] == "int" and doc["options"]["wait"]["default"] == 30
+    assert pl.ARGUMENT_SPEC["wait"] == {"type": "int", "default": 30}
+    assert pl.ACTION_ARGUMENT_SPEC["wait"] == {"type": "int", "default": 30}
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    assert defaults["dspark_lock_wait"] == 30
+    specs = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    for entry in ("main", "release"):
+        assert specs[entry]["options"]["dspark_lock_wait"]["type"] == "int"
+        assert specs[entry]["options"]["dspark_lock_wait"]["default"] == 30
+    for tasks in ("main.yml", "release.yml"):
+        steps = yaml.safe_load((ROLE / "tasks" / tasks).read_text())
+        calls = [s["gb10.dspark.pair_lock"] for s in steps if "gb10.dspark.pair_lock" in s]
+        assert calls and all(c["wait"] == "{{ dspark_lock_wait }}" for c in calls)
+
+
+def test_negative_wait_is_refused(lock_path):
+    with pytest.raises(LockFailure, match="option wait is -1, expected 0 or more seconds"):
+        run(dict(params(lock_path), wait=-1), now=NOW)
+    assert not lock_path.parent.exists()
