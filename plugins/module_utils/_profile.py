@@ -10,7 +10,10 @@ rank-independent profile, and that into each rank's ``vllm serve`` argv and envi
   that departs from its qualified tuple, compilation config, optimization level, performance
   mode, autotune flag or environment is refused unless ``allow_experimental``; the departures
   are returned so evidence records them) and the invariants that hold even for experimental
-  runs. Every violation is collected; one :class:`IdentityError` lists them all.
+  runs. Every violation is collected; one :class:`IdentityError` lists them all. Variables that
+  hijack the loader or the interpreter (:data:`REFUSED_ENV_PREFIXES`, :data:`REFUSED_ENV_NAMES`)
+  are refused wherever they come from; engine settings in ``extra_env``
+  (:data:`ENGINE_ENV_PREFIXES`, or a name a profile sets) are treated as env overrides.
 * :func:`rank_argv` and :func:`rank_env` render the launch of rank 0 (head) or 1 (worker), spec
   3.2 and 3.3; :func:`env_file_text` writes the environment as a Docker env file.
 * :func:`profile_sha256` fingerprints the resolved profile (a container label, so a profile
@@ -126,6 +129,45 @@ MANIFEST_SECTION_KEYS = {
                              "vllm_use_aot_compile"),
 }
 
+# Names refused in every environment the profile builds (catalog, overrides, extra_env), even with
+# allow_experimental: each one lets whoever sets it run code of their choosing in the engine, or
+# puts a secret where the evidence records it. Prefixes first, then single names; name -> why.
+REFUSED_ENV_PREFIXES = {
+    "LD_": "the dynamic loader reads LD_* variables: they load or redirect shared libraries in every engine process",
+}
+_PYTHON_HIJACK = "the Python interpreter reads it at start-up and runs or imports code from where it points"
+REFUSED_ENV_NAMES = {
+    "PYTHONPATH": _PYTHON_HIJACK,
+    "PYTHONHOME": _PYTHON_HIJACK,
+    "PYTHONSTARTUP": _PYTHON_HIJACK,
+    "PYTHONINSPECT": "the Python interpreter drops into an interactive prompt instead of exiting",
+    "PYTHONUSERBASE": _PYTHON_HIJACK,
+    "PYTHONPLATLIBDIR": _PYTHON_HIJACK,
+    "PYTHONEXECUTABLE": _PYTHON_HIJACK,
+    "PYTHONPYCACHEPREFIX": "the Python interpreter loads cached bytecode from where it points",
+    "PYTHONBREAKPOINT": "the Python interpreter imports and calls what it names at every breakpoint()",
+    "PATH": "it decides which 'vllm' executable the container runs",
+    "BASH_ENV": "every non-interactive bash runs the file it names",
+    "ENV": "every POSIX shell runs the file it names",
+    "GCONV_PATH": "glibc loads character-conversion modules (shared libraries) from where it points",
+    "GLIBC_TUNABLES": "it tunes glibc and the dynamic loader",
+    "CUDA_INJECTION64_PATH": "the CUDA driver loads the shared library it names into the engine",
+    "NCCL_NET_PLUGIN": "NCCL loads the shared library it names into the engine",
+    "NCCL_TUNER_PLUGIN": "NCCL loads the shared library it names into the engine",
+    "NCCL_PROFILER_PLUGIN": "NCCL loads the shared library it names into the engine",
+    "OPENSSL_CONF": "OpenSSL loads engines and providers (shared libraries) named in that file",
+    "OPENSSL_ENGINES": "OpenSSL loads engines (shared libraries) from where it points",
+    "OPENSSL_MODULES": "OpenSSL loads providers (shared libraries) from where it points",
+    "VLLM_API_KEY": "the API key belongs in dspark_api_key, which reaches only the container's environment, "
+                    "never the profile, its departures or the evidence",
+}
+SECRET_ENV_NAMES = ("VLLM_API_KEY",)  # refused without showing the value
+# Names in extra_env that change what the engine does: like an override of the profile's env they
+# depart from the qualified profile (refused unless allow_experimental) and enter the profile's
+# identity (profile_sha256). So does every name the catalog's profiles set. Any other name (the
+# simulator's DSPARK_SIM_* knobs, a site's own labels) stays rank-local: no departure, not hashed.
+ENGINE_ENV_PREFIXES = ("VLLM_", "NCCL_", "TORCH_", "TORCHINDUCTOR_", "PYTORCH_", "CUDA_", "TRITON_", "HF_",
+                       "TRANSFORMERS_", "FLASHINFER_", "NVIDIA_", "GLOO_", "UCX_")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TOKEN = re.compile(r"^[\x21-\x7e]+$")  # printable ASCII, no whitespace
 _EXPERIMENTAL_HINT = "departs from the qualified profile; set allow_experimental to run it"
@@ -178,6 +220,11 @@ def _check_env(env: Any, origin: str, problems: _Problems) -> dict:
         if not isinstance(key, str) or not _ENV_NAME.match(key):
             problems.add(f"{origin} name {key!r}", key, "a name of letters, digits and underscores")
             continue
+        why = refused_env_reason(key)
+        if why:
+            shown = "<redacted>" if key in SECRET_ENV_NAMES else value
+            problems.add(f"{origin}.{key}", shown, None, f"never accepted: {why}")
+            continue
         if not isinstance(value, str):
             problems.add(f"{origin}.{key}", type(raw).__name__, "a string")
             continue
@@ -187,6 +234,22 @@ def _check_env(env: Any, origin: str, problems: _Problems) -> dict:
             continue
         out[key] = value
     return out
+
+
+def refused_env_reason(name: str) -> str:
+    """Why ``name`` is never accepted in the engine's environment, or "" when it may be set."""
+    for prefix, why in REFUSED_ENV_PREFIXES.items():
+        if name.startswith(prefix):
+            return why
+    return REFUSED_ENV_NAMES.get(name, "")
+
+
+def is_engine_env(name: str, profile_names: Any = ()) -> bool:
+    """Whether ``name`` in extra_env changes the engine's behaviour (a departure, hashed).
+
+    ``profile_names``: the names the catalog's profiles (and the overrides) set; each counts.
+    """
+    return name in profile_names or name.startswith(ENGINE_ENV_PREFIXES)
 
 
 def _env_value_problem(value: str) -> str:
@@ -326,6 +389,16 @@ def _check_gate(entry: dict, problems: _Problems) -> None:
         problems.add(f"gate {key}", gate[key], None, f"the gate expects only {list(GATE_SOURCES)}")
 
 
+def _catalog_env_names(catalog: dict) -> set:
+    """Every variable name some profile of the catalog sets: each is engine behaviour."""
+    names = set()
+    for entry in catalog.values():
+        env = entry.get("env") if isinstance(entry, dict) else None
+        if isinstance(env, dict):
+            names.update(key for key in env if isinstance(key, str))
+    return names
+
+
 def _ordered_compilation_config(cc: dict) -> dict:
     first = {k: cc[k] for k in COMPILATION_KEY_ORDER if k in cc}
     return {**first, **{k: cc[k] for k in sorted(cc) if k not in first}}
@@ -350,21 +423,25 @@ def _resolve(catalog: Any, name: str, overrides: Any, allow_experimental: bool, 
 
     resolved = _apply_overrides(qualified, overrides if overrides is not None else {}, problems)
     resolved["env"] = _check_env(resolved.get("env", {}), "env", problems)
-    departures = _departures(qualified, resolved)
+    # extra_env splits in two. Engine settings (ENGINE_ENV_PREFIXES, and any name a profile or the
+    # overrides set) are merged into the profile's env after the overrides, exactly as an override:
+    # a departure, and part of profile_sha256. The rest stays rank-local in extra_env, unhashed.
     extra = _check_env(extra_env, "extra_env", problems) if extra_env else {}
-    for key, value in sorted(extra.items()):
-        if key in resolved["env"] and resolved["env"][key] != value:  # changes a profile variable
-            departures = [d for d in departures if d["key"] != f"env.{key}"]
-            if qualified["env"].get(key) != value:
-                departures.append({"key": f"env.{key}", "qualified": qualified["env"].get(key), "actual": value})
-    departures.sort(key=lambda d: d["key"])
+    profile_names = set(qualified["env"]) | set(resolved["env"]) | _catalog_env_names(catalog)
+    engine_extra = {key: value for key, value in extra.items() if is_engine_env(key, profile_names)}
+    extra = {key: value for key, value in extra.items() if key not in engine_extra}
+    resolved["env"].update(engine_extra)
+    departures = sorted(_departures(qualified, resolved), key=lambda d: d["key"])
 
     # The invariants hold for what the container gets: the profile's env merged with extra_env.
     _check_values(name, {**resolved, "env": {**resolved["env"], **extra}}, pin, problems)
     if departures and not allow_experimental:
         already = {m.item for m in problems.items}  # an invariant says more than "departs"
         for d in (d for d in departures if d["key"] not in already):
-            problems.add(d["key"], d["actual"], d["qualified"], _EXPERIMENTAL_HINT)
+            sub = d["key"].partition(".")[2] if d["key"].startswith("env.") else None
+            hint = (f"set through extra_env, where an engine setting {_EXPERIMENTAL_HINT}"
+                    if sub in engine_extra else _EXPERIMENTAL_HINT)
+            problems.add(d["key"], d["actual"], d["qualified"], hint)
     if problems.items:
         return None, problems.items
 
@@ -389,10 +466,15 @@ def resolve(catalog: dict, name: str, overrides: dict, allow_experimental: bool,
 
     ``overrides`` may change the qualified settings (:data:`QUALIFIED_KEYS`);
     ``compilation_config`` and ``env`` overrides are merged (an env value of null removes the
-    variable). Any change is a departure, refused unless ``allow_experimental``. ``extra_env``
-    (rank-local knobs such as the simulator's DSPARK_SIM_*) is kept apart in ``extra_env``,
-    merged last into each rank's environment and checked with it: adding a variable is not a
-    departure, changing one of the profile's is.
+    variable). Any change is a departure, refused unless ``allow_experimental``.
+
+    ``extra_env`` is for rank-local knobs such as the simulator's DSPARK_SIM_*. Its names that
+    hijack the loader or the interpreter (LD_*, PYTHONPATH, ...: :func:`refused_env_reason`) are
+    refused, even with ``allow_experimental``. Its engine settings (:func:`is_engine_env`: VLLM_*,
+    NCCL_*, TORCH_*, ... and every name a catalog profile sets) are merged into ``env`` after the
+    overrides, exactly as an env override: a departure, and part of :func:`profile_sha256`. The
+    remaining names are kept apart in ``extra_env``, merged last into each rank's environment and
+    checked with it; they are not departures and not hashed.
     """
     resolved, problems = _resolve(catalog, name, overrides, allow_experimental, pin, extra_env)
     if problems:
@@ -543,9 +625,10 @@ def env_file_text(env: dict) -> str:
 def profile_sha256(resolved: dict) -> str:
     """sha256 (hex) of the canonical JSON of the resolved, rank-independent profile.
 
-    ``extra_env`` is left out: it holds rank-local knobs (a simulator fault is set on one rank
-    only). An extra_env value that changes a profile variable is a departure, and departures are
-    hashed, so that change still shows.
+    ``extra_env`` is left out: after :func:`resolve` it holds only rank-local knobs that do not
+    change the engine (a simulator fault is set on one rank only). Engine settings given through
+    extra_env were moved into ``env`` (and ``departures``), so they are hashed: both ranks of a pair
+    agree exactly when they run the same engine settings.
     """
     hashed = {key: value for key, value in resolved.items() if key != "extra_env"}
     canonical = json.dumps(hashed, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)

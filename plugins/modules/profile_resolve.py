@@ -24,8 +24,20 @@ description:
     most 8192 tokens; the runtime lane is C(native-v026)."
   - O(extra_env) is merged into the environment last and the invariants are checked again on the
     merged environment, so it cannot bring in C(VLLM_USE_BREAKABLE_CUDAGRAPH) or change
-    C(VLLM_DSV4_ENABLE_MULTI_STREAM). Adding a variable is not a departure; changing one of the
-    profile's is.
+    C(VLLM_DSV4_ENABLE_MULTI_STREAM).
+  - "Names that hijack the loader or the interpreter are refused in O(extra_env), O(overrides) and
+    the catalog, even with O(allow_experimental=true): every C(LD_*), C(PYTHONPATH), C(PYTHONHOME),
+    C(PYTHONSTARTUP), C(PYTHONINSPECT), C(PYTHONUSERBASE), C(PYTHONPLATLIBDIR), C(PYTHONEXECUTABLE),
+    C(PYTHONPYCACHEPREFIX), C(PYTHONBREAKPOINT), C(PATH), C(BASH_ENV), C(ENV), C(GCONV_PATH),
+    C(GLIBC_TUNABLES), C(CUDA_INJECTION64_PATH), C(NCCL_NET_PLUGIN), C(NCCL_TUNER_PLUGIN),
+    C(NCCL_PROFILER_PLUGIN), C(OPENSSL_CONF), C(OPENSSL_ENGINES), C(OPENSSL_MODULES); and
+    C(VLLM_API_KEY), which belongs in C(dspark_api_key)."
+  - "Engine settings in O(extra_env) - names starting C(VLLM_), C(NCCL_), C(TORCH_),
+    C(TORCHINDUCTOR_), C(PYTORCH_), C(CUDA_), C(TRITON_), C(HF_), C(TRANSFORMERS_), C(FLASHINFER_),
+    C(NVIDIA_), C(GLOO_) or C(UCX_), and every name a catalog profile sets - are treated exactly as
+    an C(env) override: a departure (refused unless O(allow_experimental=true), listed in
+    RV(departures)) and part of RV(profile_sha256). Any other name (the simulator's C(DSPARK_SIM_*)
+    knobs, a site's own variables) is rank-local: not a departure and not hashed."
   - Every violation, of the profile and of the rank inputs, is reported in one failure.
   - Runs where it is called; roles delegate it to the control node, once per rank, because the
     argv and environment differ per rank.
@@ -95,6 +107,9 @@ options:
     description:
       - Variables added to the environment after the profile's, for example the simulator's
         C(DSPARK_SIM_*) knobs. Checked with the rest; the per-rank variables cannot be set here.
+      - Loader and interpreter hijacks (C(LD_*), C(PYTHONPATH), ...) are refused; engine settings
+        (C(VLLM_*), C(NCCL_*), C(TORCH_*), ..., or a name a profile sets) are departures, as an
+        O(overrides) C(env) entry would be. See the description.
     type: dict
     default: {}
 attributes:
@@ -178,8 +193,9 @@ profile:
   description:
     - The resolved, rank-independent profile - C(name), C(runtime_lane), C(manifest_section), the
       tuple, C(speculative_method), C(compilation_config), C(optimization_level),
-      C(performance_mode), C(enable_flashinfer_autotune), C(env) (the profile's), C(extra_env)
-      (O(extra_env) as checked; rank-local, so left out of RV(profile_sha256)), C(gate) (what the
+      C(performance_mode), C(enable_flashinfer_autotune), C(env) (the profile's, with the overrides
+      and the engine settings of O(extra_env)), C(extra_env) (the rest of O(extra_env) as checked;
+      rank-local, so left out of RV(profile_sha256)), C(gate) (what the
       runtime gate is run with), C(manifest_exempt), C(departures) and C(experimental).
   returned: success
   type: dict
@@ -231,7 +247,8 @@ compilation_config_json:
 profile_sha256:
   description:
     - sha256 of the canonical JSON of RV(profile) without its C(extra_env); the same on both ranks, different when
-      any profile value differs. Meant for a container label.
+      any profile value differs, including an engine setting given through O(extra_env). Meant for a container
+      label.
   returned: success
   type: str
   sample: b9b9d4280b9e1f6a5e7e036b082d67995ea3b358b99ec84bd9618d5cde880962

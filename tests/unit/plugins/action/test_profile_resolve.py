@@ -30,6 +30,7 @@ def same_keys(result: dict) -> dict:
     args(0), args(1, extra_env={"DSPARK_SIM_STARTUP_DELAY_S": "1"}),
     args(0, master_port=29501, api_port=8000),
     args(0, overrides={"max_num_seqs": 8}, allow_experimental=True),
+    args(0, extra_env={"VLLM_FOO": "1", "DSPARK_SIM_FAULT": "slow_tokens"}, allow_experimental=True),
 ])
 def test_the_action_returns_what_the_module_returns(case):
     got = same_keys(run_action(case))
@@ -46,6 +47,7 @@ def test_the_action_returns_what_the_module_returns(case):
     args(1, name="long-1m", overrides={"max_num_batched_tokens": 16384, "compilation_config": {"mode": 3}},
          allow_experimental=True, head_fabric_ip="head01"),
     args(name="prod"),
+    args(1, extra_env={"LD_PRELOAD": "/tmp/x.so", "VLLM_FOO": "1"}),
 ])
 def test_a_refusal_is_the_modules_refusal(case):
     got, want = run_action(case), run_module(module, case)

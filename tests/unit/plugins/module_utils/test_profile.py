@@ -14,6 +14,7 @@ from ansible_collections.community.docker.plugins.module_utils._api.utils.utils 
 
 from ansible_collections.gb10.dspark.plugins.module_utils import _profile
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import IdentityError
+from ansible_collections.gb10.dspark.plugins.modules import profile_resolve
 from tests.unit.plugins.conftest import REPO
 
 sys.path.insert(0, str(REPO / "sim" / "engine"))
@@ -281,6 +282,104 @@ def test_extra_env_changing_a_profile_variable_departs(catalog):
     p = resolve(catalog, extra_env={"NCCL_DEBUG": "WARN"}, allow=True)
     assert p["departures"] == [{"key": "env.NCCL_DEBUG", "qualified": "INFO", "actual": "WARN"}]
     assert _profile.rank_env(p, 0, *RANK_IO[0], HEAD_IP, 25000)["NCCL_DEBUG"] == "WARN"
+
+
+def _build(catalog, rank, overrides=None, allow=False, extra_env=None) -> dict:
+    return _profile.build(catalog, "production", overrides or {}, allow, load_pin(), rank, *RANK_IO[rank], HEAD_IP,
+                          25000, 8888, SERVED, extra_env)
+
+
+@pytest.mark.parametrize("name", ["LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "LD_BIND_NOW", "PYTHONPATH",
+                                  "PYTHONHOME", "PYTHONSTARTUP", "PYTHONINSPECT", "PYTHONUSERBASE", "PATH",
+                                  "BASH_ENV", "CUDA_INJECTION64_PATH", "NCCL_NET_PLUGIN"])
+def test_extra_env_refuses_what_hijacks_the_loader_or_the_interpreter(catalog, name):
+    for allow in (False, True):  # an invariant: allow_experimental does not open it
+        err = refused(catalog, allow=allow, extra_env={"DSPARK_SIM_STARTUP_DELAY_S": "1", name: "/tmp/x"})
+        found = [m for m in err.mismatches if m.item == f"extra_env.{name}"]
+        assert len(found) == 1, str(err)
+        assert found[0].reason and "allow_experimental" not in found[0].reason  # says why, offers no way round
+        assert f"extra_env.{name} is /tmp/x" in str(err)
+
+
+def test_a_hijacking_name_is_refused_in_the_profile_overrides_too(catalog):
+    err = refused(catalog, overrides={"env": {"LD_PRELOAD": "/tmp/x.so"}}, allow=True)
+    assert items(err) == {"env.LD_PRELOAD"}
+    entry = copy.deepcopy(catalog["production"])
+    entry["env"]["PYTHONPATH"] = "/opt/x"
+    assert "catalog env.PYTHONPATH" in items(refused({**catalog, "production": entry}, allow=True))
+
+
+def test_extra_env_cannot_carry_the_api_key(catalog):
+    # it would be recorded in departures and the evidence; dspark_api_key keeps it out of both
+    err = refused(catalog, allow=True, extra_env={"VLLM_API_KEY": "sekret"})
+    assert items(err) == {"extra_env.VLLM_API_KEY"} and "dspark_api_key" in str(err)
+    assert "sekret" not in str(err)
+
+
+def test_an_engine_setting_in_extra_env_is_a_departure(catalog):
+    err = refused(catalog, extra_env={"VLLM_FOO": "1", "DSPARK_SIM_STARTUP_DELAY_S": "1"})
+    assert items(err) == {"env.VLLM_FOO"}
+    assert "allow_experimental" in err.mismatches[0].reason
+    p = resolve(catalog, extra_env={"VLLM_FOO": "1", "DSPARK_SIM_STARTUP_DELAY_S": "1"}, allow=True)
+    assert p["departures"] == [{"key": "env.VLLM_FOO", "qualified": None, "actual": "1"}]
+    assert p["experimental"] is True
+    assert _profile.rank_env(p, 0, *RANK_IO[0], HEAD_IP, 25000)["VLLM_FOO"] == "1"
+    assert p["extra_env"] == {"DSPARK_SIM_STARTUP_DELAY_S": "1"}  # what stays rank-local and unhashed
+
+
+def test_an_engine_setting_in_extra_env_changes_the_profile_sha256(catalog):
+    sha = _profile.profile_sha256(resolve(catalog))
+    with_foo = _profile.profile_sha256(resolve(catalog, extra_env={"VLLM_FOO": "1"}, allow=True))
+    assert with_foo != sha
+    assert _profile.profile_sha256(resolve(catalog, extra_env={"VLLM_FOO": "2"}, allow=True)) != with_foo
+    # the ranks of a pair agree when both carry it, and differ when only one does
+    head = _build(catalog, 0, allow=True, extra_env={"VLLM_FOO": "1", "DSPARK_SIM_FAULT": "slow_tokens"})
+    worker = _build(catalog, 1, allow=True, extra_env={"VLLM_FOO": "1"})
+    assert head["profile_sha256"] == worker["profile_sha256"] == with_foo
+    assert _build(catalog, 1, allow=True)["profile_sha256"] != head["profile_sha256"]
+    # and it is the same identity as the equivalent profile override
+    assert with_foo == _profile.profile_sha256(resolve(catalog, overrides={"env": {"VLLM_FOO": "1"}}, allow=True))
+
+
+@pytest.mark.parametrize("name,value", [
+    ("NCCL_ALGO", "Ring"), ("TORCH_NCCL_BLOCKING_WAIT", "1"), ("CUDA_VISIBLE_DEVICES", "0"),
+    ("PYTORCH_NO_CUDA_MEMORY_CACHING", "1"), ("TRITON_CACHE_DIR", "/tmp/t"), ("HF_ENDPOINT", "http://x"),
+    ("B12X_W4A16_TC_DECODE", "1"), ("TILELANG_CLEANUP_TEMP_FILES", "0"),  # names the catalog sets
+])
+def test_every_engine_behaviour_name_in_extra_env_departs(catalog, name, value):
+    assert f"env.{name}" in items(refused(catalog, extra_env={name: value}))
+    p = resolve(catalog, extra_env={name: value}, allow=True)
+    assert p["departures"] == [{"key": f"env.{name}", "qualified": catalog["production"]["env"].get(name),
+                                "actual": value}]
+    assert _profile.profile_sha256(p) != _profile.profile_sha256(resolve(catalog))
+
+
+def test_an_engine_setting_in_extra_env_equal_to_the_profile_is_no_departure(catalog):
+    p = resolve(catalog, extra_env={"NCCL_DEBUG": "INFO"})
+    assert p["departures"] == [] and _profile.profile_sha256(p) == _profile.profile_sha256(resolve(catalog))
+
+
+@pytest.mark.parametrize("extra_env", [
+    {"DSPARK_SIM_FAULT": "die_after_requests", "DSPARK_SIM_DIE_AFTER_REQUESTS": "4"},
+    {"DSPARK_SIM_STARTUP_DELAY_S": "12"},
+    {"SITE_RACK_LABEL": "r12"},  # other site-local names stay as they are too
+])
+def test_simulator_and_site_knobs_on_one_rank_neither_depart_nor_change_the_sha256(catalog, extra_env):
+    p = resolve(catalog, extra_env=extra_env)  # no allow_experimental needed
+    assert p["departures"] == [] and p["experimental"] is False and p["extra_env"] == extra_env
+    head = _build(catalog, 0, extra_env=extra_env)
+    worker = _build(catalog, 1)
+    assert head["profile_sha256"] == worker["profile_sha256"] == _profile.profile_sha256(resolve(catalog))
+    assert all(head["env"][k] == v for k, v in extra_env.items())
+
+
+def test_the_refused_and_engine_names_are_documented():
+    docs = (REPO / "docs" / "provision.md").read_text()
+    for text in (docs, profile_resolve.DOCUMENTATION):
+        for name in [*_profile.REFUSED_ENV_NAMES, *(f"{prefix}*" for prefix in _profile.REFUSED_ENV_PREFIXES)]:
+            assert name in text, name
+        for prefix in _profile.ENGINE_ENV_PREFIXES:
+            assert prefix in text, prefix
 
 
 # --- argv --------------------------------------------------------------------------------------
