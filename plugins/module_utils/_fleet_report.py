@@ -30,6 +30,7 @@ from ansible_collections.gb10.dspark.plugins.module_utils._files import (
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import (
     CheckError, IdentityError, Mismatch, _show,
 )
+from ansible_collections.gb10.dspark.plugins.module_utils._pair import SAFE_NAME
 
 SCHEMA_VERSION = 1
 RANKS = ("head", "worker")
@@ -38,7 +39,6 @@ DEFAULT_TITLE = "GB10 fleet audit"
 EXIT_OK = 0
 EXIT_NOT_OK = 2
 CONTROL = "control node"
-PAIR_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 GENERATED = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z$")
 IMAGE_ID = re.compile(r"^(?:sha256:)?([0-9a-fA-F]{12,})$")
 # Rank summary keys shown first in the details, in this order; any other key follows alphabetically.
@@ -95,7 +95,7 @@ def _check_pair(index: int, pair: object) -> tuple[dict | None, list[Mismatch]]:
         return None, [_bad(where, "a dict", type(pair).__name__)]
     found: list[Mismatch] = []
     name = pair.get("pair")
-    if not isinstance(name, str) or not PAIR_NAME.match(name):
+    if not isinstance(name, str) or not SAFE_NAME.fullmatch(name):
         found.append(_bad(f"{where}.pair", "a name of letters, digits, '.', '_' and '-'", name))
     else:
         where = f"pair {name}"

@@ -12,9 +12,15 @@ Input is one record per host, as the roles collect it from ``hostvars`` after
 """
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import Mismatch
+
+# A pair name (and a run id) reaches paths on the control node and the head: evidence folders, the
+# lock, report file names. Nothing that could leave a folder or break a record is accepted.
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+SAFE_NAME_EXPECTED = "1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit"
 
 RANKS = (0, 1)
 ROLE = {0: "head", 1: "worker"}
@@ -31,6 +37,9 @@ def check_pairs(hosts: list[dict], expected_image_id: str | None = None,
         pair = host.get("pair")
         if not pair:
             problems.append(Mismatch(name, "pair", "a pair name (dspark_pair)", None, expected_word="expected"))
+            continue
+        if not isinstance(pair, str) or not SAFE_NAME.fullmatch(pair):
+            problems.append(Mismatch(name, "dspark_pair", SAFE_NAME_EXPECTED, pair, expected_word="expected"))
             continue
         if name in seen and seen[name] != pair:
             problems.append(Mismatch(name, "pair", seen[name], pair, reason="a host may belong to one pair only",

@@ -20,7 +20,7 @@ this module creates are 0700; a root-owned 0755 folder left by earlier versions 
 folder is checked with ``lstat``, opened with ``O_NOFOLLOW | O_DIRECTORY``, re-checked with
 ``fstat`` (same inode), and every file operation after that is relative to that descriptor.
 
-The pair name and run id are checked against :data:`NAME` before anything touches the disk.
+The pair name and run id are checked against ``_pair.SAFE_NAME`` before anything touches the disk.
 """
 from __future__ import annotations
 
@@ -29,7 +29,6 @@ import errno
 import fcntl
 import json
 import os
-import re
 import secrets
 import stat
 import time
@@ -37,6 +36,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from ansible_collections.gb10.dspark.plugins.module_utils._files import make_parents
+from ansible_collections.gb10.dspark.plugins.module_utils._pair import SAFE_NAME, SAFE_NAME_EXPECTED
 
 DEFAULT_PATH = "/run/lock/dspark/pair.lock"
 FREE = "free"
@@ -46,8 +46,6 @@ FOLDER_MODE = 0o700
 POLL_S = 0.1
 # A pair name or run id: no "/", no leading "." (so neither ".." nor a hidden file), one line, short.
 # The run ids the lock role makes (20260102T030405Z-4294967295) and inventory pair names pass.
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-NAME_EXPECTED = "1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit"
 OWNER_KEYS = ("run_id", "control_host", "control_pid", "control_pid_start", "playbook", "user")
 
 # What the run passes to gb10.dspark.pair_lock (the action plugin validates these).
@@ -96,8 +94,8 @@ class LockUnreadable(Exception):
 
 def check_name(option: str, value: object) -> None:
     """Refuse a pair name or run id that could leave the lock's folder or break a record or message."""
-    if not isinstance(value, str) or not NAME.fullmatch(value):
-        raise LockFailure(f"option {option} is {value!r}, expected {NAME_EXPECTED}")
+    if not isinstance(value, str) or not SAFE_NAME.fullmatch(value):
+        raise LockFailure(f"option {option} is {value!r}, expected {SAFE_NAME_EXPECTED}")
 
 
 # --- the record ---------------------------------------------------------------------------------

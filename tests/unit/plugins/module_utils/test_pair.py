@@ -1,6 +1,8 @@
 """Pairing and cross-rank image identity."""
 from __future__ import annotations
 
+import pytest
+
 from ansible_collections.gb10.dspark.plugins.module_utils._pair import check_pairs
 
 A = "sha256:" + "a" * 64
@@ -58,3 +60,20 @@ def test_rank_that_never_reported_an_image():
 def test_mixed_image_stores_are_refused():
     _unused, problems = check_pairs([host("h1", "p1", 0), host("w1", "p1", 1, store="containerd")])
     assert any(p.item == "image store" for p in problems)
+
+
+@pytest.mark.parametrize("bad", ["../etc", "a/b", ".hidden", "", " sim01", "x" * 65, "sim01\n"])
+def test_a_pair_name_that_could_leave_a_folder_is_refused(bad):
+    hosts = [{"name": "h", "pair": bad, "rank": 0}, {"name": "w", "pair": bad, "rank": 1}]
+    _unused, problems = check_pairs(hosts, check_images=False)
+    if bad == "":
+        assert problems and all(p.item == "pair" for p in problems)
+        return
+    assert [p.rank for p in problems] == ["h", "w"]
+    assert all(p.item == "dspark_pair" and p.actual == bad and "1 to 64 letters" in p.message for p in problems)
+
+
+def test_the_names_the_collection_uses_are_accepted():
+    for good in ("sim01", "lab01", "fleet-03", "pair_a.b"):
+        hosts = [{"name": "h", "pair": good, "rank": 0}, {"name": "w", "pair": good, "rank": 1}]
+        assert check_pairs(hosts, check_images=False)[1] == []
