@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 from ansible_collections.gb10.dspark.plugins.module_utils._digest import sha256_file
 from ansible_collections.gb10.dspark.plugins.module_utils._files import check_finite, make_parents, write_json_atomic
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, IdentityError, Mismatch
+from ansible_collections.gb10.dspark.plugins.module_utils._pair import SAFE_NAME, SAFE_NAME_EXPECTED
 from ansible_collections.gb10.dspark.plugins.module_utils._secrets import is_secret_name
 
 RANK = "control node"
@@ -132,6 +133,13 @@ def check_names(names: list[str]) -> list[Mismatch]:
 def check_label(item: str, value: object) -> Mismatch | None:
     if not isinstance(value, str) or not value.strip() or CONTROL_CHARS.search(value):
         return _mismatch(item, repr(value), "a non-empty single-line text")
+    return None
+
+
+def check_safe_name(item: str, value: object) -> Mismatch | None:
+    """A pair name or run id, which name the pack's folder: nothing that could leave it."""
+    if not isinstance(value, str) or not SAFE_NAME.fullmatch(value):
+        return _mismatch(item, repr(value), SAFE_NAME_EXPECTED)
     return None
 
 
@@ -968,7 +976,7 @@ def plan_pack(dest: str, pair: str, run_id: str, playbook: str, artifacts: list[
     secrets, labels, short = secret_values(secrets, secret_env)
     prefixes = normalise_prefixes(redact_prefixes)
     facts = facts or {}
-    problems = [m for m in (check_label("pair", pair), check_label("run_id", run_id),
+    problems = [m for m in (check_safe_name("pair", pair), check_safe_name("run_id", run_id),
                             check_label("playbook", playbook)) if m]
     if not artifacts:
         problems.append(_mismatch("artifacts", "an empty list", "at least one artifact"))

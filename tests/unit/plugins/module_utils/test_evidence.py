@@ -747,3 +747,15 @@ def test_a_secret_departure_is_redacted_in_the_facts_and_the_index(tmp_path):
         if path.is_file():
             assert b"hf_q8ZrT4kLm2Nv" not in path.read_bytes(), path
     assert p.index["profile"]["departures"] == [{"key": "env.HF_TOKEN", "qualified": None, "actual": "<redacted>"}]
+
+
+@pytest.mark.parametrize("item,value", [("pair", "../sim01"), ("run_id", "../../etc"), ("run_id", "a/b"),
+                                        ("pair", ".hidden")])
+def test_a_pair_or_run_id_that_could_leave_the_pack_folder_is_refused(tmp_path, item, value):
+    kwargs = {"pair": "sim01", "run_id": "20261203T120000Z"}
+    kwargs[item] = value
+    with pytest.raises(IdentityError) as err:
+        ev.plan_pack(str(tmp_path / "pack"), kwargs["pair"], kwargs["run_id"], "provision",
+                     [{"name": "a.json", "content": "{}"}])
+    assert item in str(err.value) and "1 to 64 letters" in str(err.value)
+    assert not (tmp_path / "pack").exists()
