@@ -25,6 +25,7 @@ import time
 import yaml
 
 import _common as common  # bench/_common.py (this script's folder is on sys.path)
+from dspark_sim.image import _sha256_file  # sim/ is on sys.path (bench/_common.py)
 from tests.support import synthetic_archive
 
 GIB = common.GIB
@@ -57,7 +58,9 @@ def main() -> int:
     made = synthetic_archive.write(WORK / "bench.tar", tag="dspark-bench:load", layer_bytes=int(gib * GIB))
     size = (WORK / "bench.tar").stat().st_size
     print(f"[bench] wrote a {size / GIB:.2f} GiB archive in {time.monotonic() - t0:.1f} s")
-    pin.update(image_tag=made["tag"], image_id=made["image_id"], image_manifest_digest=None, image_archive_sha256=None)
+    # image_identity refuses to load an archive the pin has no sha256 for.
+    pin.update(image_tag=made["tag"], image_id=made["image_id"], image_manifest_digest=None,
+               image_archive_sha256=_sha256_file(WORK / "bench.tar"))
     args = {"rank": WORKER, "pin": pin, "path": made["path"], "check_labels": False}
     rows = []
     try:

@@ -44,6 +44,7 @@ import yaml
 import _common as common  # bench/_common.py (this script's folder is on sys.path)
 import _report as report
 from dspark_sim import layout
+from dspark_sim.image import _sha256_file
 from tests.support import synthetic_archive
 
 ROOT = common.ROOT
@@ -263,8 +264,9 @@ def measure_staging(b: Bench) -> dict:
                                        salt="bench-ratios")
         size = Path(made["path"]).stat().st_size
         say(f"staging: wrote a {size / common.GIB:.2f} GiB archive in {time.monotonic() - t0:.1f} s")
+        # image_identity refuses to load an archive the pin has no sha256 for.
         pin = dict(b.pin, image_tag=made["tag"], image_id=made["image_id"], image_manifest_digest=None,
-                   image_archive_sha256=None)
+                   image_archive_sha256=_sha256_file(Path(made["path"])))
         args = {"rank": "{{ inventory_hostname }}", "pin": pin, "path": made["path"], "check_labels": False}
         for r in PAIR.ranks:
             remove_image(r, made["image_id"])

@@ -10,9 +10,12 @@ Order of work (every check before any change):
 2. Does the pinned tag already name another image? Then fail: retagging would silently move
    the tag away from whatever the rank serves.
 3. Is the pinned ID already held? Then nothing is loaded (re-runs are cheap).
-4. Otherwise the archive's own ID, read from its metadata, must equal the pin, and loading it
-   must not move any tag it carries; only then is it streamed into the engine. If the engine
-   does not end up holding the pinned ID, what the load added is removed again.
+4. Otherwise the pin must hold the archive's sha256 (``image_archive_sha256``): no archive is
+   loaded unverified. The archive's own ID, read from its metadata (an archive the engine could
+   read differently is refused, see ``_image_archive``), must equal the pin, loading it must not
+   move any tag it carries, and its sha256 must match; only then is it streamed into the engine.
+   If the engine does not end up holding the pinned ID, what the load added is removed again; if
+   it reports loading any other image ID or name than the archive showed, the run fails.
 5. Tag, then assert that the tag resolves to the pinned ID (and architecture and labels, when
    pinned).
 """
@@ -138,6 +141,8 @@ def ensure(engine: Engine, rank: str, pin: Pin, archive_path: str | None, check_
     out.present = held is not None
     out.needs_archive = held is None and not (archive_path and os.path.exists(archive_path))
     if out.needs_archive and check_mode:
+        if not pin.archive_sha256:
+            raise CheckError(rank, _sha256_required(archive_path))
         # A real run copies the archive to the rank first; report what it would then do.
         out.actions.append(f"load {archive_path or 'the image archive'} (not on the rank yet)")
         if tag_id is None:
@@ -163,6 +168,8 @@ def ensure(engine: Engine, rank: str, pin: Pin, archive_path: str | None, check_
         mismatches += _tag_conflicts(engine, rank, archive, want)
     if mismatches:
         raise IdentityError(mismatches)
+    if held is None and not pin.archive_sha256:  # no archive is loaded unverified, in check mode neither
+        raise CheckError(rank, _sha256_required(archive_path))
 
     if held is None:
         out.actions.append(f"load {archive.path}")  # type: ignore[union-attr]
@@ -248,11 +255,42 @@ def _tag_conflicts(engine: Engine, rank: str, archive: ArchiveIdentity, want: st
     return out
 
 
+def _sha256_required(archive_path: str | None) -> str:
+    where = archive_path or "the image archive"
+    return (f"the pinned image is not held and would be loaded from {where}, but the pin has no "
+            f"image_archive_sha256: the pin needs image_archive_sha256 (`sha256sum {archive_path or '<archive>'}`) "
+            f"before any load from an archive")
+
+
+def _familiar(name: str) -> str:
+    """``docker.io/library/x:t`` → ``x:t``: the form ``/images/load`` and RepoTags use."""
+    for prefix in ("docker.io/library/", "index.docker.io/library/", "docker.io/", "index.docker.io/"):
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return name
+
+
+def _unexpected_loads(rank: str, archive: ArchiveIdentity, want: str, ids: list[str],
+                      names: list[str]) -> list[Mismatch]:
+    """What the engine says it loaded beyond what the archive's metadata showed (fail closed)."""
+    out = []
+    reason = ("the engine loaded more than the archive's metadata shows; this run tags and removes nothing "
+              "more: check the rank's images")
+    if any(_short(i) != want for i in ids):
+        out.append(Mismatch(rank, f"image IDs loaded from {archive.path}", [want], ids, reason=reason))
+    shown = {_familiar(t) for t in archive.repo_tags}
+    if any(_familiar(n) not in shown for n in names):
+        out.append(Mismatch(rank, f"image names loaded from {archive.path}", archive.repo_tags, names,
+                            reason=reason, expected_word="the archive shows"))
+    return out
+
+
 def _load(engine: Engine, rank: str, archive: ArchiveIdentity, pin: Pin, want: str) -> None:
-    if pin.archive_sha256:
-        actual = sha256_file(archive.path)
-        if actual != pin.archive_sha256.removeprefix("sha256:"):
-            raise IdentityError(Mismatch(rank, f"archive {archive.path} sha256", pin.archive_sha256, actual))
+    if not pin.archive_sha256:  # ensure() refuses earlier; never load an unverified archive
+        raise CheckError(rank, _sha256_required(archive.path))
+    actual = sha256_file(archive.path)
+    if actual != pin.archive_sha256.removeprefix("sha256:"):
+        raise IdentityError(Mismatch(rank, f"archive {archive.path} sha256", pin.archive_sha256, actual))
     try:
         lines = engine.load(archive.path)
     except EngineError as exc:
@@ -269,6 +307,9 @@ def _load(engine: Engine, rank: str, archive: ArchiveIdentity, pin: Pin, want: s
         got = ", ".join(ids) or "nothing"
         raise IdentityError(Mismatch(rank, f"image loaded from {archive.path}", want, got,
                                      reason="removed again; nothing changed"))
+    unexpected = _unexpected_loads(rank, archive, want, ids, names)
+    if unexpected:
+        raise IdentityError(unexpected)
 
 
 def run_ensure(rank: str, pin: dict, archive_path: str | None, check_mode: bool, docker_host: str,

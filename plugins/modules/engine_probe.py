@@ -80,7 +80,9 @@ probe:
       type: dict
       returned: always
     api:
-      description: ready, status, models, max_model_len, kv_cache_size_tokens, num_requests_running, error, metrics_error (why the request count is unknown, else null).
+      description: >-
+        ready, status, models, max_model_len, kv_cache_size_tokens, num_requests_running, error,
+        metrics_error (why the request count is unknown, else null).
       type: dict
       returned: always
     ready:

@@ -13,6 +13,8 @@ description:
     C(manifest.json)), and for OCI layouts the manifest digest from C(index.json) - verifying each
     against the digest of its own bytes, then compares it, the architecture and the image labels
     with the pin.
+  - Refuses an archive the engine could read differently - member names that clean to the same name
+    or escape the archive, metadata that is a link or oversized, ambiguous or absurd tar headers.
   - Needs no Docker engine, so the roles run it on the control node before copying an archive to
     a rank; nothing is copied or loaded when it fails.
   - Plain tar archives are read by seeking from header to header (a 30 GB archive costs a few
@@ -30,7 +32,10 @@ options:
     type: dict
     required: true
   verify_sha256:
-    description: When the pin has C(image_archive_sha256), hash the whole archive and compare (one full read).
+    description:
+      - When the pin has C(image_archive_sha256), hash the whole archive and compare (one full read).
+      - M(gb10.dspark.image_identity) requires C(image_archive_sha256) before any load from an archive
+        (fill it with C(sha256sum <archive>)), so set it in the pin even where this check is skipped.
     type: bool
     default: true
   check_labels:

@@ -18,6 +18,10 @@ description:
   - Refuses an archive whose ID differs from the pin before anything is loaded, and refuses when the
     pinned tag already names another image on the rank, or when loading would move a tag the
     archive carries.
+  - Refuses, before loading, an archive the engine could read differently from its metadata -
+    member names that clean (like Go's C(path.Clean)) to the same name or escape the archive, metadata
+    that is a link or oversized, members under a link, ambiguous or absurd tar headers. After a load,
+    fails when the engine reports any image ID or name the archive did not show.
   - Loads only when the engine does not already hold the pinned ID, so a re-run is cheap and
     reports no change; the archive is streamed to the engine in 1 MiB chunks. Then tags the image
     and asserts that the tag resolves to the pinned ID.
@@ -33,10 +37,11 @@ options:
     description:
       - The identity pin of the release (C(dspark_pin)). Used keys - C(image_tag), C(image_id),
         C(image_manifest_digest) (needed with a containerd-store engine), C(image_architecture),
-        C(image_archive_sha256) (when set, the archive's own sha256 must match before it is loaded;
-        one full read), and the keys the image labels map to (C(source_revision),
-        C(model_revision), C(vllm_version), C(integrated_vllm_commit), C(cudagraph_selector),
-        C(kv_cache_dtype), C(speculative_method), C(speculative_tokens)).
+        C(image_archive_sha256) (required before any load from an archive - fill it with
+        C(sha256sum <archive>); the archive's own sha256 must match before it is loaded, one full
+        read; without it a load is refused, also in check mode), and the keys the image labels
+        map to (C(source_revision), C(model_revision), C(vllm_version), C(integrated_vllm_commit),
+        C(cudagraph_selector), C(kv_cache_dtype), C(speculative_method), C(speculative_tokens)).
       - A malformed pin fails the task before the engine is touched.
     type: dict
     required: true

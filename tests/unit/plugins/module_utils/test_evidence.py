@@ -615,8 +615,8 @@ def leaking_sources(root: Path) -> tuple[list[dict], dict[str, Path]]:
     env_file.write_text("HF_HOME=/cache/huggingface\nNCCL_IB_HCA=mlx5_0\n"
                         + "".join(f"{k}={v}\n" for k, v in LEAKS.items()))
     inspect = folder / "inspect.json"
-    inspect.write_text(json.dumps([{"Id": "beef", "Config": {"Env": ["MTP_NUM_TOKENS=6"]
-                                                            + [f"{k}={v}" for k, v in LEAKS.items()]}}]))
+    env = ["MTP_NUM_TOKENS=6"] + [f"{k}={v}" for k, v in LEAKS.items()]
+    inspect.write_text(json.dumps([{"Id": "beef", "Config": {"Env": env}}]))
     artifacts = [{"name": "profiles/head/production.env", "src": str(env_file), "kind": "profile"},
                  {"name": "profiles/worker/production.env", "kind": "profile", "content": env_file.read_text()},
                  {"name": "inspect/head.json", "src": str(inspect), "kind": "inspect", "required": True}]

@@ -11,6 +11,7 @@ from ansible_collections.gb10.dspark.plugins.module_utils._docker_engine import 
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, IdentityError
 from ansible_collections.gb10.dspark.plugins.module_utils._image_identity import Pin, ensure
 from tests.support import synthetic_archive
+from tests.unit.plugins.module_utils.test_image_archive import TRICKS, honest_config
 
 LABELS = {"io.r0b0tlab.model.revision": "9e165c30e2704aec5d9d593cce3eebd58bbef1cb"}
 
@@ -73,7 +74,7 @@ def archive(tmp_path):
 
 def pin_for(made, **kw):
     args = {"tag": "dspark:prod", "image_id": made["image_id"], "manifest_digest": made["manifest_digest"],
-            "architecture": "amd64", "labels": LABELS}
+            "architecture": "amd64", "labels": LABELS, "archive_sha256": sha256_file(made["path"])}
     args.update(kw)
     return Pin(**args)
 
@@ -231,3 +232,81 @@ def test_check_archive_without_an_engine(tmp_path, archive):
     with pytest.raises(IdentityError) as err:
         check_archive("control node", other["path"], pin_for(archive))
     assert err.value.mismatches[0].actual == other["image_id"]
+
+
+# ---- issue 21: the engine must load exactly what the archive's metadata shows ----------------------
+
+@pytest.mark.parametrize("trick", sorted(TRICKS))
+def test_an_archive_the_engine_would_read_differently_is_never_loaded(tmp_path, monkeypatch, trick):
+    monkeypatch.setattr(ia, "MAX_METADATA_BYTES", 4096)
+    build, _mentions = TRICKS[trick]
+    path = build(tmp_path / "trick.tar")
+    honest = {"path": path, "image_id": "sha256:" + honest_config()[0], "manifest_digest": None}
+    eng = FakeEngine()
+    with pytest.raises(CheckError) as err:
+        ensure(eng, "w1", pin_for(honest, architecture=None, labels={}), path, check_mode=False)
+    assert str(err.value).startswith("rank w1: ") and path in str(err.value)
+    assert eng.calls == [] and eng.images == {} and eng.tags == {}
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_a_load_needs_the_archive_sha256_in_the_pin(archive, check_mode):
+    eng = FakeEngine()
+    with pytest.raises(CheckError) as err:
+        ensure(eng, "w1", pin_for(archive, archive_sha256=None), archive["path"], check_mode=check_mode)
+    msg = str(err.value)
+    assert msg.startswith("rank w1: ") and archive["path"] in msg
+    assert "image_archive_sha256" in msg and "sha256sum" in msg
+    assert eng.calls == [] and eng.images == {}
+
+
+def test_no_archive_sha256_is_fine_when_nothing_is_loaded(archive):
+    eng = FakeEngine()
+    eng.add(archive["image_id"], tag="dspark:prod", labels=LABELS)
+    out = ensure(eng, "w1", pin_for(archive, archive_sha256=None), archive["path"], check_mode=False)
+    assert not out.changed and not out.loaded and eng.calls == []
+
+
+class Smuggler(FakeEngine):
+    """Loads the archive, then also reports (and holds) what a hidden manifest would have added."""
+
+    def __init__(self, extra_lines):
+        super().__init__()
+        self.extra_lines = extra_lines
+
+    def load(self, path):
+        lines = super().load(path)
+        for line in self.extra_lines:
+            text = line["stream"].strip()
+            if text.startswith("Loaded image: "):
+                self.add("sha256:" + "e" * 64, tag=text.split(": ", 1)[1])
+            else:
+                self.add(text.split(": ", 1)[1])
+        return lines + self.extra_lines
+
+
+@pytest.mark.parametrize(("extra", "named"), [
+    ({"stream": "Loaded image: evil:latest\n"}, "evil:latest"),
+    ({"stream": "Loaded image ID: sha256:" + "e" * 64 + "\n"}, "sha256:" + "e" * 64),
+])
+def test_a_load_that_brings_more_than_the_archive_shows_fails(archive, extra, named):
+    eng = Smuggler([extra])
+    with pytest.raises(IdentityError) as err:
+        ensure(eng, "w1", pin_for(archive), archive["path"], check_mode=False)
+    assert named in str(err.value) and str(err.value).startswith("rank w1: ")
+    assert archive["path"] in str(err.value)
+    assert not any(c.startswith("tag ") for c in eng.calls)  # the pinned tag is not applied after that
+
+
+def test_a_load_reporting_its_own_id_and_tag_is_fine(archive):
+    eng = Smuggler([{"stream": f"Loaded image ID: {archive['image_id']}\n"},
+                    {"stream": "Loaded image: docker.io/library/dspark:prod\n"}])
+    eng.add = lambda *a, **k: None  # the engine holds these already: nothing extra
+    assert ensure(eng, "w1", pin_for(archive), archive["path"], check_mode=False).loaded
+
+
+def test_check_mode_before_the_archive_is_copied_needs_the_sha256_too(archive):
+    eng = FakeEngine()
+    with pytest.raises(CheckError, match=r"^rank w1: .*/var/lib/dspark/images/missing.tar.*image_archive_sha256"):
+        ensure(eng, "w1", pin_for(archive, archive_sha256=None), "/var/lib/dspark/images/missing.tar", check_mode=True)
+    assert eng.calls == []

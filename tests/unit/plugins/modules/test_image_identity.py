@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from ansible_collections.gb10.dspark.plugins.module_utils._digest import sha256_file
 from ansible_collections.gb10.dspark.plugins.module_utils import _pin
 from ansible_collections.gb10.dspark.plugins.modules import image_identity
 from tests.support import synthetic_archive
@@ -26,7 +27,8 @@ def archive(tmp_path):
 
 def pin_for(archive):
     pin = sample_pin()
-    pin.update(image_tag="dspark:prod", image_id=archive["image_id"], image_architecture="amd64")
+    pin.update(image_tag="dspark:prod", image_id=archive["image_id"], image_architecture="amd64",
+               image_archive_sha256=sha256_file(archive["path"]))  # a load needs the archive's sha256
     return pin
 
 
