@@ -115,6 +115,31 @@ def test_a_truncated_archive_is_refused_before_anything_is_copied(pair2, clean_t
                  expect=[f"rank control node: {cut} is not a readable image archive: unexpected end of data"])
 
 
+@pytest.mark.fault("archive-name-tricks")
+def test_an_archive_hiding_a_second_manifest_is_refused_before_anything_is_copied(pair2, clean_tree, tmp_path):
+    """Docker cleans member names like Go's path.Clean, so a later x/../manifest.json is the manifest
+    it loads; the reader sees both and refuses. The pin carries the crafted file's own sha256, so
+    only the reader stands between the trick and the ranks."""
+    import io
+    import tarfile
+
+    src = Path(site()["dspark_image_archive"])
+    crafted = tmp_path / src.name
+    shutil.copyfile(src, crafted)
+    with tarfile.open(src) as t:
+        manifest = json.load(t.extractfile("manifest.json"))
+    manifest[0]["RepoTags"] = ["evil:latest"]
+    data = json.dumps(manifest).encode()
+    with tarfile.open(crafted, "a") as t:
+        member = tarfile.TarInfo("x/../manifest.json")
+        member.size = len(data)
+        t.addfile(member, io.BytesIO(data))
+    p = dict(pin(), image_archive_sha256=hashlib.sha256(crafted.read_bytes()).hexdigest())
+    fails_closed(pair2, clean_tree, "-e", f"dspark_image_archive={crafted}", "-e", json.dumps({"dspark_pin": p}),
+                 expect=["rank control node", "member name 'manifest.json' appears more than once "
+                         "(as 'manifest.json' and 'x/../manifest.json')"])
+
+
 @pytest.mark.fault("disk-space")
 def test_too_little_disk_for_the_archive_is_refused(pair2, clean_tree):
     need = 1 << 50  # a petabyte of margin: no rank has that much free
