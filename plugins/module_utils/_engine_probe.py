@@ -95,9 +95,9 @@ def container_state(inspect_json: str) -> dict:
     try:
         doc = json.loads(inspect_json)
     except ValueError:
-        return {"exists": False, "status": "unknown", "error": "unparsable docker inspect output"}
+        return {"exists": False, "running": False, "status": "unknown", "error": "unparsable docker inspect output"}
     if not isinstance(doc, list) or not doc:
-        return {"exists": False, "status": "absent"}
+        return {"exists": False, "running": False, "status": "absent"}
     state = doc[0].get("State") or {}
     labels = (doc[0].get("Config") or {}).get("Labels") or {}
     return {
@@ -133,8 +133,8 @@ def rank_state(run: Run, ssh: list[str] | None, container: str, log_lines: int) 
     rc, out, err = run(via(["docker", "container", "inspect", container]))
     if rc != 0:
         if "No such" in err or "no such" in err:
-            return {"exists": False, "status": "absent", "logs": []}
-        return {"exists": False, "status": "unknown", "error": (err or out).strip()[:500], "logs": []}
+            return {"exists": False, "running": False, "status": "absent", "logs": []}
+        return {"exists": False, "running": False, "status": "unknown", "error": (err or out).strip()[:500], "logs": []}
     state = container_state(out)
     state["logs"] = []
     if log_lines > 0:

@@ -100,6 +100,7 @@ def test_probe_missing_container_and_wrong_model(api):
     run, _unused = fake_run({"head": {"Status": "running", "Running": True}, "worker": None})
     out = ep.probe(run, "dspark_vllm", api, "other-model", ["ssh", "root@w", "--"])
     assert out["worker"]["status"] == "absent" and not out["api"]["ready"] and not out["ready"]
+    assert out["worker"]["running"] is False  # every rank state says whether it runs, absent ones too
 
 
 def test_probe_head_down_skips_the_api():
