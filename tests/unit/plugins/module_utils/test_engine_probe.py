@@ -55,13 +55,17 @@ class _Api(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-@pytest.fixture
-def api():
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Api)
+def _serve(handler):
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     t = threading.Thread(target=srv.serve_forever, daemon=True)
     t.start()
     yield f"http://127.0.0.1:{srv.server_address[1]}"
     srv.shutdown()
+
+
+@pytest.fixture
+def api():
+    yield from _serve(_Api)
 
 
 def fake_run(states: dict):
@@ -119,11 +123,7 @@ class _StalledMetrics(_Api):
 
 @pytest.fixture
 def stalled_api():
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _StalledMetrics)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}"
-    srv.shutdown()
+    yield from _serve(_StalledMetrics)
 
 
 RUNNING = {"Status": "running", "Running": True}
