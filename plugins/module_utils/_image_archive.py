@@ -203,8 +203,8 @@ def _scan(path: str, compression: str) -> dict[str, _Entry]:
                 if len(entries) >= MAX_MEMBERS:
                     raise ArchiveError(f"{path} holds more than {MAX_MEMBERS} members; not an image archive")
                 if limit is not None and member.size and member.offset_data + member.size > limit:
-                    raise ArchiveError(f"{path}: member {member.name!r} declares {member.size} bytes, "
-                                       f"more than the archive holds; refused")
+                    raise ArchiveError(f"{path} is not a readable image archive: member {member.name!r} declares "
+                                       f"{member.size} bytes, more than the archive holds (truncated?)")
                 name = clean_name(member.name)
                 if name == ".." or name.startswith("../"):
                     raise ArchiveError(f"{path}: member {member.name!r} escapes the archive root; refused")
