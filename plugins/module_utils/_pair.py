@@ -18,7 +18,9 @@ from collections import defaultdict
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import Mismatch
 
 # A pair name (and a run id) reaches paths on the control node and the head: evidence folders, the
-# lock, report file names. Nothing that could leave a folder or break a record is accepted.
+# lock, report file names. Nothing that could leave a folder or break a record is accepted: no "/",
+# no leading "." (so neither ".." nor a hidden file), one line, short. The run ids the lock role
+# makes (20260102T030405Z-4294967295) and inventory pair names pass.
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 SAFE_NAME_EXPECTED = "1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit"
 

@@ -44,8 +44,6 @@ MAX_BYTES = 64 * 1024
 DEFAULT_WAIT = 30
 FOLDER_MODE = 0o700
 POLL_S = 0.1
-# A pair name or run id: no "/", no leading "." (so neither ".." nor a hidden file), one line, short.
-# The run ids the lock role makes (20260102T030405Z-4294967295) and inventory pair names pass.
 OWNER_KEYS = ("run_id", "control_host", "control_pid", "control_pid_start", "playbook", "user")
 
 # What the run passes to gb10.dspark.pair_lock (the action plugin validates these).

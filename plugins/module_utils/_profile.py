@@ -32,6 +32,7 @@ import re
 from typing import Any, Callable
 
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import IdentityError, Mismatch
+from ansible_collections.gb10.dspark.plugins.module_utils._secrets import is_secret_name
 
 KV_CACHE_DTYPE = "nvfp4_ds_mla"
 RUNTIME_LANE = "native-v026"
@@ -161,7 +162,6 @@ REFUSED_ENV_NAMES = {
     "VLLM_API_KEY": "the API key belongs in dspark_api_key, which reaches only the container's environment, "
                     "never the profile, its departures or the evidence",
 }
-SECRET_ENV_NAMES = ("VLLM_API_KEY",)  # refused without showing the value
 # Names in extra_env that change what the engine does: like an override of the profile's env they
 # depart from the qualified profile (refused unless allow_experimental) and enter the profile's
 # identity (profile_sha256). So does every name the catalog's profiles set. Any other name (the
@@ -222,7 +222,7 @@ def _check_env(env: Any, origin: str, problems: _Problems) -> dict:
             continue
         why = refused_env_reason(key)
         if why:
-            shown = "<redacted>" if key in SECRET_ENV_NAMES else value
+            shown = "<redacted>" if is_secret_name(key) else value  # a refused key is not echoed
             problems.add(f"{origin}.{key}", shown, None, f"never accepted: {why}")
             continue
         if not isinstance(value, str):
