@@ -417,7 +417,7 @@ def test_long_context_has_no_pinned_kv_bytes(catalog):
 def test_breakable_ab_selects_breakable_graphs_in_the_config_only(catalog):
     p = resolve(catalog, "breakable-ab")
     cc = json.loads(flag(argv_of(p, 0), "--compilation-config"))
-    assert cc["cudagraph_implementation"] == "breakable" and cc["cudagraph_mode"] == "FULL_AND_PIECEWISE"
+    assert cc["cudagraph_implementation"] == "breakable" and cc["cudagraph_mode"] == "PIECEWISE"
     assert _profile.BREAKABLE_ENV not in _profile.rank_env(p, 0, *RANK_IO[0], HEAD_IP, 25000)
     assert p["gate"]["cudagraph_implementation"] == "breakable"
 
