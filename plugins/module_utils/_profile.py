@@ -58,6 +58,22 @@ BREAKABLE_ENV = "VLLM_USE_BREAKABLE_CUDAGRAPH"   # the gate fails if PID 1 has i
 MULTI_STREAM_ENV = "VLLM_DSV4_ENABLE_MULTI_STREAM"  # the gate requires "0" in PID 1 (spec 3.2)
 PER_RANK_ENV = ("NODE_RANK", "HEADLESS", "NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "MASTER_ADDR", "MASTER_PORT",
                 "MTP_NUM_TOKENS")
+# Site fabric settings: NCCL knobs that follow how a site's RoCE fabric is cabled and configured
+# (which GID of the port carries RoCE v2, the traffic class and service level the switches
+# honour), like the HCA and netdev names. They are not profile values: a site that needs GID index
+# 1 runs the qualified profile, not an experimental one. They come per rank from dspark_fabric_env
+# (rank_env), are validated here, reach the container's environment and the evidence, and are
+# neither departures nor part of profile_sha256. name -> (allowed values, what it is).
+FABRIC_ENV = {
+    "NCCL_IB_GID_INDEX": (range(0, 256), "the RoCE GID index of the HCA port, as show_gids lists it"),
+    "NCCL_IB_TC": (range(0, 256), "the InfiniBand/RoCE traffic class"),
+    "NCCL_IB_SL": (range(0, 16), "the InfiniBand service level"),
+    "NCCL_IB_ROCE_VERSION_NUM": (range(1, 3), "the RoCE version NCCL selects GIDs for"),
+    "NCCL_IB_ADDR_FAMILY": (("AF_INET", "AF_INET6"), "the address family of the RoCE GID"),
+}
+# What every site must state: the wrapper always exported a GID index (3 in its .env.dspark).
+FABRIC_ENV_REQUIRED = ("NCCL_IB_GID_INDEX",)
+DEFAULT_FABRIC_ENV = {"NCCL_IB_GID_INDEX": "3"}
 # The gate's expectations follow from these profile values (spec 5.1).
 GATE_SOURCES = {
     "cudagraph_implementation": "compilation_config.cudagraph_implementation",
@@ -355,6 +371,10 @@ def _check_values(name: str, p: dict, pin: dict, problems: _Problems) -> None:
     for key in PER_RANK_ENV:
         if key in env:
             problems.add(f"env.{key}", env[key], None, "set per rank, not by the profile")
+    for key in FABRIC_ENV:
+        if key in env:
+            problems.add(f"env.{key}", env[key], None,
+                         "a site fabric setting: set it per site or per host in dspark_fabric_env, not in the profile")
 
     if name in LONG_CONTEXT_PROFILES or p.get("manifest_section") == LONG_CONTEXT_SECTION:
         batch = p.get("max_num_batched_tokens")
@@ -520,7 +540,52 @@ def _rank_problems(profile: dict, rank: Any, head_fabric_ip: Any, master_port: A
     for key, label in (("eth_if", "fabric netdev (NCCL_SOCKET_IFNAME)"), ("ib_hca", "HCA (NCCL_IB_HCA)")):
         if key in optional and not (isinstance(optional[key], str) and _TOKEN.match(optional[key])):
             problems.add(label, _shown(optional[key]), "a name without whitespace")
+    if "fabric_env" in optional:
+        _fabric_env(optional["fabric_env"], problems)
     return problems.items
+
+
+def _fabric_value(name: str, value: Any) -> str | None:
+    """The env text of a site fabric value, or None when ``name`` does not allow it."""
+    allowed = FABRIC_ENV[name][0]
+    if isinstance(allowed, range):
+        if isinstance(value, str) and re.fullmatch(r"[0-9]{1,3}", value):
+            value = int(value)
+        return str(value) if _is_int(value) and value in allowed else None
+    return value if isinstance(value, str) and value in allowed else None
+
+
+def _fabric_env(fabric_env: Any, problems: _Problems) -> dict:
+    """The checked ``{name: text}`` site fabric environment; every problem is recorded."""
+    if not isinstance(fabric_env, dict):
+        problems.add("dspark_fabric_env", type(fabric_env).__name__, f"a mapping of {sorted(FABRIC_ENV)}")
+        return {}
+    out = {}
+    for name, value in fabric_env.items():
+        if name not in FABRIC_ENV:
+            problems.add(f"dspark_fabric_env.{name}", _shown(value), None,
+                         f"not a site fabric setting; allowed: {', '.join(sorted(FABRIC_ENV))}")
+            continue
+        text = _fabric_value(name, value)
+        if text is None:
+            allowed, what = FABRIC_ENV[name]
+            shown = f"{allowed.start}..{allowed.stop - 1}" if isinstance(allowed, range) else list(allowed)
+            problems.add(f"dspark_fabric_env.{name}", _shown(value), shown, what)
+            continue
+        out[name] = text
+    for name in FABRIC_ENV_REQUIRED:
+        if name not in fabric_env:
+            problems.add(f"dspark_fabric_env.{name}", None, "set", FABRIC_ENV[name][1] + "; every site states it")
+    return dict(sorted(out.items()))
+
+
+def check_fabric_env(value: Any, who: str = "site fabric") -> dict:
+    """The checked site fabric environment (:data:`FABRIC_ENV`), or IdentityError listing every problem."""
+    problems = _Problems(who)
+    out = _fabric_env(value, problems)
+    if problems.items:
+        raise IdentityError(problems.items)
+    return out
 
 
 def rank_argv(profile: dict, rank: int, head_fabric_ip: str, master_port: int, api_port: int,
@@ -578,12 +643,15 @@ def rank_argv(profile: dict, rank: int, head_fabric_ip: str, master_port: int, a
 
 
 def rank_env(profile: dict, rank: int, eth_if: str, ib_hca: str, head_fabric_ip: str,
-             master_port: int) -> dict:
-    """The rank's container environment: the profile's env plus the per-rank extras (spec 3.2)."""
-    problems = _rank_problems(profile, rank, head_fabric_ip, master_port, eth_if=eth_if, ib_hca=ib_hca)
+             master_port: int, fabric: dict | None = None) -> dict:
+    """The rank's container environment: the profile's env plus the per-rank extras (spec 3.2)
+    and the site fabric settings (``fabric``: :data:`FABRIC_ENV`, default ``NCCL_IB_GID_INDEX=3``)."""
+    fabric = dict(DEFAULT_FABRIC_ENV) if fabric is None else fabric
+    problems = _rank_problems(profile, rank, head_fabric_ip, master_port, eth_if=eth_if, ib_hca=ib_hca,
+                              fabric_env=fabric)
     if problems:
         raise IdentityError(problems)
-    env = {**profile["env"], **profile.get("extra_env", {})}
+    env = {**profile["env"], **profile.get("extra_env", {}), **check_fabric_env(fabric)}
     env.update({
         "NODE_RANK": str(rank),
         "HEADLESS": "1" if rank != 0 else "",
@@ -674,20 +742,22 @@ RESOLVE_ARGUMENT_SPEC = {
     "api_port": {"type": "int", "default": 8888},
     "served_model_name": {"type": "str", "required": True},
     "extra_env": {"type": "dict", "default": {}},
+    "fabric_env": {"type": "dict", "default": dict(DEFAULT_FABRIC_ENV)},
 }
 
 
 def build(catalog: dict, name: str, overrides: dict, allow_experimental: bool, pin: dict, rank: int,
           eth_if: str, ib_hca: str, head_fabric_ip: str, master_port: int, api_port: int,
-          served_model_name: str, extra_env: dict | None = None) -> dict:
+          served_model_name: str, extra_env: dict | None = None, fabric_env: dict | None = None) -> dict:
     """Everything profile_resolve returns for one rank; every violation, profile and rank, at once."""
+    fabric = dict(DEFAULT_FABRIC_ENV) if fabric_env is None else fabric_env
     resolved, problems = _resolve(catalog, name, overrides, allow_experimental, pin, extra_env)
     problems = problems + _rank_problems(resolved or {"name": name}, rank, head_fabric_ip, master_port,
                                          api_port=api_port, served_model_name=served_model_name,
-                                         eth_if=eth_if, ib_hca=ib_hca)
+                                         eth_if=eth_if, ib_hca=ib_hca, fabric_env=fabric)
     if problems:
         raise IdentityError(problems)
-    env = rank_env(resolved, rank, eth_if, ib_hca, head_fabric_ip, master_port)
+    env = rank_env(resolved, rank, eth_if, ib_hca, head_fabric_ip, master_port, fabric)
     return {
         "profile": resolved,
         "argv": rank_argv(resolved, rank, head_fabric_ip, master_port, api_port, served_model_name),
@@ -697,5 +767,6 @@ def build(catalog: dict, name: str, overrides: dict, allow_experimental: bool, p
         "profile_sha256": profile_sha256(resolved),
         "departures": resolved["departures"],
         "experimental": resolved["experimental"],
+        "fabric_env": {key: env[key] for key in FABRIC_ENV if key in env},
         "manifest_expectations": manifest_expectations(resolved),
     }

@@ -112,6 +112,16 @@ options:
         O(overrides) C(env) entry would be. See the description.
     type: dict
     default: {}
+  fabric_env:
+    description:
+      - The rank's site fabric settings, NCCL knobs that follow the site's RoCE setup rather than the
+        profile - C(NCCL_IB_GID_INDEX) (0..255, required), C(NCCL_IB_TC) (0..255), C(NCCL_IB_SL) (0..15),
+        C(NCCL_IB_ROCE_VERSION_NUM) (1 or 2) and C(NCCL_IB_ADDR_FAMILY) (C(AF_INET) or C(AF_INET6)).
+      - Integers or their decimal text. Added to RV(env) and returned in RV(fabric_env); they are not
+        departures and not part of RV(profile_sha256). Any other name is refused, and these names are
+        refused in the catalog, O(overrides) and O(extra_env).
+    type: dict
+    default: {NCCL_IB_GID_INDEX: "3"}
 attributes:
   check_mode:
     support: full
@@ -229,7 +239,7 @@ argv:
   elements: str
   sample: [vllm, serve, /model, --served-model-name, deepseek-v4-flash-dspark, --host, 0.0.0.0, --port, "8888"]
 env:
-  description: The rank's container environment - the profile's plus C(NODE_RANK), C(HEADLESS),
+  description: The rank's container environment - the profile's plus RV(fabric_env), C(NODE_RANK), C(HEADLESS),
     C(NCCL_IB_HCA), C(NCCL_SOCKET_IFNAME), C(MASTER_ADDR), C(MASTER_PORT) and C(MTP_NUM_TOKENS).
   returned: success
   type: dict
@@ -263,6 +273,11 @@ experimental:
   returned: success
   type: bool
   sample: false
+fabric_env:
+  description: The site fabric settings of O(fabric_env) as checked and exported in RV(env).
+  returned: success
+  type: dict
+  sample: {NCCL_IB_GID_INDEX: "3"}
 manifest_expectations:
   description:
     - What the runtime manifest's C(manifest_section) must record for this profile, manifest key to

@@ -476,7 +476,55 @@ def test_rank_env_adds_the_per_rank_extras(catalog):
     for env in (head, worker):
         assert env["MASTER_ADDR"] == HEAD_IP and env["MASTER_PORT"] == "25000" and env["MTP_NUM_TOKENS"] == "6"
         assert env["VLLM_DSV4_ENABLE_MULTI_STREAM"] == "0" and _profile.BREAKABLE_ENV not in env
-        assert {k: v for k, v in env.items() if k not in _profile.PER_RANK_ENV} == p["env"]
+        assert env["NCCL_IB_GID_INDEX"] == "3"  # the site fabric default
+        rest = {k: v for k, v in env.items() if k not in _profile.PER_RANK_ENV and k not in _profile.FABRIC_ENV}
+        assert rest == p["env"]
+
+
+# --- site fabric settings -----------------------------------------------------------------------
+
+def test_no_profile_sets_a_site_fabric_setting(catalog):
+    for name, entry in catalog.items():
+        assert not set(entry["env"]) & set(_profile.FABRIC_ENV), name
+
+
+def test_a_site_gid_index_runs_the_qualified_profile(catalog, pin):
+    """GID index 1 is site cabling: same profile sha256, no departure, and it reaches the env."""
+    site = _profile.build(catalog, "production", {}, False, pin, 0, *RANK_IO[0], HEAD_IP, 25000, 8888,
+                          "deepseek-v4-flash-dspark", fabric_env={"NCCL_IB_GID_INDEX": 1, "NCCL_IB_TC": "106"})
+    default = _build(catalog, 0)
+    assert site["experimental"] is False and site["departures"] == []
+    assert site["profile_sha256"] == default["profile_sha256"]
+    assert site["env"]["NCCL_IB_GID_INDEX"] == "1" and site["env"]["NCCL_IB_TC"] == "106"
+    assert site["fabric_env"] == {"NCCL_IB_GID_INDEX": "1", "NCCL_IB_TC": "106"}
+    assert "NCCL_IB_GID_INDEX=1\n" in site["env_file"]
+    assert default["fabric_env"] == {"NCCL_IB_GID_INDEX": "3"}
+
+
+@pytest.mark.parametrize("fabric, item", [
+    ({"NCCL_IB_GID_INDEX": 256}, "dspark_fabric_env.NCCL_IB_GID_INDEX"),
+    ({"NCCL_IB_GID_INDEX": "three"}, "dspark_fabric_env.NCCL_IB_GID_INDEX"),
+    ({"NCCL_IB_GID_INDEX": True}, "dspark_fabric_env.NCCL_IB_GID_INDEX"),
+    ({"NCCL_IB_GID_INDEX": 3, "NCCL_IB_SL": 16}, "dspark_fabric_env.NCCL_IB_SL"),
+    ({"NCCL_IB_GID_INDEX": 3, "NCCL_IB_ADDR_FAMILY": "AF_UNIX"}, "dspark_fabric_env.NCCL_IB_ADDR_FAMILY"),
+    ({"NCCL_IB_GID_INDEX": 3, "NCCL_DEBUG": "WARN"}, "dspark_fabric_env.NCCL_DEBUG"),
+    ({}, "dspark_fabric_env.NCCL_IB_GID_INDEX"),
+    ([], "dspark_fabric_env"),
+])
+def test_bad_site_fabric_settings_are_refused(catalog, pin, fabric, item):
+    with pytest.raises(IdentityError) as err:
+        _profile.build(catalog, "production", {}, False, pin, 0, *RANK_IO[0], HEAD_IP, 25000, 8888,
+                       "deepseek-v4-flash-dspark", fabric_env=fabric)
+    assert item in items(err.value)
+
+
+@pytest.mark.parametrize("where", ["overrides", "extra_env"])
+def test_a_fabric_setting_in_the_profile_is_refused_even_experimentally(catalog, where):
+    kwargs = {"overrides": {"env": {"NCCL_IB_GID_INDEX": "1"}}} if where == "overrides" else \
+        {"extra_env": {"NCCL_IB_GID_INDEX": "1"}}
+    err = refused(catalog, allow=True, **kwargs)
+    assert "env.NCCL_IB_GID_INDEX" in items(err)
+    assert "dspark_fabric_env" in str(err)
 
 
 def _docker_cli_read(text: str) -> dict:
