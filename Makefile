@@ -85,7 +85,7 @@ test-unit: deps
 	@$(PY) -m pytest tests/unit
 
 test-integration: deps
-	@DSPARK_RELIABILITY_REPORT=$(CURDIR)/artifacts/reports/RELIABILITY.md $(PY) -m pytest tests/integration
+	@DSPARK_RELIABILITY_REPORT=$(CURDIR)/artifacts/reports/RELIABILITY.md $(PY) -m pytest --durations=25 tests/integration
 
 test-molecule: deps
 	@$(VENV)/bin/molecule test
