@@ -6,7 +6,7 @@ The catalog (``roles/profile/vars/main.yml``, ``__dspark_profile_catalog``) is t
 profiles live as data. This module turns a profile name plus operator overrides into a resolved,
 rank-independent profile, and that into each rank's ``vllm serve`` argv and environment:
 
-* :func:`resolve` applies overrides, enforces the lane/profile lock (wrapper spec 2.3: a profile
+* :func:`resolve` applies overrides, enforces the lane/profile lock (docs/wrapper-reference.md §2.3: a profile
   that departs from its qualified tuple, compilation config, optimization level, performance
   mode, autotune flag or environment is refused unless ``allow_experimental``; the departures
   are returned so evidence records them) and the invariants that hold even for experimental
@@ -14,11 +14,11 @@ rank-independent profile, and that into each rank's ``vllm serve`` argv and envi
   hijack the loader or the interpreter (:data:`REFUSED_ENV_PREFIXES`, :data:`REFUSED_ENV_NAMES`)
   are refused wherever they come from; engine settings in ``extra_env``
   (:data:`ENGINE_ENV_PREFIXES`, or a name a profile sets) are treated as env overrides.
-* :func:`rank_argv` and :func:`rank_env` render the launch of rank 0 (head) or 1 (worker), spec
-  3.2 and 3.3; :func:`env_file_text` writes the environment as a Docker env file.
+* :func:`rank_argv` and :func:`rank_env` render the launch of rank 0 (head) or 1 (worker),
+  docs/wrapper-reference.md §3.2 and §3.3; :func:`env_file_text` writes the environment as a Docker env file.
 * :func:`profile_sha256` fingerprints the resolved profile (a container label, so a profile
   change is visible); :func:`manifest_expectations` names, once, which catalog value the
-  runtime manifest's profile section records under which key (spec 6).
+  runtime manifest's profile section records under which key (docs/wrapper-reference.md §6).
 
 Standard library only.
 """
@@ -49,13 +49,13 @@ CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PI
 CUDAGRAPH_IMPLEMENTATIONS = ("regular", "breakable")  # explicit only: the gate needs to know which
 PERFORMANCE_MODES = ("balanced", "throughput", "interactivity")
 OPTIMIZATION_LEVELS = (0, 1, 2, 3)
-# Spec 2.1: the long-context lane cannot finish a 16K-token first prefill step inside the 300 s
+# docs/wrapper-reference.md §2.1: the long-context lane cannot finish a 16K-token first prefill step inside the 300 s
 # sample_tokens RPC budget on SM121, so its batch is capped.
 LONG_CONTEXT_PROFILES = ("long-1m",)
 LONG_CONTEXT_SECTION = "long_context_profile"
 LONG_CONTEXT_BATCH_CAP = 8192
-BREAKABLE_ENV = "VLLM_USE_BREAKABLE_CUDAGRAPH"   # the gate fails if PID 1 has it at all (spec 3.2)
-MULTI_STREAM_ENV = "VLLM_DSV4_ENABLE_MULTI_STREAM"  # the gate requires "0" in PID 1 (spec 3.2)
+BREAKABLE_ENV = "VLLM_USE_BREAKABLE_CUDAGRAPH"   # the gate fails if PID 1 has it at all (docs/wrapper-reference.md §3.2)
+MULTI_STREAM_ENV = "VLLM_DSV4_ENABLE_MULTI_STREAM"  # the gate requires "0" in PID 1 (docs/wrapper-reference.md §3.2)
 PER_RANK_ENV = ("NODE_RANK", "HEADLESS", "NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "MASTER_ADDR", "MASTER_PORT",
                 "MTP_NUM_TOKENS")
 # Site fabric settings: NCCL knobs that follow how a site's RoCE fabric is cabled and configured
@@ -74,7 +74,7 @@ FABRIC_ENV = {
 # What every site must state: the wrapper always exported a GID index (3 in its .env.dspark).
 FABRIC_ENV_REQUIRED = ("NCCL_IB_GID_INDEX",)
 DEFAULT_FABRIC_ENV = {"NCCL_IB_GID_INDEX": "3"}
-# The gate's expectations follow from these profile values (spec 5.1).
+# The gate's expectations follow from these profile values (docs/wrapper-reference.md §5.1).
 GATE_SOURCES = {
     "cudagraph_implementation": "compilation_config.cudagraph_implementation",
     "cudagraph_mode": "compilation_config.cudagraph_mode",
@@ -82,7 +82,7 @@ GATE_SOURCES = {
     "performance_mode": "performance_mode",
 }
 
-# The launch form of the wrapper (spec 3.1, 3.3): the same for every profile, so not catalog data.
+# The launch form of the wrapper (docs/wrapper-reference.md §3.1, §3.3): the same for every profile, so not catalog data.
 VLLM = "vllm"
 MODEL_MOUNT = "/model"
 TENSOR_PARALLEL_SIZE = 2
@@ -95,12 +95,12 @@ TOOL_CALL_PARSER = "deepseek_v4"
 REASONING_PARSER = "deepseek_v4"
 REASONING_CONFIG = {"reasoning_parser": "deepseek_v4", "reasoning_start_str": "<think>",
                     "reasoning_end_str": "</think>"}
-DEFAULT_CHAT_TEMPLATE_KWARGS = {"thinking": True}  # r0b0tlab serves thinking:true (spec 3.3)
+DEFAULT_CHAT_TEMPLATE_KWARGS = {"thinking": True}  # r0b0tlab serves thinking:true (docs/wrapper-reference.md §3.3)
 MOE_BACKEND = "flashinfer_b12x"
 JIT_MONITOR_MODE = "error"
 API_HOST = "0.0.0.0"
 
-# Runtime-manifest profile sections (spec 6, [A]): manifest key -> (catalog path, converter).
+# Runtime-manifest profile sections (docs/wrapper-reference.md §6, [A]): manifest key -> (catalog path, converter).
 # The runtime_manifest module's ``profile`` option is fed from manifest_expectations().
 
 
@@ -136,7 +136,7 @@ MANIFEST_KEYS: dict[str, tuple[str | None, Callable[[Any], Any]]] = {
     "vllm_dsv4_enable_multi_stream": ("env." + MULTI_STREAM_ENV, _flag),
     "vllm_use_aot_compile": ("env.VLLM_USE_AOT_COMPILE", _flag),
 }
-# Which of those keys each section records (spec 6). An unknown section is compared on all keys.
+# Which of those keys each section records (docs/wrapper-reference.md §6). An unknown section is compared on all keys.
 MANIFEST_SECTION_KEYS = {
     "production_profile": tuple(MANIFEST_KEYS),
     "c1_qualification_profile": tuple(MANIFEST_KEYS),
@@ -590,11 +590,11 @@ def check_fabric_env(value: Any, who: str = "site fabric") -> dict:
 
 def rank_argv(profile: dict, rank: int, head_fabric_ip: str, master_port: int, api_port: int,
               served_model_name: str) -> list[str]:
-    """The rank's full ``vllm serve /model ...`` argv (spec 3.3: v0.25 order plus the v026 flags).
+    """The rank's full ``vllm serve /model ...`` argv (docs/wrapper-reference.md §3.3: v0.25 order plus the v026 flags).
 
     The head (rank 0) serves the API (``--host 0.0.0.0 --port``); the worker (rank 1) is
     ``--headless`` and has no port. ``--kv-cache-memory-bytes`` appears only for a pinned KV size.
-    Every flag of spec 3.3 is emitted: the simulator's stand-in CLI accepts all of them
+    Every flag of docs/wrapper-reference.md §3.3 is emitted: the simulator's stand-in CLI accepts all of them
     (including the tool-call and reasoning parser flags), so none is left out.
     """
     problems = _rank_problems(profile, rank, head_fabric_ip, master_port, api_port=api_port,
@@ -644,7 +644,7 @@ def rank_argv(profile: dict, rank: int, head_fabric_ip: str, master_port: int, a
 
 def rank_env(profile: dict, rank: int, eth_if: str, ib_hca: str, head_fabric_ip: str,
              master_port: int, fabric: dict | None = None) -> dict:
-    """The rank's container environment: the profile's env plus the per-rank extras (spec 3.2)
+    """The rank's container environment: the profile's env plus the per-rank extras (docs/wrapper-reference.md §3.2)
     and the site fabric settings (``fabric``: :data:`FABRIC_ENV`, default ``NCCL_IB_GID_INDEX=3``)."""
     fabric = dict(DEFAULT_FABRIC_ENV) if fabric is None else fabric
     problems = _rank_problems(profile, rank, head_fabric_ip, master_port, eth_if=eth_if, ib_hca=ib_hca,

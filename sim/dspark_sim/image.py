@@ -28,7 +28,7 @@ CREATED = "2026-08-03T00:00:00Z"
 FIXED_MTIME = 1785715200  # 2026-08-03, so rebuilt layers hash the same
 
 ENGINE_SRC = layout.REPO_ROOT / "sim" / "engine"
-# Identity the stand-in reports, mirroring the frozen v026 image (spec §1); the image ID,
+# Identity the stand-in reports, mirroring the frozen v026 image (docs/wrapper-reference.md §1); the image ID,
 # the source revision and the manifest digest are the simulator's own.
 VLLM_VERSION = "0.26.0+dspark.sm121.3"
 INTEGRATED_COMMIT = "fbad93432ebf60c8345397b3032fe03bf5d239cc"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Image ENTRYPOINT of the DSpark engine stand-in (wrapper spec section 4.2).
+# Image ENTRYPOINT of the DSpark engine stand-in (docs/wrapper-reference.md §4.2).
 #
 #   dspark-entrypoint.sh audit                      run the runtime audit only
 #   dspark-entrypoint.sh vllm ... serve ...         audit, then exec the command
