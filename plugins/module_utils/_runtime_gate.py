@@ -56,7 +56,8 @@ LEGACY_SELECTOR = "VLLM_USE_BREAKABLE_CUDAGRAPH="
 MULTI_STREAM = "VLLM_DSV4_ENABLE_MULTI_STREAM="
 MULTI_STREAM_PINNED = ["VLLM_DSV4_ENABLE_MULTI_STREAM=0"]
 
-# --- log markers (spec 5.4); matched as case-insensitive substrings ---------------------------
+# --- log markers (spec 5.4); matched as case-insensitive substrings of the engine's runtime lines
+# (every log line except the echo of its own arguments and configuration, see ECHO_MESSAGE)
 ALWAYS_REQUIRED = ("DSpark", "nvfp4_ds_mla", "B12X", "NET/IB")
 REQUIRED = {
     "regular": ("CUDA_GRAPH_RUNTIME", "requested=regular", "resolved=regular", "breakable=false",
@@ -83,6 +84,37 @@ RUNTIME_LINE = re.compile(
     r"decode_mode=(?P<decode_mode>\S+) breakable=(?P<breakable>true|false) "
     r"enforce_eager=(?P<enforce_eager>true|false) strict=(?P<strict>true|false)")
 _RUNTIME_BOOLS = ("breakable", "enforce_eager", "strict")
+
+# --- echo lines: the engine repeating what it was asked, not reporting what it did ------------
+# At start-up vLLM logs its arguments and its resolved configuration once. Those lines hold the
+# served model name (deepseek-v4-flash-dspark), the speculative method, the compilation config and
+# so on: text the operator chose, which would satisfy the required marker "DSpark" whether or not
+# the speculator ever ran, and which could trip a forbidden marker by a mere name. The markers are
+# therefore looked for only in the other lines. An echo line is recognised by how its message
+# starts (after the optional `docker logs --timestamps` stamp, process tag, level, date and
+# [file.py:line] header), never by a word somewhere in it:
+#   non-default args: {...}                          API server and headless worker (current vLLM)
+#   Initializing a V1 LLM engine (vX) with config: …  engine core; "an LLM engine" in the V0 engine,
+#                                                     and without "(vX)" in the oldest releases
+#   args: Namespace(...)                             API server, older releases
+#   vLLM API server version X [… args: …]            the API server's version banner
+#   Launching vLLM (vX) headless …                   the headless worker's version banner
+# The version banners echo the build's identity, not what the engine did: on the DSpark image the
+# version itself says "dspark" (0.26.0+dspark.sm121.3), which would meet the "DSpark" marker
+# even if the speculator never loaded. The image's identity is checked from its labels instead.
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_LOG_HEADER = re.compile(
+    r"\s*(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)\s+)?"  # docker --timestamps
+    r"(?:\([^()]*\)\s+)?"                                         # (APIServer pid=N) / (… pid=N, ip=…)
+    r"(?:(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+)?"
+    r"(?:\d\d-\d\d\s+\d\d:\d\d:\d\d(?:\.\d+)?\s+)?"
+    r"(?:\[?[\w.-]+\.py:\d+\]\s+)?")
+ECHO_MESSAGE = re.compile(
+    r"non-default args: \{"
+    r"|args: Namespace\("
+    r"|vLLM API server version "
+    r"|Launching vLLM \(v[^()]*\) headless"
+    r"|Initializing an? (?:V1 )?LLM engine (?:\([^()]*\) )?with config: ")
 
 # --- API canaries (spec 5.3) -----------------------------------------------------------------
 SEMANTIC_PROMPT = "Compute 7 multiplied by 19. Reply with only the number."
@@ -185,8 +217,13 @@ _CONFIG_TYPES: dict[str, tuple[type, ...]] = {
 _CONFIG_OPTIONAL: dict[str, object] = {
     "collections_path": None, "command_timeout": 60, "api_timeout": 300, "retrieval_timeout": 600,
     "log_tail": 20000,
+    # Per rank ({"head": …, "worker": …}): the image ID the image role resolved for that rank's
+    # image store, and the store it found (classic | containerd | null when unknown). Absent: the
+    # pin's image_id on both ranks, stores unknown.
+    "expected_image_ids": None, "image_stores": None,
 }
 CONFIG_KEYS = tuple(_CONFIG_TYPES) + tuple(_CONFIG_OPTIONAL)
+IMAGE_STORES = ("classic", "containerd")
 
 
 def check_config(data: object) -> dict:
@@ -237,7 +274,55 @@ def check_config(data: object) -> dict:
         raise ConfigError(problems)
     out = dict(_CONFIG_OPTIONAL)
     out.update(data)
+    out["expected_image_ids"], out["image_stores"], image_problems = _check_rank_images(
+        data["pin"], data.get("expected_image_ids"), data.get("image_stores"))
+    if image_problems:
+        raise ConfigError(image_problems)
     return out
+
+
+def _check_rank_images(pin: dict, expected: object, stores: object) -> tuple[dict, dict, list[str]]:
+    """(expected image ID per rank, image store per rank, problems).
+
+    Docker names one image two ways: a classic store reports the config digest (the pin's
+    ``image_id``), the containerd image store the manifest digest (the pin's
+    ``image_manifest_digest``). A rank may be expected to run either, nothing else; when its
+    store is known the ID must be the one that store reports.
+    """
+    image_id, manifest = pin["image_id"], pin.get("image_manifest_digest")
+    problems = []
+    if expected is None:
+        expected = {rank: image_id for rank in RANKS}
+    elif not isinstance(expected, dict) or set(expected) != set(RANKS):
+        problems.append(f"expected_image_ids must map exactly head and worker to an image ID, not {expected!r}")
+        expected = {rank: image_id for rank in RANKS}
+    if stores is None:
+        stores = {rank: None for rank in RANKS}
+    elif not isinstance(stores, dict) or set(stores) != set(RANKS):
+        problems.append(f"image_stores must map exactly head and worker to classic, containerd or null, not {stores!r}")
+        stores = {rank: None for rank in RANKS}
+    pinned_manifest = manifest if manifest else "(the pin has none)"
+    for rank in RANKS:
+        want, store = expected[rank], stores[rank]
+        if store is not None and store not in IMAGE_STORES:
+            problems.append(f"image_stores.{rank} must be classic, containerd or null, not {store!r}")
+            continue
+        if store == "containerd" and not manifest:
+            problems.append(f"image_stores.{rank} is containerd, where Docker reports an image's manifest digest as "
+                            "its ID, but the pin has no image_manifest_digest: pin it, or serve from a classic image "
+                            "store")
+            continue
+        if not isinstance(want, str) or want not in (image_id, manifest):
+            problems.append(f"expected_image_ids.{rank} {_show(want)} is neither the pin's image_id {image_id} nor "
+                            f"its image_manifest_digest {pinned_manifest}")
+            continue
+        if store == "classic" and want != image_id:
+            problems.append(f"expected_image_ids.{rank} is {want}, but a classic image store names the pinned image "
+                            f"by the pin's image_id {image_id}")
+        elif store == "containerd" and want != manifest:
+            problems.append(f"expected_image_ids.{rank} is {want}, but a containerd image store names the pinned "
+                            f"image by the pin's image_manifest_digest {manifest}")
+    return dict(expected), dict(stores), problems
 
 
 def load_config(text: str | bytes) -> dict:
@@ -508,8 +593,11 @@ def assess_container(rank: str, container: dict, config: dict, identity: dict) -
     if state.get("Running") is not True:
         errors.append(f"{rank} container {config['container']} is not running "
                       f"(status {_show(state.get('Status'))})")
-    if identity["image_id"] != pin["image_id"]:
-        errors.append(f"{rank} image ID mismatch: expected {pin['image_id']}, got {_show(identity['image_id'])}")
+    # The ID this rank's image store reports for the pinned image (check_config: the pin's
+    # image_id, or its image_manifest_digest on a containerd store).
+    want = (config.get("expected_image_ids") or {}).get(rank, pin["image_id"])
+    if identity["image_id"] != want:
+        errors.append(f"{rank} image ID mismatch: expected {want}, got {_show(identity['image_id'])}")
 
     ok, described = manifest_mount_read_only(container.get("Mounts"), config["manifest_path"])
     identity["runtime_audit_manifest_read_only"] = ok
@@ -627,14 +715,28 @@ def collect_identity(rank: str, run: Run, config: dict) -> tuple[dict, list[str]
     return identity, errors
 
 
-def cross_rank_errors(head: dict | None, worker: dict | None) -> list[str]:
-    """Both ranks run the same image and the same compilation config."""
+def cross_rank_errors(head: dict | None, worker: dict | None, expected: Mapping[str, str] | None = None) -> list[str]:
+    """Both ranks run the same image and the same compilation config.
+
+    ``expected`` is the config's ``expected_image_ids``. When both ranks expect the same ID (one
+    image store, the usual pair) they must report the identical ID. When they expect different
+    IDs, the ranks use different image stores, which name the one pinned image differently (config
+    digest vs manifest digest), so comparing the two raw IDs would fail a correct pair; instead
+    each rank must report exactly its own expected ID. Both expected IDs were checked against the
+    same pin (check_config), so both ranks then run the pinned image, which is what "the same
+    image" means here.
+    """
     if head is None or worker is None:
         return ["rank image IDs disagree: a rank's identity could not be read"]
     errors = []
-    if not head.get("image_id") or head.get("image_id") != worker.get("image_id"):
-        errors.append(f"rank image IDs disagree: head {_show(head.get('image_id'))}, "
-                      f"worker {_show(worker.get('image_id'))}")
+    ids = {"head": head.get("image_id"), "worker": worker.get("image_id")}
+    described = f"rank image IDs disagree: head {_show(ids['head'])}, worker {_show(ids['worker'])}"
+    if expected is not None and expected.get("head") != expected.get("worker"):
+        if any(ids[rank] != expected.get(rank) for rank in RANKS):
+            errors.append(f"{described} (the ranks use different image stores; each must run the pinned image: "
+                          f"head {_show(expected.get('head'))}, worker {_show(expected.get('worker'))})")
+    elif not ids["head"] or ids["head"] != ids["worker"]:
+        errors.append(described)
     if head.get("serialized_compilation_config") != worker.get("serialized_compilation_config"):
         errors.append(f"rank compilation configs disagree: head {_show(head.get('serialized_compilation_config'))}, "
                       f"worker {_show(worker.get('serialized_compilation_config'))}")
@@ -652,19 +754,39 @@ def marker_sets(implementation: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 
 def marker_hits(text: str, markers: Iterable[str]) -> dict[str, bool]:
-    """``{marker: present}``, as case-insensitive substrings."""
+    """``{marker: present}``, as case-insensitive substrings (of the runtime text, see :func:`split_echo`)."""
     folded = text.casefold()
     return {marker: marker.casefold() in folded for marker in markers}
+
+
+def is_echo_line(line: str) -> bool:
+    """Whether a log line is the engine echoing its arguments or configuration (:data:`ECHO_MESSAGE`)."""
+    plain = _ANSI.sub("", line)
+    header = _LOG_HEADER.match(plain)
+    return ECHO_MESSAGE.match(plain, header.end() if header else 0) is not None
+
+
+def split_echo(text: str) -> tuple[str, int]:
+    """(the log's runtime lines joined by newlines, how many echo lines were left out)."""
+    kept, excluded = [], 0
+    for line in text.splitlines():
+        if is_echo_line(line):
+            excluded += 1
+        else:
+            kept.append(line)
+    return "\n".join(kept), excluded
 
 
 def authoritative_runtime(text: str) -> dict | None:
     """The last ``CUDA_GRAPH_RUNTIME …`` match among log lines containing ``Worker_TP``.
 
     The parent/API processes log the requested config before the backend's capability
-    normalization, so only the worker's line is the truth.
+    normalization, so only the worker's line is the truth. Echo lines never count.
     """
     found = None
     for line in text.splitlines():
+        if is_echo_line(line):
+            continue
         if AUTHORITATIVE_PROCESS not in line:
             continue
         for match in RUNTIME_LINE.finditer(line):
@@ -682,27 +804,36 @@ def join_logs(stdout: str, stderr: str) -> str:
 
 
 def _first_line_with(text: str, marker: str, limit: int = 240) -> str:
-    """The first log line holding ``marker`` (case-insensitive), so a failure shows its evidence."""
-    needle = marker.lower()
+    """The first runtime line (not an echo line) holding ``marker`` (case-insensitive), so a
+    failure shows the evidence the marker was matched in."""
+    needle = marker.casefold()
     for raw in text.splitlines():
-        if needle in raw.lower():
+        if needle in raw.casefold() and not is_echo_line(raw):
             return raw.strip()[:limit]
     return "?"
 
 
 def _last_runtime_line(text: str, limit: int = 240) -> str:
-    lines = [ln for ln in text.splitlines() if AUTHORITATIVE_PROCESS in ln and "CUDA_GRAPH_RUNTIME" in ln]
+    lines = [ln for ln in text.splitlines()
+             if AUTHORITATIVE_PROCESS in ln and "CUDA_GRAPH_RUNTIME" in ln and not is_echo_line(ln)]
     return lines[-1].strip()[:limit] if lines else "?"
 
 
 def assess_logs(rank: str, text: str, config: dict) -> tuple[dict, list[str]]:
-    """The ``runtime_logs.<rank>`` section of a rank's log text, and its errors."""
+    """The ``runtime_logs.<rank>`` section of a rank's log text, and its errors.
+
+    Markers are matched in the runtime lines only; ``echo_lines_excluded`` records how many echo
+    lines (:func:`is_echo_line`) were left out. ``log_bytes`` and ``log_sha256`` cover the whole
+    text as read.
+    """
     impl = config["expected_cudagraph_implementation"]
     required, forbidden = marker_sets(impl)
+    runtime, excluded = split_echo(text)
     section = {
-        "required": marker_hits(text, required),
-        "forbidden": marker_hits(text, forbidden),
-        "authoritative_cuda_graph_runtime": authoritative_runtime(text),
+        "required": marker_hits(runtime, required),
+        "forbidden": marker_hits(runtime, forbidden),
+        "authoritative_cuda_graph_runtime": authoritative_runtime(runtime),
+        "echo_lines_excluded": excluded,
         "log_bytes": len(text.encode("utf-8", "surrogateescape")),
         "log_sha256": sha256_text(text),
     }
@@ -932,7 +1063,8 @@ class Gate:
             return collect_logs(rank, self.runners[rank], cfg)
         if name == "cross_rank":
             return None, cross_rank_errors(self.results["identity:head"].section,  # type: ignore[arg-type]
-                                           self.results["identity:worker"].section)  # type: ignore[arg-type]
+                                           self.results["identity:worker"].section,  # type: ignore[arg-type]
+                                           cfg.get("expected_image_ids"))
         if name == "models":
             body = api_call(self.fetch, "GET", "/v1/models", None, cfg["api_timeout"], "model list")
             return evaluate_models(body, cfg["model"])

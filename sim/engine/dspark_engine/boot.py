@@ -274,6 +274,9 @@ class Boot:
             w.info("breakable_cudagraph.py:57", "Breakable CUDA graph enabled")
         if cfg.is_dspark:
             w.info("dspark.py:214", "Capturing model for DSpark speculator...")
+        auxiliary = rt.auxiliary_line(mode, draft=cfg.is_dspark)
+        if auxiliary:
+            w.warning("breakable_cudagraph.py:131", auxiliary)
         n = len(cfg.capture_sizes())
         bars = {"PIECEWISE": ["mixed prefill-decode, PIECEWISE"], "FULL": ["mixed prefill-decode, FULL"],
                 "FULL_DECODE_ONLY": ["decode, FULL"],

@@ -13,6 +13,10 @@
   decode mode is NONE.
 * compile ``mode`` (legacy ``level``): explicit, else 0 at -O0 and 3 (VLLM_COMPILE) otherwise;
   a non-zero mode is forced to 0 with a warning unless ``VLLM_DSV4_ENABLE_TORCH_COMPILE=1``.
+* auxiliary line: under the breakable runner with mode PIECEWISE the DSpark (DFlash) draft cannot
+  be captured piecewise and runs eagerly; the patch warns ``CUDA_GRAPH_AUXILIARY
+  implementation=breakable component=dflash mode=eager reason=piecewise_unsupported``. The regular
+  runner never logs it (the gate forbids its regular form), nor does any mode with full graphs.
 """
 from dataclasses import dataclass
 
@@ -75,6 +79,15 @@ class CudaGraphRuntime:
                 f"decode_mode={decode_mode_of(mode, self.enforce_eager)} "
                 f"breakable={str(self.breakable).lower()} enforce_eager={str(self.enforce_eager).lower()} "
                 f"strict={str(self.strict).lower()}")
+
+    def auxiliary_line(self, mode=None, draft=True):
+        """The ``CUDA_GRAPH_AUXILIARY`` warning of a draft model (``draft``) that runs eagerly
+        beside the graphs, or None; ``mode`` overrides the reported mode as in :meth:`line`."""
+        mode = mode or self.mode
+        if not draft or not self.breakable or self.enforce_eager or mode != "PIECEWISE":
+            return None
+        return (f"CUDA_GRAPH_AUXILIARY implementation={self.resolved} component=dflash mode=eager "
+                "reason=piecewise_unsupported")
 
     def strict_violations(self):
         if not self.strict:

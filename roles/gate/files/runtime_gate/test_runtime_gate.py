@@ -20,12 +20,14 @@ def _verdict(errors):
 
 @pytest.mark.parametrize("rank", RANKS)
 def test_rank_identity(gate, rank):
-    """Image ID, labels, architecture, command flags, PID 1 environment, runtime audit manifest."""
+    """Image ID (the one the rank's image store reports for the pinned image), labels, architecture,
+    command flags, PID 1 environment, runtime audit manifest."""
     _verdict(gate.step(f"identity:{rank}"))
 
 
 def test_ranks_agree(gate):
-    """Both ranks run the same image with the same compilation config."""
+    """Both ranks run the pinned image (the identical ID on one image store, each its own store's ID
+    for it on two) with the same compilation config."""
     _verdict(gate.step("cross_rank"))
 
 
@@ -55,5 +57,6 @@ def test_api_usage_is_consistent(gate):
 
 @pytest.mark.parametrize("rank", RANKS)
 def test_runtime_logs(gate, rank):
-    """Required and forbidden CUDA-graph markers, and the authoritative Worker_TP runtime line."""
+    """Required and forbidden CUDA-graph markers, matched in the engine's runtime lines only (not in
+    the echo of its arguments and config), and the authoritative Worker_TP runtime line."""
     _verdict(gate.step(f"logs:{rank}"))

@@ -528,6 +528,139 @@ def test_cross_rank_checks():
     assert rg.cross_rank_errors(None, worker)[0].startswith("rank image IDs disagree")
 
 
+# ---- image stores: a Docker engine on the containerd image store reports an image's manifest
+# digest as its ID (the pin's image_manifest_digest); a classic store reports the config digest
+# (the pin's image_id). The image role resolves which one per rank; the gate expects that one.
+MANIFEST = "sha256:" + "9" * 64
+PIN_WITH_MANIFEST = dict(PIN, image_manifest_digest=MANIFEST)
+
+
+def store_config(head=("classic", PIN["image_id"]), worker=("containerd", MANIFEST), pin=None, **changes) -> dict:
+    return config(pin=copy.deepcopy(pin or PIN_WITH_MANIFEST), image_stores={"head": head[0], "worker": worker[0]},
+                  expected_image_ids={"head": head[1], "worker": worker[1]}, **changes)
+
+
+def containerd_rank(logs: str = "", rank: int = 0) -> FakeRank:
+    """A rank whose engine keeps images in the containerd store: inspect answers with the manifest digest."""
+    return FakeRank(logs, container_obj=container(Image=MANIFEST, Args=serve_argv(rank)), image_obj=image(Id=MANIFEST))
+
+
+def test_config_expects_the_pinned_image_id_on_both_ranks_by_default():
+    cfg = config()
+    assert cfg["expected_image_ids"] == {"head": PIN["image_id"], "worker": PIN["image_id"]}
+    assert cfg["image_stores"] == {"head": None, "worker": None}
+    assert store_config()["expected_image_ids"] == {"head": PIN["image_id"], "worker": MANIFEST}
+
+
+def test_a_containerd_rank_passes_with_the_manifest_digest():
+    rank = containerd_rank(rank=1)
+    identity, errors = rg.collect_identity("worker", rank, store_config())
+    assert errors == []
+    assert identity["image_id"] == MANIFEST
+    # docker image inspect <manifest digest> on a containerd store answers with Id = that digest
+    assert ["docker", "image", "inspect", MANIFEST] in rank.calls
+    assert identity["label_mismatches"] == {} and identity["image_architecture"] == "arm64"
+    # a containerd rank whose pin names the image the same way on both stores is the usual case
+    both = store_config(head=("containerd", MANIFEST))
+    assert rg.collect_identity("head", containerd_rank(), both)[1] == []
+
+
+def test_a_classic_rank_running_the_manifest_digest_fails():
+    _identity, errors = rg.collect_identity("head", containerd_rank(), store_config())
+    assert errors == [f"head image ID mismatch: expected {PIN['image_id']}, got {MANIFEST}"]
+    # and a containerd rank running the config digest fails the same way
+    _identity, errors = rg.collect_identity("worker", FakeRank(container_obj=container(Args=serve_argv(1))),
+                                            store_config())
+    assert errors == [f"worker image ID mismatch: expected {MANIFEST}, got {PIN['image_id']}"]
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"expected_image_ids": {"head": PIN["image_id"], "worker": "sha256:" + "f" * 64}},
+     f"expected_image_ids.worker sha256:{'f' * 64} is neither the pin's image_id {PIN['image_id']} nor its "
+     f"image_manifest_digest {MANIFEST}"),
+    ({"expected_image_ids": {"head": "latest", "worker": PIN["image_id"]}}, "expected_image_ids.head latest is neither"),
+    ({"expected_image_ids": {"head": PIN["image_id"]}}, "expected_image_ids must map exactly head and worker"),
+    ({"expected_image_ids": {"head": PIN["image_id"], "worker": PIN["image_id"], "x": PIN["image_id"]}},
+     "expected_image_ids must map exactly head and worker"),
+    ({"expected_image_ids": [PIN["image_id"]]}, "expected_image_ids must map exactly head and worker"),
+    ({"expected_image_ids": {"head": PIN["image_id"], "worker": 1}}, "expected_image_ids.worker 1 is neither"),
+    ({"image_stores": {"head": "overlay2", "worker": None}}, "image_stores.head must be classic, containerd or null"),
+    ({"image_stores": {"head": None, "worker": None, "x": None}}, "image_stores must map exactly head and worker"),
+    # the store and the expected ID must agree
+    ({"image_stores": {"head": "classic", "worker": "containerd"},
+      "expected_image_ids": {"head": MANIFEST, "worker": MANIFEST}},
+     f"expected_image_ids.head is {MANIFEST}, but a classic image store names the pinned image by the pin's "
+     f"image_id {PIN['image_id']}"),
+    ({"image_stores": {"head": "containerd", "worker": "containerd"},
+      "expected_image_ids": {"head": MANIFEST, "worker": PIN["image_id"]}},
+     f"expected_image_ids.worker is {PIN['image_id']}, but a containerd image store names the pinned image by the "
+     f"pin's image_manifest_digest {MANIFEST}"),
+])
+def test_expected_image_ids_must_be_the_pinned_values(changes, message):
+    with pytest.raises(rg.ConfigError) as err:
+        config(pin=copy.deepcopy(PIN_WITH_MANIFEST), **changes)
+    assert message in str(err.value)
+
+
+def test_the_manifest_digest_is_refused_when_the_pin_has_none():
+    with pytest.raises(rg.ConfigError) as err:
+        config(expected_image_ids={"head": PIN["image_id"], "worker": MANIFEST})
+    assert f"expected_image_ids.worker {MANIFEST} is neither the pin's image_id {PIN['image_id']} nor its " \
+           "image_manifest_digest (the pin has none)" in str(err.value)
+
+
+def test_a_containerd_rank_without_a_pinned_manifest_digest_fails_closed():
+    # the image role could not resolve an ID (it refuses the same pin), so the gate role fell back
+    # to the pin's image_id; the store it reported still says containerd
+    raw = raw_config(image_stores={"head": "classic", "worker": "containerd"},
+                     expected_image_ids={"head": PIN["image_id"], "worker": PIN["image_id"]})
+    with pytest.raises(rg.ConfigError) as err:
+        rg.check_config(raw)
+    assert ("image_stores.worker is containerd, where Docker reports an image's manifest digest as its ID, but the "
+            "pin has no image_manifest_digest: pin it, or serve from a classic image store") in str(err.value)
+    doc = rg.failure_document([f"gate config: {p}" for p in err.value.problems], "production", "regular")
+    assert doc["status"] == "FAIL" and any("pin has no image_manifest_digest" in e for e in doc["errors"])
+
+
+def test_cross_rank_on_different_image_stores():
+    cfg = store_config()
+    head, _unused = rg.collect_identity("head", FakeRank(), cfg)
+    worker, _unused = rg.collect_identity("worker", containerd_rank(rank=1), cfg)
+    expected = cfg["expected_image_ids"]
+    # different IDs, but each is the pinned image as its rank's store names it
+    assert rg.cross_rank_errors(head, worker, expected) == []
+    # each rank is held to its own store's name for the pinned image
+    swapped = (dict(head, image_id=MANIFEST), dict(worker, image_id=PIN["image_id"]))
+    errors = rg.cross_rank_errors(*swapped, expected)
+    assert errors == [f"rank image IDs disagree: head {MANIFEST}, worker {PIN['image_id']} (the ranks use different "
+                      f"image stores; each must run the pinned image: head {PIN['image_id']}, worker {MANIFEST})"]
+    assert rg.cross_rank_errors(head, dict(worker, image_id="sha256:" + "f" * 64), expected)[0].startswith(
+        f"rank image IDs disagree: head {PIN['image_id']}, worker sha256:{'f' * 64} (the ranks use different")
+    assert rg.cross_rank_errors(head, dict(worker, image_id=None), expected)[0].startswith("rank image IDs disagree")
+    # on one store the two ranks must report the identical ID, as before
+    same = {"head": MANIFEST, "worker": MANIFEST}
+    assert rg.cross_rank_errors(dict(head, image_id=MANIFEST), worker, same) == []
+    assert rg.cross_rank_errors(head, worker, same) == [
+        f"rank image IDs disagree: head {PIN['image_id']}, worker {MANIFEST}"]
+
+
+def test_gate_passes_on_a_pair_whose_worker_uses_the_containerd_store():
+    cfg = store_config()
+    worker = containerd_rank(log_fixture("worker-regular"), rank=1)
+    gate = passing_gate(config=cfg, worker=worker)
+    gate.run_all()
+    doc = gate.document()
+    assert doc["status"] == "PASS", doc["errors"]
+    assert doc["evidence"]["runtime_identity"]["worker"]["image_id"] == MANIFEST
+    assert doc["evidence"]["runtime_identity"]["head"]["image_id"] == PIN["image_id"]
+    # the same worker, when the image role found a classic store there, fails identity and cross-rank
+    gate = passing_gate(config=store_config(worker=("classic", PIN["image_id"])),
+                        worker=containerd_rank(log_fixture("worker-regular"), rank=1))
+    gate.run_all()
+    errors = gate.document()["errors"]
+    assert f"worker image ID mismatch: expected {PIN['image_id']}, got {MANIFEST}" in errors
+    assert f"rank image IDs disagree: head {PIN['image_id']}, worker {MANIFEST}" in errors
+
 # ================================================================================================
 # logs (real stand-in output)
 # ================================================================================================
@@ -561,26 +694,59 @@ def test_forbidden_marker_standin_log():
     assert section["forbidden"]["Marlin"] and section["forbidden"]["fallback to eager"]
 
 
+# The breakable-ab profile (roles/profile/vars/main.yml): PIECEWISE with the breakable runner.
+BREAKABLE_CC = dict(PROD_CC, cudagraph_implementation="breakable", cudagraph_mode="PIECEWISE")
+# Under PIECEWISE the breakable runner runs the DSpark (DFlash) draft eagerly and says so
+# (wrapper spec 5.5); the stand-in logs it on both ranks.
+BREAKABLE_AUXILIARY = ("CUDA_GRAPH_AUXILIARY implementation=breakable component=dflash mode=eager "
+                       "reason=piecewise_unsupported")
+
+
 def breakable_config() -> dict:
-    return config(expected_cudagraph_implementation="breakable", expected_cudagraph_mode="FULL_AND_PIECEWISE",
-                  expected_compilation_config=dict(PROD_CC, cudagraph_implementation="breakable",
-                                                   cudagraph_mode="FULL_AND_PIECEWISE"))
+    return config(expected_cudagraph_implementation="breakable", expected_cudagraph_mode="PIECEWISE",
+                  expected_compilation_config=dict(BREAKABLE_CC))
 
 
 @pytest.mark.parametrize("rank", ["head", "worker"])
 def test_breakable_marker_set(rank):
-    assert _assess(rank, log_fixture(f"{rank}-breakable"), breakable_config())[1] == []
+    section, errors = _assess(rank, log_fixture(f"{rank}-breakable"), breakable_config())
+    assert errors == []
+    assert section["authoritative_cuda_graph_runtime"] == {
+        "requested": "breakable", "resolved": "breakable", "mode": "PIECEWISE", "decode_mode": "PIECEWISE",
+        "breakable": True, "enforce_eager": False, "strict": True}
     errors = _assess(rank, log_fixture(f"{rank}-regular"), breakable_config())[1]
     for expected in (f"{rank} required runtime marker missing: Breakable CUDA graph enabled",
                      f"{rank} required runtime marker missing: CUDA_GRAPH_REPLAY implementation=breakable status=observed",
                      f"{rank} forbidden runtime marker present: resolved=regular",
-                     f"{rank} resolved CUDA-graph mode mismatch: expected FULL_AND_PIECEWISE, got FULL_DECODE_ONLY",
+                     f"{rank} resolved CUDA-graph mode mismatch: expected PIECEWISE, got FULL_DECODE_ONLY",
                      f"{rank} resolved CUDA-graph implementation mismatch: expected breakable, got regular"):
         assert expected in errors
     # and the other way round: breakable output under the regular expectation
     errors = _assess(rank, log_fixture(f"{rank}-breakable"), config())[1]
     assert f"{rank} forbidden runtime marker present: Breakable CUDA graph enabled" in errors
     assert f"{rank} required runtime marker missing: resolved=regular" in errors
+    assert f"{rank} resolved CUDA-graph mode mismatch: expected FULL_DECODE_ONLY, got PIECEWISE" in errors
+
+
+@pytest.mark.parametrize("rank", ["head", "worker"])
+def test_the_breakable_draft_may_run_eagerly_under_piecewise(rank):
+    text = log_fixture(f"{rank}-breakable")
+    auxiliary = [ln for ln in text.splitlines() if "CUDA_GRAPH_AUXILIARY" in ln]
+    assert len(auxiliary) == 1 and auxiliary[0].endswith(BREAKABLE_AUXILIARY) and "(Worker_TP" in auxiliary[0]
+    # no breakable forbidden marker matches the draft's eager line, so the breakable gate passes with it
+    assert not any(rg.marker_hits(auxiliary[0], rg.FORBIDDEN["breakable"]).values())
+    section, errors = _assess(rank, text, breakable_config())
+    assert errors == [] and not any(section["forbidden"].values())
+    # the regular runner's form of the same line is what the regular gate forbids
+    regular_aux = BREAKABLE_AUXILIARY.replace("implementation=breakable", "implementation=regular")
+    assert rg.marker_hits(regular_aux, rg.FORBIDDEN["regular"])[
+        "CUDA_GRAPH_AUXILIARY implementation=regular component=dflash mode=eager"]
+    errors = _assess(rank, log_fixture(f"{rank}-regular") + f"(Worker_TP0 pid=1) WARNING 12-02 12:23:23 "
+                     f"[gpu_model_runner.py:1] {regular_aux}\n", config())[1]
+    assert errors == [f"{rank} forbidden runtime marker present: CUDA_GRAPH_AUXILIARY implementation=regular "
+                      "component=dflash mode=eager"]
+    # and the regular stand-in never logs one
+    assert "CUDA_GRAPH_AUXILIARY" not in log_fixture(f"{rank}-regular")
 
 
 def test_missing_replay_and_missing_native_backend():
@@ -595,6 +761,116 @@ def test_markers_are_case_insensitive_substrings():
     hits = rg.marker_hits("... using the MARLIN kernel; Fallback To Eager ...", ["Marlin", "fallback to eager", "B12X"])
     assert hits == {"Marlin": True, "fallback to eager": True, "B12X": False}
 
+
+# The engine echoes its own arguments and configuration at start-up; those echoes repeat what the
+# operator asked for (the served name "deepseek-v4-flash-dspark", the compilation config), so they
+# prove nothing about what the engine did. Markers are looked for only in the other lines.
+ARGS_ECHO = "non-default args: {"
+CONFIG_ECHO = ") with config: "
+
+
+def _echo_lines(text: str) -> list[str]:
+    """The fixture's echo lines, found by their literal text (independent of the gate's rule)."""
+    return [ln for ln in text.splitlines() if ARGS_ECHO in ln or (" LLM engine (" in ln and CONFIG_ECHO in ln)
+            or "vLLM API server version " in ln or "Launching vLLM (v" in ln]
+
+
+@pytest.mark.parametrize("rank", ["head", "worker"])
+def test_dspark_only_in_the_engine_echo_is_missing(rank):
+    real = log_fixture(f"{rank}-regular")
+    echoes = _echo_lines(real)
+    assert len(echoes) == 3 and sum("deepseek-v4-flash-dspark" in ln for ln in echoes) == 2
+    assert any("+dspark." in ln for ln in echoes)  # the version banner names the build, not the speculator
+    # every runtime line that says dspark goes; the argument and config echoes stay
+    text = "\n".join(ln for ln in real.splitlines() if ln in echoes or "dspark" not in ln.lower()) + "\n"
+    assert "dspark" in text.lower()
+    section, errors = _assess(rank, text, config())
+    assert f"{rank} required runtime marker missing: DSpark" in errors
+    assert section["required"]["DSpark"] is False
+    assert section["echo_lines_excluded"] == 3
+
+
+@pytest.mark.parametrize("rank", ["head", "worker"])
+def test_forbidden_markers_inside_the_echo_do_not_fail(rank):
+    real = log_fixture(f"{rank}-regular")
+    echoes = _echo_lines(real)
+    forbidden = " ".join(rg.FORBIDDEN["regular"])
+    # e.g. a served name or a config value that happens to spell a forbidden marker
+    text = "\n".join(ln.replace("'served_model_name': [", f"'note': '{forbidden}', 'served_model_name': [")
+                     .replace("seed=0,", f"seed=0, note={forbidden},") if ln in echoes else ln
+                     for ln in real.splitlines()) + "\n"
+    assert all(marker in text for marker in rg.FORBIDDEN["regular"]) and text != real
+    section, errors = _assess(rank, text, config())
+    assert errors == []
+    assert not any(section["forbidden"].values())
+    assert section["echo_lines_excluded"] == 3
+    # the same markers on a runtime line of the engine still fail it
+    errors = _assess(rank, text + f"(Worker_TP0 pid=1) WARNING 12-02 12:23:23 [x.py:1] {forbidden}\n", config())[1]
+    assert sorted(errors) == sorted(f"{rank} forbidden runtime marker present: {m}" for m in rg.FORBIDDEN["regular"])
+
+
+def test_real_fixture_logs_record_their_echo_lines():
+    for name in ("head-regular", "worker-regular", "head-breakable", "worker-breakable"):
+        text = log_fixture(name)
+        cfg = breakable_config() if "breakable" in name else config()
+        section, errors = _assess(name.split("-")[0], text, cfg)
+        assert errors == [], name
+        assert section["echo_lines_excluded"] == len(_echo_lines(text)) == 3, name
+        assert section["log_bytes"] == len(text.encode()), "the evidence still covers the whole log"
+
+
+def test_the_error_quotes_the_runtime_line_not_the_echo():
+    real = log_fixture("worker-forbidden_marker")
+    text = real.replace("'served_model_name': [", "'moe_backend_hint': 'Marlin', 'served_model_name': [", 1)
+    first_marlin = next(ln for ln in text.splitlines() if "marlin" in ln.lower())
+    assert ARGS_ECHO in first_marlin  # the echo comes first in the log
+    errors = rg.assess_logs("worker", text, config())[1]
+    quoted = [e for e in errors if e.startswith("worker forbidden runtime marker present: Marlin (log: ")]
+    assert len(quoted) == 1 and ARGS_ECHO not in quoted[0] and "Marlin kernel" in quoted[0]
+    assert rg._first_line_with(text, "Marlin").startswith("(Worker_TP")  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("line", [
+    # vLLM 0.2x/0.3x (APIServer and EngineCore process tags; the headless worker has none)
+    "(APIServer pid=7) INFO 12-03 10:00:00 [utils.py:233] non-default args: {'model_tag': 'm', "
+    "'served_model_name': ['x-dspark'], 'compilation_config': {'cudagraph_mode': 'PIECEWISE'}}",
+    "INFO 12-02 12:23:24 [utils.py:326] non-default args: {'model_tag': '/m', 'headless': True}",
+    "(EngineCore_DP0 pid=9) INFO 12-03 10:00:01 [core.py:93] Initializing a V1 LLM engine (v0.32.0) with config: "
+    "model='m', enforce_eager=True, served_model_name=x-dspark",
+    "(EngineCore pid=9) INFO 12-03 10:00:01 [core.py:93] Initializing a V1 LLM engine (v0.9.2) with config: model='m'",
+    # older engines and API servers
+    "INFO 03-02 23:59:21 llm_engine.py:87] Initializing an LLM engine (v0.3.3) with config: model='m', "
+    "enforce_eager=True",
+    "INFO 01-05 10:00:00 llm_engine.py:72] Initializing an LLM engine with config: model='m'",
+    "INFO 03-02 23:59:21 api_server.py:241] args: Namespace(host='0.0.0.0', served_model_name='x-dspark')",
+    "INFO 05-01 08:00:00 [api_server.py:1044] args: Namespace(subparser='serve', model_tag='m')",
+    "INFO 03-02 23:59:21 api_server.py:240] vLLM API server version 0.3.3 args: Namespace(model='m')",
+    # the version banners: the build's identity ("+dspark" in the version), not a runtime report
+    "(APIServer pid=1) INFO 12-02 12:23:23 [api_server.py:1896] vLLM API server version 0.26.0+dspark.sm121.3",
+    "INFO 12-02 12:23:24 [serve.py:88] Launching vLLM (v0.26.0+dspark.sm121.3) headless multiproc executor, "
+    "with head node address 127.0.0.1:51857 for torch.distributed process group.",
+    # docker logs --timestamps, and a Ray worker's tag
+    "2026-12-03T10:00:00.123456789Z (APIServer pid=7) INFO 12-03 10:00:00 [utils.py:233] non-default args: {}",
+    "(RayWorkerWrapper pid=5, ip=10.0.0.2) INFO 12-03 10:00:00 [core.py:93] Initializing a V1 LLM engine (v0.9.2) "
+    "with config: model='m'",
+])
+def test_echo_lines_are_recognised(line):
+    assert rg.is_echo_line(line)
+    assert rg.split_echo(line + "\nB12X\n") == ("B12X", 1)
+
+
+@pytest.mark.parametrize("line", [
+    "(Worker_TP0 pid=1) INFO 12-02 12:23:23 [dspark.py:88] Loading DSpark speculator (method=dspark, "
+    "num_speculative_tokens=6)",
+    # an echo's words later in a runtime line do not turn it into an echo
+    "(Worker_TP0 pid=1) WARNING 12-02 12:23:23 [x.py:1] Marlin fallback to eager; non-default args: {}",
+    "(Worker_TP0 pid=1) WARNING 12-02 12:23:23 [x.py:1] emulation with config: args: Namespace(",
+    "(EngineCore_DP0 pid=2) INFO 12-02 12:23:23 [core.py:77] Initializing a V1 LLM engine",
+    "(Worker_TP0 pid=1) Capturing CUDA graphs (decode, FULL): 100%",
+    "",
+])
+def test_runtime_lines_are_not_echo_lines(line):
+    assert not rg.is_echo_line(line)
 
 def test_authoritative_line_is_the_last_worker_line():
     line = ("CUDA_GRAPH_RUNTIME requested=regular resolved=regular mode={} decode_mode=FULL breakable=false "
@@ -758,8 +1034,10 @@ def test_gate_passes_on_the_standin_pair_and_has_the_spec_shape():
     for rank in ("head", "worker"):
         assert set(evidence["runtime_identity"][rank]) == SPEC_IDENTITY_KEYS
         assert evidence["runtime_identity"][rank]["cudagraph_mode"] == "FULL_DECODE_ONLY"  # from the logs
+        # the spec's keys, plus how many echo lines (arguments, config) the markers were not matched in
         assert set(evidence["runtime_logs"][rank]) == {"required", "forbidden", "authoritative_cuda_graph_runtime",
-                                                       "log_bytes", "log_sha256"}
+                                                       "echo_lines_excluded", "log_bytes", "log_sha256"}
+        assert evidence["runtime_logs"][rank]["echo_lines_excluded"] == 3
     assert set(evidence["models"]) == {"ids", "entries"}
     assert set(evidence["semantic"]) == {"content", "finish_reason", "pass"}
     assert set(evidence["tool_call"]) == {"names", "pass"}
@@ -921,6 +1199,20 @@ def test_suite_with_a_bad_config_writes_a_fail_document(tmp_path):
     assert doc["status"] == "FAIL" and doc["errors"] == ["gate config: optimization_level 7 is not one of 2, 3"]
     assert doc["evidence"]["profile"] == "production" and doc["evidence"]["runtime_identity"] is None
     assert "10 errors" in result.stdout
+
+
+def test_suite_fails_closed_on_a_containerd_rank_without_a_pinned_manifest_digest(tmp_path):
+    # what the gate role writes when the worker's dspark_image fact says containerd but the pin has
+    # no image_manifest_digest (so the expected ID fell back to the pin's image_id)
+    cfg = raw_config(output=str(tmp_path / "out.json"), collections_path=str(COLLECTIONS),
+                     expected_image_ids={"head": PIN["image_id"], "worker": PIN["image_id"]},
+                     image_stores={"head": "classic", "worker": "containerd"})
+    result = run_suite(tmp_path, cfg)
+    assert result.returncode == 1
+    doc = json.loads((tmp_path / "out.json").read_text())
+    assert doc["status"] == "FAIL" and len(doc["errors"]) == 1
+    assert doc["errors"][0].startswith("gate config: image_stores.worker is containerd, where Docker reports an "
+                                       "image's manifest digest as its ID, but the pin has no image_manifest_digest")
 
 
 def test_suite_needs_a_gate_config(tmp_path):
