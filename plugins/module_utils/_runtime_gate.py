@@ -1,6 +1,6 @@
 # Copyright (c) gb10.dspark contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Decision logic of the schema-3 runtime gate (wrapper spec section 5).
+"""Decision logic of the schema-3 runtime gate (docs/wrapper-reference.md §5).
 
 The gate proves that a running pair serves what was pinned: per rank the container's image,
 labels, command flags, PID 1 environment and runtime-audit manifest; on the head three API
@@ -56,7 +56,7 @@ LEGACY_SELECTOR = "VLLM_USE_BREAKABLE_CUDAGRAPH="
 MULTI_STREAM = "VLLM_DSV4_ENABLE_MULTI_STREAM="
 MULTI_STREAM_PINNED = ["VLLM_DSV4_ENABLE_MULTI_STREAM=0"]
 
-# --- log markers (spec 5.4); matched as case-insensitive substrings of the engine's runtime lines
+# --- log markers (docs/wrapper-reference.md §5.4); matched as case-insensitive substrings of the engine's runtime lines
 # (every log line except the echo of its own arguments and configuration, see ECHO_MESSAGE)
 ALWAYS_REQUIRED = ("DSpark", "nvfp4_ds_mla", "B12X", "NET/IB")
 REQUIRED = {
@@ -116,7 +116,7 @@ ECHO_MESSAGE = re.compile(
     r"|Launching vLLM \(v[^()]*\) headless"
     r"|Initializing an? (?:V1 )?LLM engine (?:\([^()]*\) )?with config: ")
 
-# --- API canaries (spec 5.3) -----------------------------------------------------------------
+# --- API canaries (docs/wrapper-reference.md §5.3) -----------------------------------------------------------------
 SEMANTIC_PROMPT = "Compute 7 multiplied by 19. Reply with only the number."
 SEMANTIC_ANSWER = "133"
 TOOL_PROMPT = "Use get_weather for Paris."
@@ -668,7 +668,7 @@ def assess_image(rank: str, image: dict, config: dict, identity: dict) -> list[s
 
 
 def collect_identity(rank: str, run: Run, config: dict) -> tuple[dict, list[str]]:
-    """Every per-rank identity check of spec 5.2 through ``run``; (identity, errors).
+    """Every per-rank identity check of docs/wrapper-reference.md §5.2 through ``run``; (identity, errors).
 
     A piece that cannot be read leaves its fields null and adds its error; the other pieces
     are still checked.
@@ -1014,7 +1014,7 @@ STEPS = ("identity:head", "identity:worker", "cross_rank", *API_STEPS, "usage", 
 _DEPENDS = {
     "cross_rank": ("identity:head", "identity:worker"),
     "usage": ("semantic", "tool_call", "retrieval"),
-    # API canaries first, so that at least one graph replay has been logged (spec 5.4).
+    # API canaries first, so that at least one graph replay has been logged (docs/wrapper-reference.md §5.4).
     "logs:head": ("identity:head", "identity:worker", *API_STEPS),
     "logs:worker": ("identity:head", "identity:worker", *API_STEPS),
 }

@@ -1,4 +1,4 @@
-"""CUDA-graph runtime selection of the DSpark vLLM patch (wrapper spec section 5.5).
+"""CUDA-graph runtime selection of the DSpark vLLM patch (docs/wrapper-reference.md §5.5).
 
 * implementation: explicit ``cudagraph_implementation`` (auto|regular|breakable, any case; auto
   means "not explicit") -> legacy env ``VLLM_USE_BREAKABLE_CUDAGRAPH`` (exactly "0" -> regular

@@ -31,7 +31,7 @@ def free_port():
 
 
 def production_args(model_dir, *, port, master_port, nnodes=2, node_rank=0, max_model_len=327680):
-    """The v026 production argv (wrapper spec 3.3) with a local host/port and model dir."""
+    """The v026 production argv (docs/wrapper-reference.md §3.3) with a local host/port and model dir."""
     args = [model_dir, "--served-model-name", SERVED, "--host", "127.0.0.1", "--port", str(port),
             "--trust-remote-code", "--tensor-parallel-size", str(nnodes), "--pipeline-parallel-size", "1",
             "--kv-cache-dtype", "nvfp4_ds_mla", "--block-size", "256", "--max-model-len", str(max_model_len),

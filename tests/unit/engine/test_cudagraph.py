@@ -1,4 +1,4 @@
-"""CUDA-graph runtime selection (wrapper spec 5.5) and its start-up markers."""
+"""CUDA-graph runtime selection (docs/wrapper-reference.md §5.5) and its start-up markers."""
 import json
 
 import pytest
@@ -82,7 +82,7 @@ def test_bad_legacy_env_fails_start(engines, model_dir):
 
 # ---- the DSpark (DFlash) draft's auxiliary line: under the breakable runner with cudagraph_mode
 # PIECEWISE the draft cannot be captured piecewise and runs eagerly, which the v026 patch reports
-# as a CUDA_GRAPH_AUXILIARY warning (wrapper spec 5.5). The regular runner never reports it.
+# as a CUDA_GRAPH_AUXILIARY warning (docs/wrapper-reference.md §5.5). The regular runner never reports it.
 BREAKABLE_PIECEWISE = dict(PRODUCTION, cudagraph_mode="PIECEWISE", cudagraph_implementation="breakable")
 AUXILIARY = ("CUDA_GRAPH_AUXILIARY implementation=breakable component=dflash mode=eager "
              "reason=piecewise_unsupported")

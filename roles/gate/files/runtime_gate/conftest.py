@@ -1,6 +1,6 @@
 # Copyright (c) gb10.dspark contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""pytest-testinfra plumbing of the schema-3 runtime gate (wrapper spec section 5).
+"""pytest-testinfra plumbing of the schema-3 runtime gate (docs/wrapper-reference.md §5).
 
 Run on the control node by the gate role, once per pair:
 

@@ -1,6 +1,6 @@
 # Copyright (c) gb10.dspark contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The schema-3 runtime gate of one pair (wrapper spec section 5), as pytest-testinfra tests.
+"""The schema-3 runtime gate of one pair (docs/wrapper-reference.md §5), as pytest-testinfra tests.
 
 Each test asserts one part of the gate, so pytest's report names what failed; every part runs
 even when an earlier one failed. The order is the spec's: per-rank identity, the cross-rank

@@ -697,7 +697,7 @@ def test_forbidden_marker_standin_log():
 # The breakable-ab profile (roles/profile/vars/main.yml): PIECEWISE with the breakable runner.
 BREAKABLE_CC = dict(PROD_CC, cudagraph_implementation="breakable", cudagraph_mode="PIECEWISE")
 # Under PIECEWISE the breakable runner runs the DSpark (DFlash) draft eagerly and says so
-# (wrapper spec 5.5); the stand-in logs it on both ranks.
+# (docs/wrapper-reference.md §5.5); the stand-in logs it on both ranks.
 BREAKABLE_AUXILIARY = ("CUDA_GRAPH_AUXILIARY implementation=breakable component=dflash mode=eager "
                        "reason=piecewise_unsupported")
 
