@@ -37,6 +37,9 @@ SCHEMA_VERSION = 1
 KINDS = ("pin", "manifest", "profile", "compilation_config", "gate", "guard", "niah", "niah_row", "systems", "inspect",
          "readiness", "tree", "other")
 IMPLEMENTATIONS = ("regular", "breakable")
+# Who measured result rows: an OpenAI-compatible API client (the collection's own lanes, guard and
+# NIAH, and r0b0bench) or vLLM's own benchmark tool. Rows of both are never published together.
+CLIENT_KINDS = ("openai_portable", "vllm-bench")
 INDEX_JSON = "index.json"
 INDEX_MD = "index.md"
 SUMS = "SHA256SUMS"
@@ -495,11 +498,19 @@ def latest_niah_run(pair_dir: str) -> str | None:
 def discover(pair_dir: str, tree_record: str | None = None) -> tuple[list[dict], dict]:
     """Artifacts and facts from a pair's evidence folder on the control node: readiness, the runtime
     gate, the serving guard, the latest NIAH run (summary, rows, what served it) and the wrapper-tree
-    record. Facts come from those files' own contents; nothing is assumed."""
+    record. Facts come from those files' own contents; nothing is assumed. A client kind is a fact
+    only where a file states it (the guard's or NIAH's ``client_kind``); the systems rows carry theirs
+    and are read from the pack itself (:func:`client_kind_sources`)."""
     artifacts = [{"name": name, "src": os.path.join(pair_dir, name), "kind": kind, "required": required}
                  for name, kind, required in PAIR_FILES]
     facts: dict = {}
     kinds: list[str] = []
+    clients: dict[str, list[str]] = {}
+
+    def stated(context: object, source: str) -> None:
+        kind = context.get("client_kind") if isinstance(context, dict) else None
+        if isinstance(kind, str) and kind:
+            clients.setdefault(kind, []).append(source)
     readiness = _read_json(os.path.join(pair_dir, "readiness.json"))
     gate = _read_json(os.path.join(pair_dir, "runtime-gate.json"))
     if isinstance(readiness, dict):
@@ -518,11 +529,13 @@ def discover(pair_dir: str, tree_record: str | None = None) -> tuple[list[dict],
         implementation = (guard.get("context") or {}).get("cudagraph_implementation")
         if implementation in IMPLEMENTATIONS:
             kinds.append(implementation)
+        stated(guard.get("context"), "serving-guard.json")
     systems = _read_json(os.path.join(pair_dir, "systems.json"))
     if isinstance(systems, dict):
         counts = systems.get("counts") or {}
         facts["systems_infra_errors"] = counts.get("ERROR")
         facts["systems_model_failures"] = counts.get("FAIL")
+        facts["systems_not_implemented"] = counts.get("NOT_IMPLEMENTED")
         implementation = (systems.get("context") or {}).get("cudagraph_implementation")
         if implementation in IMPLEMENTATIONS:
             kinds.append(implementation)
@@ -544,10 +557,14 @@ def discover(pair_dir: str, tree_record: str | None = None) -> tuple[list[dict],
         if isinstance(summary, dict):
             facts["niah_infra_errors"] = summary.get("infra_error_count")
             facts["niah_model_failures"] = summary.get("fail_count")
-        implementation = (_read_json(os.path.join(run, "context.json")) or {}).get("cudagraph_implementation")
+        context = _read_json(os.path.join(run, "context.json"))
+        implementation = (context if isinstance(context, dict) else {}).get("cudagraph_implementation")
         if implementation in IMPLEMENTATIONS:
             kinds.append(implementation)
+        stated(context, f"{rel}/context.json")
     facts["row_kinds"] = sorted(set(kinds))
+    if clients:
+        facts["client_kinds"] = clients
     if tree_record:
         artifacts.append({"name": "wrapper-tree.json", "src": tree_record, "kind": "tree", "required": True})
         tree = _read_json(tree_record)
@@ -573,16 +590,60 @@ def merge_facts(found: dict, given: dict | None) -> dict:
 # --------------------------------------------------------------------------------------------
 # publication
 # --------------------------------------------------------------------------------------------
-def _status_of(entry: Entry) -> str | None:
+def _document_of(entry: Entry) -> object:
     document = entry.document if entry.is_json else None
     if not entry.is_json and entry.data is not None:
         try:
             document = json.loads(entry.data.decode("utf-8"))
         except (UnicodeDecodeError, ValueError):
             document = None
+    return document
+
+
+def _status_of(entry: Entry) -> str | None:
+    document = _document_of(entry)
     if isinstance(document, dict) and document.get("status") is not None:
         return str(document["status"])
     return None
+
+
+def client_kind_sources(facts: dict, entries: list[Entry]) -> dict[str, list[str]]:
+    """Each client kind of the run's result rows and where it came from: the facts (``client_kinds``,
+    kind -> sources) and the rows of every systems report in the pack (their ``client_kind``; a row
+    without one measured nothing and does not count)."""
+    kinds: dict[str, list[str]] = {}
+    for kind, where in (facts.get("client_kinds") or {}).items():
+        for source in where:
+            if source not in kinds.setdefault(kind, []):
+                kinds[kind].append(source)
+    for entry in entries:
+        if entry.kind != "systems" or entry.state != "present":
+            continue
+        document = _document_of(entry)
+        rows = document.get("rows") if isinstance(document, dict) else None
+        labels: dict[str, list[str]] = {}
+        for row in rows if isinstance(rows, list) else []:
+            kind = row.get("client_kind") if isinstance(row, dict) else None
+            if not isinstance(kind, str) or not kind:
+                continue
+            label = f"external {row.get('level')}" if row.get("lane") == "external" else str(row.get("lane"))
+            if label not in labels.setdefault(kind, []):
+                labels[kind].append(label)
+        for kind, names in labels.items():
+            source = f"{entry.name} rows {', '.join(names)}"
+            if source not in kinds.setdefault(kind, []):
+                kinds[kind].append(source)
+    return kinds
+
+
+def client_kind_reasons(kinds: dict[str, list[str]]) -> list[str]:
+    reasons = [f"client kind {kind} of {'; '.join(where)} is unknown, expected {' or '.join(CLIENT_KINDS)}"
+               for kind, where in sorted(kinds.items()) if kind not in CLIENT_KINDS]
+    if len(kinds) > 1:
+        reasons.append("result rows mix client kinds: "
+                       + " and ".join(f"{kind} ({'; '.join(where)})" for kind, where in sorted(kinds.items()))
+                       + "; vllm-bench and openai_portable rows are never published together")
+    return reasons
 
 
 def judge_result(label: str, kind: str, fact_status: str | None, entries: list[Entry],
@@ -668,6 +729,8 @@ def publication_reasons(facts: dict, entries: list[Entry]) -> tuple[list[str], d
         section["model_failures"] = facts.get(f"{prefix}_model_failures")
         if section["infra_errors"]:
             reasons.append(f"{label_} counted {section['infra_errors']} infra error(s); publishable rows need 0")
+    # rows that were not measured (NOT_IMPLEMENTED): shown, neither failures nor infra errors
+    systems["not_implemented"] = facts.get("systems_not_implemented")
 
     kinds = sorted(set(facts.get("row_kinds") or []))
     implementation = profile.get("cudagraph_implementation")
@@ -676,22 +739,34 @@ def publication_reasons(facts: dict, entries: list[Entry]) -> tuple[list[str], d
     elif kinds and implementation and kinds[0] != implementation:
         reasons.append(f"result rows are {kinds[0]}, but profile {label} runs {implementation}")
 
+    clients = client_kind_sources(facts, entries)
+    reasons += client_kind_reasons(clients)
+
     for entry in entries:
         if entry.state == "missing":
             reasons.append(f"required artifact {entry.name} ({entry.kind}) is missing")
-    return reasons, {"gate": gate, "guard": guard, "niah": niah, "systems": systems, "row_kinds": kinds}
+    return reasons, {"gate": gate, "guard": guard, "niah": niah, "systems": systems, "row_kinds": kinds,
+                     "client_kinds": sorted(clients)}
 
 
 def check_facts(facts: dict) -> list[Mismatch]:
     problems = []
     for key in ("guard_infra_errors", "guard_model_failures", "niah_infra_errors", "niah_model_failures",
-                "systems_infra_errors", "systems_model_failures"):
+                "systems_infra_errors", "systems_model_failures", "systems_not_implemented"):
         value = facts.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             problems.append(_mismatch(f"facts.{key}", repr(value), "a count (an integer >= 0)"))
     for kind in facts.get("row_kinds") or []:
         if kind not in IMPLEMENTATIONS:
             problems.append(_mismatch("facts.row_kinds element", repr(kind), " or ".join(IMPLEMENTATIONS)))
+    clients = facts.get("client_kinds")
+    if clients is not None and not isinstance(clients, dict):
+        problems.append(_mismatch("facts.client_kinds", repr(clients), "a mapping of client kind to sources"))
+    for kind, where in (clients if isinstance(clients, dict) else {}).items():
+        if kind not in CLIENT_KINDS:
+            problems.append(_mismatch("facts.client_kinds key", repr(kind), " or ".join(CLIENT_KINDS)))
+        if not isinstance(where, list) or not all(isinstance(s, str) for s in where):
+            problems.append(_mismatch(f"facts.client_kinds.{kind}", repr(where), "a list of sources (strings)"))
     return problems
 
 
@@ -784,6 +859,13 @@ def render_markdown(index: dict, index_json: Entry) -> str:
         "",
         f"Result row implementations: {', '.join(results['row_kinds']) or 'not recorded'}",
         "",
+        f"Result row client kinds: {', '.join(results.get('client_kinds') or []) or 'not recorded'}",
+        "",
+    ]
+    if results["systems"].get("not_implemented") is not None:
+        lines += [f"Systems rows NOT_IMPLEMENTED (not measured, no score, not failures): "
+                  f"{_cell(results['systems']['not_implemented'])}", ""]
+    lines += [
         "## Artifacts",
         "",
         "| File | Kind | State | Bytes | sha256 |",

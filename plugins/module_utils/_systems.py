@@ -13,7 +13,11 @@ Lanes, always run in this order (each one selectable):
                    completions; ``prefill``: prompt_tokens / TTFT of long token-id prompts.
 5. ``spec_decode`` the speculative-decoding counters of ``/metrics`` sampled before the first lane
                    and after the throughput lane: acceptance rate and mean acceptance length.
-6. ``external``    an optional external benchmark client (r0b0bench), run as a child process.
+6. ``external``    an optional external benchmark client (r0b0bench 1.0.0rc2 or newer), run as a child
+                   process the way the original wrapper runs it (``run --profile systems --tokenizer ...
+                   --only canary,bfcl_mt,bfcl_ast,latency,concurrency,throughput`` with the BFCL settings in
+                   its environment). The quality pillars (qa, ifeval, humaneval, gsm8k) are rows too:
+                   NOT_IMPLEMENTED with a reason unless they are among the client's lanes.
 
 Every prompt is sent as token ids built with the server's ``/tokenize`` and starts with a nonce,
 so the prefix cache cannot help and ``usage.prompt_tokens`` is known exactly. Every answer is held
@@ -25,6 +29,13 @@ reasons listed and every figure null - never a number measured on a broken answe
 Client figures (timestamps taken as each SSE line arrives) and server figures (``/metrics``
 ``vllm:prompt_tokens_total`` and ``vllm:generation_tokens_total`` deltas over the row's wall time)
 are kept in separate sections of each row.
+
+Every row records the kind of client that measured it (``client_kind``): the suite's own lanes
+send their requests to the engine's OpenAI-compatible API with this module's own client, so they
+are ``openai_portable``; an external row takes the ``backend`` its client's report states (else
+``openai_portable``: r0b0bench lanes are OpenAI-API clients); a NOT_IMPLEMENTED row measured
+nothing and has none. A report whose rows mix ``openai_portable`` and ``vllm-bench`` is refused:
+its status is ERROR and ``reasons`` names both kinds and their rows.
 """
 from __future__ import annotations
 
@@ -33,6 +44,7 @@ import http.client
 import json
 import math
 import os
+import re
 import secrets
 import statistics
 import subprocess
@@ -67,12 +79,34 @@ SCHEMA_VERSION = 1
 JSON_FILE = "systems.json"
 MARKDOWN_FILE = "systems.md"
 
-DEFAULT_EXTERNAL_LANES = ("bfcl_mt", "bfcl_ast")
+# The original wrapper's r0b0bench run: its --only list, in its order (niah runs apart, on long-1m).
+DEFAULT_EXTERNAL_LANES = ("canary", "bfcl_mt", "bfcl_ast", "latency", "concurrency", "throughput")
+BFCL_LANES = ("bfcl_mt", "bfcl_ast")
+QUALITY_PILLARS = ("qa", "ifeval", "humaneval", "gsm8k")
 DEFAULT_EXTERNAL_TIMEOUT = 86400.0
 NO_EXTERNAL = "no external benchmark client configured"
 EXTERNAL_STATUSES = {"PASS": "PASS", "FAIL": "FAIL", "ERROR": "ERROR", "NOT_IMPLEMENTED": "NOT_IMPLEMENTED",
                      "SKIP": "NOT_IMPLEMENTED"}
 EXTERNAL_ENV_KEYS = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR")
+# The client's own entry point: r0b0bench has no __main__, its console script calls r0b0bench.cli:main.
+EXTERNAL_MODULE = "r0b0bench.cli"
+MIN_R0B0BENCH_VERSION = "1.0.0rc2"
+VERSION_FORMS = "X.Y.Z[{a|b|rc}N][.postN][.devN]"
+VERSION_TIMEOUT = 120.0
+# Named options of external_client that reach the child as environment variables, and the defaults
+# of the integer ones (the original wrapper's exports).
+EXTERNAL_PATH_ENV = (("aquila_scripts", "R0B0BENCH_AQUILA_SCRIPTS"), ("bfcl_python", "R0B0BENCH_BFCL_PYTHON"))
+EXTERNAL_INT_ENV = (("bfcl_num_threads", "BFCL_NUM_THREADS", 4), ("bfcl_http_timeout", "BFCL_HTTP_TIMEOUT", 3600),
+                    ("bfcl_max_tokens", "BFCL_MAX_TOKENS", 8192))
+EXTERNAL_PUBLIC = ("path", "python", "lanes", "timeout", "tokenizer", "aquila_scripts", "bfcl_python",
+                   "bfcl_num_threads", "bfcl_http_timeout", "bfcl_max_tokens")
+
+# Who measured a row. The suite's own lanes are OpenAI-compatible API clients; vllm-bench rows come
+# from vLLM's own benchmark tool; the two are never reported together.
+OWN_CLIENT_KIND = "openai_portable"
+CLIENT_KINDS = ("openai_portable", "vllm-bench")
+_KIND_SPELLINGS = {"openai_portable": "openai_portable", "openai-portable": "openai_portable",
+                   "vllm-bench": "vllm-bench", "vllm_bench": "vllm-bench"}
 
 CANARY_PROMPT = "Compute 7 multiplied by 19. Reply with only the number."
 CANARY_ANSWER = "133"
@@ -95,7 +129,8 @@ COUNTERS = (PROMPT_COUNTER, GENERATION_COUNTER, *SPEC_COUNTERS.values())
 # Keys of a row's ``client`` and ``server`` sections that describe the setup, not a measurement;
 # everything else is a figure and is null in an ERROR row.
 _SETUP_KEYS = frozenset({"tok_s_kind", "max_tokens", "requests", "reps", "dropped_reps", "concurrency",
-                         "prompt_tokens_constructed", "expected", "error", "report", "argv"})
+                         "prompt_tokens_constructed", "expected", "error", "report", "argv", "backend",
+                         "quality_pillar"})
 
 
 # ---- settings --------------------------------------------------------------------------------
@@ -124,7 +159,10 @@ class Settings:
         """The settings as recorded in the report (no secret is part of them)."""
         ext = None
         if self.external_client:
-            ext = {k: self.external_client.get(k) for k in ("path", "python", "lanes", "timeout")}
+            ext = {k: self.external_client.get(k) for k in EXTERNAL_PUBLIC}
+            for key, _unused, default in EXTERNAL_INT_ENV:
+                if ext[key] is None:
+                    ext[key] = default
         return {"base_url": self.base_url, "model": self.model, "lanes": [x for x in LANES if x in self.lanes],
                 "latency_reps": self.latency_reps, "latency_max_tokens": self.latency_max_tokens,
                 "concurrency_levels": list(self.concurrency_levels), "concurrency_reps": self.concurrency_reps,
@@ -139,6 +177,103 @@ def external_lanes(s: Settings) -> list[str]:
     if s.external_client and s.external_client.get("lanes") is not None:
         return list(s.external_client["lanes"])
     return list(DEFAULT_EXTERNAL_LANES)
+
+
+def unconfigured_pillars(s: Settings) -> list[str]:
+    """The quality pillars that are not among the external lanes: reported NOT_IMPLEMENTED."""
+    names = external_lanes(s)
+    return [p for p in QUALITY_PILLARS if p not in names]
+
+
+# ---- r0b0bench's version --------------------------------------------------------------------------
+_VERSION = re.compile(r"(\d+(?:\.\d+)*)(?:(a|b|rc)(\d+))?(?:\.post(\d+))?(?:\.dev(\d+))?", re.IGNORECASE)
+_PRE_PHASES = {"a": 0, "b": 1, "rc": 2}
+
+
+def version_key(text: object) -> tuple | None:
+    """A sort key with PEP 440 order for ``X.Y.Z[{a|b|rc}N][.postN][.devN]`` (1.0.0.dev1 < 1.0.0a1 <
+    1.0.0rc1 < 1.0.0rc2 < 1.0.0 < 1.0.0.post1 < 1.0.1; trailing zeros of the release do not count);
+    None for anything else (local labels, other spellings), which is never compared."""
+    match = _VERSION.fullmatch(text.strip()) if isinstance(text, str) else None
+    if not match:
+        return None
+    release = [int(x) for x in match.group(1).split(".")]
+    while len(release) > 1 and release[-1] == 0:
+        release.pop()
+    phase, number, post, dev = match.group(2), match.group(3), match.group(4), match.group(5)
+    if phase:
+        pre = (_PRE_PHASES[phase.lower()], int(number))
+    elif dev is not None and post is None:
+        pre = (-1, 0)  # X.Y.Z.devN comes before every pre-release of X.Y.Z
+    else:
+        pre = (len(_PRE_PHASES), 0)  # the final release, after its release candidates
+    return (tuple(release), pre, -1 if post is None else int(post), math.inf if dev is None else int(dev))
+
+
+def version_at_least(found: str, minimum: str) -> bool:
+    key, floor = version_key(found), version_key(minimum)
+    return key is not None and floor is not None and key >= floor
+
+
+def external_version(ext: dict, runner: Runner) -> str:
+    """The version the external client reports (``<python> -m r0b0bench.cli --version`` in its checkout,
+    answered ``r0b0bench <version>``); refused below MIN_R0B0BENCH_VERSION or when it cannot be compared."""
+    argv = [str(ext["python"]), "-m", EXTERNAL_MODULE, "--version"]
+    where = f"r0b0bench in {ext['path']}"
+    floor = f"{MIN_R0B0BENCH_VERSION} or newer"
+    rc, out, err = runner(argv, str(ext["path"]), external_env(None), VERSION_TIMEOUT)
+    lines = (out or "").strip().splitlines()
+    match = re.fullmatch(r"r0b0bench\s+(\S+)", lines[-1].strip()) if lines else None
+    if rc != 0 or not match:
+        tail = " ".join((err or out or "").split())[-300:]
+        raise CheckError(RANK, f"{where} did not report its version ({' '.join(argv)} exited {rc}"
+                               + (f": {tail}" if tail else "") + f"), expected 'r0b0bench <version>', {floor}")
+    found = match.group(1)
+    if version_key(found) is None:
+        raise CheckError(RANK, f"{where} reports version {found}, which this check cannot compare (it knows "
+                               f"{VERSION_FORMS}), expected {floor}")
+    if not version_at_least(found, MIN_R0B0BENCH_VERSION):
+        raise IdentityError(Mismatch(rank=RANK, item="r0b0bench version", expected=floor, actual=found,
+                                     reason=f"reported by {' '.join(argv)} in {ext['path']}; older clients "
+                                            "do not run the systems package as the wrapper does",
+                                     expected_word="expected"))
+    return found
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _validate_bench_options(ext: dict, names: list[str], runs: bool) -> list[Mismatch]:
+    """The seed's options of the external client: absolute paths, positive integers, and - when the
+    external lane runs - paths that exist and the BFCL settings the BFCL lanes need."""
+    bad: list[Mismatch] = []
+    paths = {key: ext.get(key) for key in ("tokenizer", "aquila_scripts", "bfcl_python")}
+    for key, value in paths.items():
+        if value not in (None, "") and not (isinstance(value, str) and os.path.isabs(value)):
+            bad.append(_opt(f"external_client.{key}", value, "an absolute path"))
+            paths[key] = None
+    for key, _unused, _unused in EXTERNAL_INT_ENV:
+        value = ext.get(key)
+        if value is not None and not _positive_int(value):
+            bad.append(_opt(f"external_client.{key}", value, "a positive integer"))
+    if not runs:
+        return bad
+    bfcl = [n for n in names if n in BFCL_LANES]
+    need = f"lanes {', '.join(bfcl)} need it" if len(bfcl) > 1 else f"lane {''.join(bfcl)} needs it"
+    tokenizer, scripts, python = paths["tokenizer"], paths["aquila_scripts"], paths["bfcl_python"]
+    if tokenizer and not os.path.exists(tokenizer):
+        bad.append(_opt("external_client.tokenizer", tokenizer, "an existing tokenizer file or model folder"))
+    if scripts and not os.path.isdir(scripts):
+        bad.append(_opt("external_client.aquila_scripts", scripts,
+                        "an existing folder (the DSV4 BFCL served-id registry scripts)"))
+    elif not ext.get("aquila_scripts") and bfcl:
+        bad.append(_opt("external_client.aquila_scripts", None, f"the DSV4 BFCL registry scripts folder ({need})"))
+    if python and not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        bad.append(_opt("external_client.bfcl_python", python, "an executable interpreter (the BFCL virtualenv's)"))
+    elif not ext.get("bfcl_python") and bfcl:
+        bad.append(_opt("external_client.bfcl_python", None, f"the BFCL virtualenv's python ({need})"))
+    return bad
 
 
 def _opt(item: str, actual: object, expected: str) -> Mismatch:
@@ -177,10 +312,10 @@ def validate(s: Settings) -> list[Mismatch]:
         bad.append(_opt("request_timeout", s.request_timeout, "greater than 0"))
     ext = s.external_client
     if ext:
-        if not ext.get("lanes"):
+        if ext.get("lanes") is not None and not ext["lanes"]:
             bad.append(_opt("external_client.lanes", ext.get("lanes"), "at least one lane name"))
-        elif any(not n or "," in n for n in ext["lanes"]):
-            bad.append(_opt("external_client.lanes", ext["lanes"], "lane names without commas"))
+        elif any(not n or "," in n for n in external_lanes(s)):
+            bad.append(_opt("external_client.lanes", external_lanes(s), "lane names without commas"))
         if not (ext.get("timeout") or 0) > 0:
             bad.append(_opt("external_client.timeout", ext.get("timeout"), "greater than 0"))
         if "external" in s.lanes:
@@ -189,6 +324,7 @@ def validate(s: Settings) -> list[Mismatch]:
             python = str(ext.get("python"))
             if not (os.path.isfile(python) and os.access(python, os.X_OK)):
                 bad.append(_opt("external_client.python", ext.get("python"), "an executable interpreter"))
+        bad += _validate_bench_options(ext, external_lanes(s), "external" in s.lanes)
     return bad
 
 
@@ -449,6 +585,7 @@ class Ctx:
     suite_before: dict = field(default_factory=dict)
     suite_before_error: str | None = None
     filler_ids: list[int] | None = None
+    external_version: str | None = None
 
 
 def tokenize(ctx: Ctx, text: str, special: bool = True) -> list[int]:
@@ -517,8 +654,10 @@ class Window:
 
 
 def new_row(lane: str, level: object = None) -> dict:
+    """A row; the suite's own lanes are measured by its OpenAI-API client (``openai_portable``), an
+    external row's kind is set from its client's report."""
     return {"lane": lane, "level": level, "status": "PASS", "reasons": [], "client": {}, "server": {},
-            "samples": []}
+            "samples": [], "client_kind": OWN_CLIENT_KIND if lane in HTTP_LANES else None}
 
 
 def _null(section: dict) -> dict:
@@ -721,17 +860,27 @@ def lane_spec_decode(ctx: Ctx) -> tuple[list[dict], dict]:
 
 # ---- the external client ---------------------------------------------------------------------------
 def external_argv(ext: dict, base_url: str, model: str, output_root: str, run_id: str) -> list[str]:
-    return [str(ext["python"]), "-m", "r0b0bench", "run", "--profile", "systems",
-            "--base-url", base_url.rstrip("/") + "/v1", "--model", model, "--output", output_root,
-            "--only", ",".join(ext["lanes"]), "--run-id", run_id]
+    """The original wrapper's ``r0b0bench run``, through the configured interpreter. No secret is on it."""
+    lanes = ext.get("lanes") if ext.get("lanes") is not None else DEFAULT_EXTERNAL_LANES
+    tokenizer = ["--tokenizer", str(ext["tokenizer"])] if ext.get("tokenizer") else []
+    return [str(ext["python"]), "-m", EXTERNAL_MODULE, "run", "--profile", "systems",
+            "--base-url", base_url.rstrip("/") + "/v1", "--model", model, *tokenizer, "--output", output_root,
+            "--only", ",".join(lanes), "--run-id", run_id]
 
 
-def external_env(api_key: str | None, environ: dict | None = None) -> dict:
-    """A minimal environment for the child: locale and search path, the key only as OPENAI_API_KEY."""
+def external_env(api_key: str | None, environ: dict | None = None, ext: dict | None = None) -> dict:
+    """A minimal environment for the child: locale and search path, the BFCL settings of ``ext`` (named
+    options, never taken from the caller's environment), and the key only as OPENAI_API_KEY."""
     environ = os.environ if environ is None else environ
     env = {k: environ[k] for k in EXTERNAL_ENV_KEYS if environ.get(k)}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     env["PYTHONUNBUFFERED"] = "1"
+    if ext is not None:
+        for key, name in EXTERNAL_PATH_ENV:
+            if ext.get(key):
+                env[name] = str(ext[key])
+        for key, name, default in EXTERNAL_INT_ENV:
+            env[name] = str(ext[key] if ext.get(key) is not None else default)
     if api_key:
         env["OPENAI_API_KEY"] = api_key
     return env
@@ -768,8 +917,18 @@ def _scrub(text: str, secret: str | None, limit: int = 2000) -> str:
     return text.replace(secret, "********") if secret else text
 
 
+def _stated_backend(entry: dict, report: dict) -> object:
+    """The backend a report states for a lane: the lane's own, its summary's, else the report's."""
+    summary = entry.get("summary") if isinstance(entry.get("summary"), dict) else {}
+    for value in (entry.get("backend"), summary.get("backend"), report.get("backend")):
+        if value not in (None, ""):
+            return value
+    return None
+
+
 def external_rows(names: list[str], report: object, report_path: str, failure: str | None) -> list[dict]:
-    """One row per requested external lane, from the external client's ``report.json``."""
+    """One row per requested external lane, from the external client's ``report.json``. A lane that
+    measured records its client kind: the backend its report states, else ``openai_portable``."""
     rows = []
     entries: dict[str, dict] = {}
     if isinstance(report, dict) and isinstance(report.get("lanes"), list):
@@ -780,7 +939,7 @@ def external_rows(names: list[str], report: object, report_path: str, failure: s
                     entries.setdefault(name, entry)
     for name in names:
         row = new_row("external", name)
-        row["client"] = _client(report=report_path)
+        row["client"] = _client(report=report_path, quality_pillar=name in QUALITY_PILLARS)
         if failure:
             rows.append(error_row(row, [f"external {name}: {failure}"]))
             continue
@@ -788,46 +947,66 @@ def external_rows(names: list[str], report: object, report_path: str, failure: s
         if entry is None:
             row["status"] = "NOT_IMPLEMENTED"
             row["reasons"] = [f"external {name}: lane is absent from {report_path}, expected a lane result"]
+            row["client"]["summary"] = None
             rows.append(row)
             continue
         raw = str(entry.get("status", "")).upper()
         status = EXTERNAL_STATUSES.get(raw)
         infra = entry.get("infra_errors")
+        backend = _stated_backend(entry, report if isinstance(report, dict) else {})
+        kind = OWN_CLIENT_KIND if backend is None else _KIND_SPELLINGS.get(str(backend).strip().lower())
         if status is None:
             status = "ERROR"
             row["reasons"].append(f"external {name}: status is {json.dumps(entry.get('status'))}, expected "
                                   "PASS, FAIL, ERROR, SKIP or NOT_IMPLEMENTED")
+        elif kind is None and status != "NOT_IMPLEMENTED":
+            row["reasons"].append(f"external {name}: backend is {json.dumps(backend)}, expected "
+                                  + " or ".join(CLIENT_KINDS))
+            status = "ERROR"
         elif status in ("PASS", "FAIL") and isinstance(infra, int) and infra > 0:
             row["reasons"].append(f"external {name}: infra_errors is {infra}, expected 0")
             status = "ERROR"
         elif raw != "PASS":
             row["reasons"].append(f"external {name}: the external client reported {raw}")
         row["status"] = status
+        row["client_kind"] = kind if status != "NOT_IMPLEMENTED" else None
         row["client"] = _client(report=report_path, external_status=raw, infra_errors=infra,
                                 summary=_finite(entry.get("summary")), elapsed_s=_finite(entry.get("elapsed_s")),
-                                imported=entry.get("imported"))
+                                imported=entry.get("imported"), backend=_finite(backend),
+                                quality_pillar=name in QUALITY_PILLARS)
         rows.append(finish_row(row))
     return rows
+
+
+def pillar_row(name: str) -> dict:
+    """A quality pillar that is not among the external lanes: visible, not measured, no score."""
+    row = new_row("external", name)
+    row["status"] = "NOT_IMPLEMENTED"
+    row["reasons"] = [f"quality pillar {name}: not among the external client's lanes, so not measured; "
+                      "no score is reported"]
+    row["client"] = _client(quality_pillar=True)
+    return row
 
 
 def lane_external(ctx: Ctx) -> list[dict]:
     s = ctx.s
     names = external_lanes(s)
+    pillars = [pillar_row(name) for name in unconfigured_pillars(s)]
     if not s.external_client:
         rows = []
         for name in names:
             row = new_row("external", name)
             row["status"] = "NOT_IMPLEMENTED"
             row["reasons"] = [NO_EXTERNAL]
-            row["client"] = _client()
+            row["client"] = _client(quality_pillar=name in QUALITY_PILLARS)
             rows.append(row)
-        return rows
+        return rows + pillars
     ext = s.external_client
     output_root = os.path.join(s.output_dir, "r0b0bench")
     run_id = f"systems-{ctx.run_id}"
     report_path = os.path.join(output_root, run_id, "report.json")
     argv = external_argv(ext, s.base_url, s.model, output_root, run_id)
-    rc, out, err = ctx.runner(argv, str(ext["path"]), external_env(ctx.api_key), float(ext["timeout"]))
+    rc, out, err = ctx.runner(argv, str(ext["path"]), external_env(ctx.api_key, ext=ext), float(ext["timeout"]))
     report, failure = None, None
     try:
         with open(report_path, encoding="utf-8") as handle:
@@ -840,7 +1019,8 @@ def lane_external(ctx: Ctx) -> list[dict]:
     for row in rows:
         row["client"]["argv"] = argv
         row["client"]["rc"] = rc
-    return rows
+        row["client"]["r0b0bench_version"] = ctx.external_version
+    return rows + pillars
 
 
 # ---- report and files -------------------------------------------------------------------------------
@@ -858,6 +1038,31 @@ def overall_status(rows: list[dict]) -> str:
     """PASS unless a row is ERROR (then ERROR) or FAIL (then FAIL); NOT_IMPLEMENTED does not fail."""
     statuses = {r["status"] for r in rows}
     return "ERROR" if "ERROR" in statuses else "FAIL" if "FAIL" in statuses else "PASS"
+
+
+def row_label(row: dict) -> str:
+    return f"external {row['level']}" if row["lane"] == "external" else str(row["lane"])
+
+
+def client_kinds(rows: list[dict]) -> dict[str, list[str]]:
+    """Each client kind among the rows, with the rows (by lane) that carry it, in row order."""
+    kinds: dict[str, list[str]] = {}
+    for row in rows:
+        kind = row.get("client_kind")
+        if kind:
+            labels = kinds.setdefault(kind, [])
+            if row_label(row) not in labels:
+                labels.append(row_label(row))
+    return kinds
+
+
+def mix_reasons(kinds: dict[str, list[str]]) -> list[str]:
+    """The refusal of a report whose rows were measured by more than one kind of client."""
+    if len(kinds) < 2:
+        return []
+    parts = [f"{kind} ({', '.join(labels)})" for kind, labels in sorted(kinds.items())]
+    return ["rows mix client kinds: " + " and ".join(parts) + "; vllm-bench and openai_portable rows are never "
+            "reported together"]
 
 
 def _cell(value: object, digits: int = 1) -> str:
@@ -889,7 +1094,12 @@ def markdown(report: dict) -> str:
              f"- status: **{report['status']}**",
              f"- base URL: `{report['base_url']}`",
              f"- started: {report['started']}, finished: {report['finished']}",
-             "- rows: " + ", ".join(f"{k} {v}" for k, v in report["counts"].items()), "",
+             "- rows: " + ", ".join(f"{k} {v}" for k, v in report["counts"].items()),
+             "- client kinds: " + (", ".join(report.get("client_kinds") or []) or "none")]
+    if report.get("r0b0bench_version"):
+        lines.append(f"- r0b0bench: {report['r0b0bench_version']}")
+    lines += [f"- refused: {_cell(reason)}" for reason in report.get("reasons") or []]
+    lines += ["",
              "| lane | level | status | TTFT ms | ITL ms | e2e s | client tok/s | server tok/s | notes |",
              "|---|---|---|---:|---:|---:|---:|---:|---|"]
     for row in report["rows"]:
@@ -901,7 +1111,8 @@ def markdown(report: dict) -> str:
     lines += ["", "Client figures are medians over the row's requests (latency: without the dropped warm-up; "
               "concurrency tok/s: sum of completion tokens over the level's wall time). Server tok/s: "
               "/metrics counter deltas over the row's wall time (prompt tokens for prefill, generated tokens "
-              "otherwise). ERROR rows carry no figures."]
+              "otherwise). ERROR rows carry no figures. NOT_IMPLEMENTED rows were not measured: they carry no "
+              "figure and no score, and do not fail the run."]
     return "\n".join(lines) + "\n"
 
 
@@ -943,11 +1154,21 @@ def check_served(call: Call, model: str) -> None:
                                      reason="the model is not served", expected_word="expected"))
 
 
-def plan(s: Settings) -> dict:
-    """Check mode: what a run would send and write; nothing is sent and nothing written."""
+def _check_external(s: Settings, runner: Runner) -> str | None:
+    """The external client's version, when it is to run; refused (raises) below the floor."""
+    if "external" in s.lanes and s.external_client:
+        return external_version(s.external_client, runner)
+    return None
+
+
+def plan(s: Settings, runner: Runner | None = None) -> dict:
+    """Check mode: what a run would send and write; nothing is sent to the engine and nothing written.
+    The external client is asked its version (a read-only child process) so a client too old is
+    refused here too."""
     bad = validate(s)
     if bad:
         raise IdentityError(bad)
+    version = _check_external(s, runner or run_process)
     selected = [x for x in LANES if x in s.lanes]
     steps: list[dict] = []
     for lane in selected:
@@ -973,10 +1194,13 @@ def plan(s: Settings) -> dict:
         else:
             steps += [{"lane": lane, "level": name, "status": "NOT_IMPLEMENTED", "reason": NO_EXTERNAL}
                       for name in external_lanes(s)]
+        if lane == "external":
+            steps += [{"lane": lane, "level": row["level"], "status": row["status"], "reason": row["reasons"][0]}
+                      for row in (pillar_row(name) for name in unconfigured_pillars(s))]
     files = [os.path.join(s.output_dir, JSON_FILE), os.path.join(s.output_dir, MARKDOWN_FILE)]
     return {"changed": False, "report": None, "status": None,
             "plan": {"steps": steps, "files": files, "output_dir_exists": os.path.isdir(s.output_dir),
-                     "settings": s.public()},
+                     "settings": s.public(), "r0b0bench_version": version},
             "diff": {"before": previous(s.output_dir), "after": {"status": "(would run)", "files": files}}}
 
 
@@ -988,6 +1212,7 @@ def run(s: Settings, call: Call, post: Callable[[str, dict, float], Streamed], a
     bad = validate(s)
     if bad:
         raise IdentityError(bad)
+    version = _check_external(s, runner)
     prepare_output_dir(s.output_dir)
     before_doc = previous(s.output_dir)
     selected = [x for x in LANES if x in s.lanes]
@@ -995,7 +1220,8 @@ def run(s: Settings, call: Call, post: Callable[[str, dict, float], Streamed], a
     if http_lanes:
         check_served(call, s.model)
     ctx = Ctx(s=s, call=call, post=post, runner=runner, api_key=api_key,
-              run_id=datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3))
+              run_id=datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3),
+              external_version=version)
     started = utc_now()
     if http_lanes:
         ctx.suite_before, ctx.suite_before_error = read_counters(call, s.model, SETUP_TIMEOUT)
@@ -1011,9 +1237,12 @@ def run(s: Settings, call: Call, post: Callable[[str, dict, float], Streamed], a
             rows += lanes[lane](ctx)
     json_path = os.path.join(s.output_dir, JSON_FILE)
     md_path = os.path.join(s.output_dir, MARKDOWN_FILE)
+    kinds = client_kinds(rows)
+    refused = mix_reasons(kinds)
     report = {"schema_version": SCHEMA_VERSION, "tool": "gb10.dspark.systems_lanes", "run_id": ctx.run_id,
               "model": s.model, "base_url": s.base_url, "settings": s.public(), "started": started,
-              "finished": utc_now(), "status": overall_status(rows), "counts": counts(rows), "rows": rows,
+              "finished": utc_now(), "status": "ERROR" if refused else overall_status(rows), "reasons": refused,
+              "client_kinds": sorted(kinds), "r0b0bench_version": version, "counts": counts(rows), "rows": rows,
               "spec_decode": spec, "files": {"json": json_path, "markdown": md_path}, "context": dict(s.context or {})}
     write_json_atomic(json_path, report)
     write_text_atomic(md_path, markdown(report))

@@ -41,7 +41,9 @@ description:
     qualified profile; the runtime gate result is missing or not C(PASS); a serving guard or NIAH result
     is present (or has a status in O(facts)) and is missing from the pack or not C(PASS); the guard or
     NIAH counted infra errors; result rows mix C(regular) and C(breakable) CUDA graphs (or differ from
-    the profile's); a required artifact is missing; the runtime manifest sha256 differs from the pin's;
+    the profile's); result rows mix client kinds - C(vllm-bench) and C(openai_portable) (the reason names
+    both kinds and where their rows came from: O(facts.client_kinds) and the C(client_kind) of each row of
+    the pack's C(systems) reports) - or one is of an unknown kind; a required artifact is missing; the runtime manifest sha256 differs from the pin's;
     or any of the pin identity, manifest sha256, profile or tree state is not recorded. Statuses are read
     from O(facts) and from the C(status) key of the pack's own gate, guard and NIAH files; a disagreement
     is a reason too. An invalid pack is still written, and a warning is shown."
@@ -181,11 +183,22 @@ options:
       systems_model_failures:
         description: Systems lane rows the model failed (the canary).
         type: int
+      systems_not_implemented:
+        description: Systems lane rows that were not measured (C(NOT_IMPLEMENTED)); shown, counted neither as
+          failures nor as infra errors.
+        type: int
       row_kinds:
         description: The CUDA-graph implementations of the result rows in the pack.
         type: list
         elements: str
         choices: [regular, breakable]
+      client_kinds:
+        description:
+          - "The kinds of client that measured the result rows, each with where its rows came from - a mapping of
+            C(openai_portable) or C(vllm-bench) to a list of sources, for example
+            C({\"vllm-bench\": [\"bench/vllm-serve.json\"]})."
+          - The rows of every C(systems) artifact in the pack add their own C(client_kind) to it.
+        type: dict
   pair_dir:
     description:
       - The pair's evidence folder on the control node. When set, its results are added to the
@@ -193,7 +206,9 @@ options:
         C(serving-guard.json), and the latest NIAH run under C(niah/<run key>/) (summary, rows,
         C(context.json)) - and the facts are read from those files - the profile (name, sha256,
         experimental, departures) from readiness, the CUDA-graph implementation of each result
-        (gate, guard context, NIAH context), infra and model failure counts of the guard and NIAH.
+        (gate, guard context, NIAH context), infra and model failure counts of the guard and NIAH,
+        the systems lanes' counts (errors, failures, NOT_IMPLEMENTED rows), and the client kind the guard's
+        or NIAH's context states (C(client_kind)), when it states one.
       - Facts given in I(facts) win over the ones read from the files.
     type: path
   tree_record:
@@ -402,7 +417,8 @@ index:
     - The C(index.json) document - C(schema_version), C(pair), C(run_id), C(playbook), C(created_utc),
       C(identity), C(manifest_sha256), C(profile), C(tree), C(invalid_for_publish), C(reasons),
       C(results) (C(gate), C(guard), C(niah) each with C(status), C(ran) and C(sources); guard and NIAH
-      also C(infra_errors) and C(model_failures); C(row_kinds)), C(artifacts) and C(generated).
+      also C(infra_errors) and C(model_failures), systems also C(not_implemented); C(row_kinds);
+      C(client_kinds)), C(artifacts) and C(generated).
   returned: success
   type: dict
   sample:
@@ -413,7 +429,8 @@ index:
     created_utc: "2026-08-05T12:00:03Z"
     invalid_for_publish: false
     reasons: []
-    results: {gate: {status: PASS, ran: true, sources: [facts, runtime-gate.json]}, row_kinds: [regular]}
+    results: {gate: {status: PASS, ran: true, sources: [facts, runtime-gate.json]}, row_kinds: [regular],
+              client_kinds: [openai_portable]}
 mismatches:
   description: On failure, every fault, each with C(rank) (C(control node)), C(item), C(expected), C(actual) and C(message).
   returned: failure
@@ -489,7 +506,9 @@ def main() -> None:
                     "systems_status": {"type": "str"},
                     "systems_infra_errors": {"type": "int"},
                     "systems_model_failures": {"type": "int"},
+                    "systems_not_implemented": {"type": "int"},
                     "row_kinds": {"type": "list", "elements": "str", "choices": list(IMPLEMENTATIONS)},
+                    "client_kinds": {"type": "dict"},
                 },
             },
             "pair_dir": {"type": "path"},

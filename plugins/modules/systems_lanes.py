@@ -29,10 +29,26 @@ description:
     sampled before the first lane and after the throughput lane; acceptance rate
     C(accepted / draft_tokens), mean acceptance length C(1 + accepted / drafts) and the raw deltas.
     C(ERROR) when the counters are absent or no draft was made.
-  - C(external) - the external benchmark client of I(external_client) (r0b0bench), one row per
-    lane of I(external_client.lanes), with the status of that lane in the client's C(report.json).
-    Without I(external_client) the rows of C(bfcl_mt) and C(bfcl_ast) are C(NOT_IMPLEMENTED) with the
-    reason C(no external benchmark client configured); no score is ever made up.
+  - C(external) - the external benchmark client of I(external_client) (r0b0bench 1.0.0rc2 or newer), one
+    row per lane of I(external_client.lanes), with the status of that lane in the client's C(report.json).
+    Without I(external_client) each of those lanes is a C(NOT_IMPLEMENTED) row with the reason C(no
+    external benchmark client configured); no score is ever made up.
+  - "The quality pillars C(qa), C(ifeval), C(humaneval) and C(gsm8k) are rows of the C(external) lane too.
+    One that is not among I(external_client.lanes) is C(NOT_IMPLEMENTED) with the reason that it was not
+    measured; one that is among them is run and reported like any other r0b0bench lane. C(NOT_IMPLEMENTED)
+    rows carry no figure and no score, and do not make I(status) fail."
+  - "Before anything else, the client is asked its version (C(<python> -m r0b0bench.cli --version) in
+    I(external_client.path), answered C(r0b0bench <version>)). A version older than C(1.0.0rc2) (compared
+    with PEP 440 order, so C(1.0.0rc1) < C(1.0.0rc2) < C(1.0.0) < C(1.0.1)), or one not of the form
+    C(X.Y.Z[{a|b|rc}N][.postN][.devN]), fails the module naming the version found and the minimum; no
+    lane runs. Check mode asks too."
+  - "Every row records C(client_kind), the kind of client that measured it. The module's own lanes talk to
+    the engine's OpenAI-compatible API, so theirs is C(openai_portable). An external row takes the
+    C(backend) its lane's entry (or the entry's C(summary), or the report) states - C(openai_portable) or
+    C(vllm-bench) - else C(openai_portable), as r0b0bench's lanes are OpenAI-API clients; any other backend
+    makes the row C(ERROR). C(NOT_IMPLEMENTED) rows measured nothing and have none. Rows of both kinds in
+    one report are refused: I(status) is C(ERROR) and the report's C(reasons) names both kinds and their
+    rows."
   - "Every prompt is sent as token ids built with the server's C(POST /tokenize), headed by a nonce so
     the prefix cache cannot help, so C(usage.prompt_tokens) is known exactly. Every answer must keep
     vLLM's contract: HTTP 200, one finish chunk, exactly one usage chunk, C(prompt_tokens +
@@ -61,7 +77,8 @@ options:
   api_key:
     description:
       - The API key, when the engine requires one. Sent only in the C(Authorization) header, and to the
-        external client only as the environment variable C(OPENAI_API_KEY). Never written or returned.
+        external client only as the environment variable C(OPENAI_API_KEY) (never on its command line, never
+        in the version probe's environment). Never written or returned.
     type: str
   output_dir:
     description: Directory for C(systems.json), C(systems.md) and the external client's output; created with mode C(0750) when missing.
@@ -123,11 +140,15 @@ options:
     default: {}
   external_client:
     description:
-      - The external benchmark client (an r0b0bench checkout). It runs as
-        C(<python> -m r0b0bench run --profile systems --base-url <base_url>/v1 --model <model>
-        --output <output_dir>/r0b0bench --only <lanes> --run-id systems-<run id>) in I(path), with an
-        environment of only C(PATH), C(HOME), C(LANG), C(LC_ALL), C(TZ), C(TMPDIR), C(PYTHONUNBUFFERED)
-        and C(OPENAI_API_KEY) when I(api_key) is set.
+      - The external benchmark client (an r0b0bench 1.0.0rc2 or newer checkout), run as the original
+        wrapper runs it - C(<python> -m r0b0bench.cli run --profile systems --base-url <base_url>/v1
+        --model <model> [--tokenizer <tokenizer>] --output <output_dir>/r0b0bench --only <lanes> --run-id
+        systems-<run id>) in I(path) (r0b0bench has no C(__main__); its console script calls
+        C(r0b0bench.cli)).
+      - "The child's environment is only C(PATH), C(HOME), C(LANG), C(LC_ALL), C(TZ), C(TMPDIR) (from the
+        module's own), C(PYTHONUNBUFFERED=1), the BFCL settings below - C(R0B0BENCH_AQUILA_SCRIPTS),
+        C(R0B0BENCH_BFCL_PYTHON) when set, C(BFCL_NUM_THREADS), C(BFCL_HTTP_TIMEOUT), C(BFCL_MAX_TOKENS) - and
+        C(OPENAI_API_KEY) when I(api_key) is set. None of them is taken from the module's environment."
       - Its C(report.json) gives the status of each lane; a lane missing from it is C(NOT_IMPLEMENTED),
         an unreadable report makes every external row C(ERROR).
     type: dict
@@ -141,20 +162,52 @@ options:
         type: path
         required: true
       lanes:
-        description: The external lanes to run (C(--only)).
+        description:
+          - The external lanes to run (C(--only)); by default the original wrapper's list, in its order. NIAH
+            is left out on purpose - it runs on the long-1m profile (M(gb10.dspark.niah)).
+          - A quality pillar (C(qa), C(ifeval), C(humaneval), C(gsm8k)) listed here is run and reported like
+            any other lane.
         type: list
         elements: str
-        default: [bfcl_mt, bfcl_ast]
+        default: [canary, bfcl_mt, bfcl_ast, latency, concurrency, throughput]
       timeout:
         description: Seconds the external client may run.
         type: float
         default: 86400
+      tokenizer:
+        description:
+          - The tokenizer the client loads (C(--tokenizer)); on a pair, the model's Hugging Face folder as the
+            head sees it. An absolute path that exists. Without it, C(--tokenizer) is not passed.
+        type: path
+      aquila_scripts:
+        description:
+          - The DSV4 BFCL served-id registry scripts folder, passed as C(R0B0BENCH_AQUILA_SCRIPTS). An
+            absolute path to an existing folder; required when C(bfcl_mt) or C(bfcl_ast) is among I(lanes).
+        type: path
+      bfcl_python:
+        description:
+          - The BFCL virtualenv's interpreter, passed as C(R0B0BENCH_BFCL_PYTHON). An absolute path to an
+            executable; required when C(bfcl_mt) or C(bfcl_ast) is among I(lanes).
+        type: path
+      bfcl_num_threads:
+        description: BFCL worker threads, passed as C(BFCL_NUM_THREADS); a positive integer.
+        type: int
+        default: 4
+      bfcl_http_timeout:
+        description: Seconds one BFCL request may take, passed as C(BFCL_HTTP_TIMEOUT); a positive integer.
+        type: int
+        default: 3600
+      bfcl_max_tokens:
+        description: Output token budget of one BFCL request, passed as C(BFCL_MAX_TOKENS); a positive integer.
+        type: int
+        default: 8192
 attributes:
   check_mode:
     support: full
     details:
       - Validates the options and returns the plan (lanes, levels, request counts, files, the external
-        command); sends no request and writes nothing.
+        command); sends no request and writes nothing. The external client is asked its version (a
+        read-only child process), so a client older than 1.0.0rc2 fails here too.
   diff_mode:
     support: full
     details: The status, finish time and row counts of the C(systems.json) in I(output_dir) before and after.
@@ -164,8 +217,8 @@ attributes:
 notes:
   - Uses the Python standard library only.
   - Row statuses are C(PASS) (figures recorded), C(FAIL) (the canary's answer, or the external client's
-    verdict), C(ERROR) and C(NOT_IMPLEMENTED). I(status) is C(PASS) only without C(ERROR) and C(FAIL) rows;
-    C(NOT_IMPLEMENTED) rows do not fail it.
+    verdict), C(ERROR) and C(NOT_IMPLEMENTED). I(status) is C(PASS) only without C(ERROR) and C(FAIL) rows
+    and without a mix of client kinds; C(NOT_IMPLEMENTED) rows do not fail it.
   - Spec-decode figures cover the suite's own lanes (the canary to the throughput lane), not the external client.
 author:
   - gb10.dspark contributors (!UNKNOWN)
@@ -206,7 +259,27 @@ EXAMPLES = r"""
       path: /opt/r0b0bench
       python: /opt/r0b0bench/.venv/bin/python
       lanes: [bfcl_mt]
+      tokenizer: /srv/dspark/models/DeepSeek-V4-Flash-0731
+      aquila_scripts: /opt/dsv4-bfcl/scripts
+      bfcl_python: /opt/bfcl/.venv/bin/python
   register: __dspark_systems_quick
+
+- name: The r0b0bench systems package as the original wrapper runs it, GSM8K measured too
+  gb10.dspark.systems_lanes:
+    model: deepseek-v4-flash-dspark
+    output_dir: /var/lib/dspark/systems/r0b0bench
+    lanes: [external]
+    external_client:
+      path: /opt/r0b0bench
+      python: /opt/r0b0bench/.venv/bin/python
+      lanes: [canary, bfcl_mt, bfcl_ast, latency, concurrency, throughput, gsm8k]
+      tokenizer: /srv/dspark/models/DeepSeek-V4-Flash-0731
+      aquila_scripts: /opt/dsv4-bfcl/scripts
+      bfcl_python: /opt/bfcl/.venv/bin/python
+      bfcl_num_threads: 4
+      bfcl_http_timeout: 3600
+      bfcl_max_tokens: 8192
+  register: __dspark_systems_r0b0bench
 """
 
 RETURN = r"""
@@ -229,30 +302,39 @@ report:
   description:
     - The C(systems.json) document; null in check mode.
     - "Keys: schema_version (1), tool, run_id, model, base_url, settings, started, finished (UTC),
-      status, counts (PASS, FAIL, ERROR, NOT_IMPLEMENTED, total), rows, spec_decode (acceptance_rate,
+      status, reasons (the refusal of a mix of client kinds; empty otherwise), client_kinds (the kinds
+      among the rows), r0b0bench_version (what the external client reported; null when it did not run),
+      counts (PASS, FAIL, ERROR, NOT_IMPLEMENTED, total), rows, spec_decode (acceptance_rate,
       mean_acceptance_length, deltas, reasons; null when the lane is not selected), files."
     - "Row keys: lane, level (the concurrency level, C(decode) or C(prefill) for throughput, the
-      external lane's name, else null), status, reasons, client (ttft_ms, itl_ms, e2e_s, tok_s,
-      tok_s_kind and lane-specific keys), server (wall_s, prompt_tokens, generation_tokens,
-      prompt_tok_s, generation_tok_s, error; the counter figures for spec_decode), samples (one per
-      request)."
+      external lane's or quality pillar's name, else null), status, reasons, client_kind
+      (C(openai_portable), C(vllm-bench), or null for a row that measured nothing), client (ttft_ms,
+      itl_ms, e2e_s, tok_s, tok_s_kind and lane-specific keys; for external rows report, backend,
+      summary, quality_pillar, argv, rc, r0b0bench_version), server (wall_s, prompt_tokens,
+      generation_tokens, prompt_tok_s, generation_tok_s, error; the counter figures for spec_decode),
+      samples (one per request)."
   returned: always
   type: dict
   sample:
     schema_version: 1
     status: PASS
-    counts: {PASS: 10, FAIL: 0, ERROR: 0, NOT_IMPLEMENTED: 2, total: 12}
+    reasons: []
+    client_kinds: [openai_portable]
+    r0b0bench_version: null
+    counts: {PASS: 10, FAIL: 0, ERROR: 0, NOT_IMPLEMENTED: 10, total: 20}
     rows:
       - lane: latency
         level: null
         status: PASS
         reasons: []
+        client_kind: openai_portable
         client: {ttft_ms: 221.9, itl_ms: 15.2, e2e_s: 2.08, tok_s: 65.8, tok_s_kind: decode, dropped_reps: [1]}
         server: {wall_s: 8.4, prompt_tokens: 120, generation_tokens: 512, prompt_tok_s: 14.3, generation_tok_s: 61.0, error: null}
     spec_decode: {acceptance_rate: 0.61, mean_acceptance_length: 4.66, reasons: [],
                   deltas: {num_drafts: 1200, num_draft_tokens: 7200, num_accepted_tokens: 4392}}
 plan:
-  description: What a run would do - steps (lane, level, requests, max_tokens), files, output_dir_exists, settings.
+  description: What a run would do - steps (lane, level, requests, max_tokens), files, output_dir_exists, settings,
+    r0b0bench_version (what the external client reported, null when it is not to run).
   returned: in check mode
   type: dict
   sample: {"steps": [{"lane": "canary", "level": null, "requests": 1, "max_tokens": 16}],
@@ -298,6 +380,11 @@ def main() -> None:
                     "python": {"type": "path", "required": True},
                     "lanes": {"type": "list", "elements": "str", "default": list(_systems.DEFAULT_EXTERNAL_LANES)},
                     "timeout": {"type": "float", "default": _systems.DEFAULT_EXTERNAL_TIMEOUT},
+                    "tokenizer": {"type": "path"},
+                    "aquila_scripts": {"type": "path"},
+                    "bfcl_python": {"type": "path"},
+                    **{key: {"type": "int", "default": default, "no_log": False}
+                       for key, _unused, default in _systems.EXTERNAL_INT_ENV},
                 },
             },
         },
@@ -313,7 +400,7 @@ def main() -> None:
         prefill_prompt_tokens=p["prefill_prompt_tokens"], request_timeout=p["request_timeout"],
         external_client=p["external_client"], context=p["context"])
     if module.check_mode:
-        result = guarded(module, lambda: _systems.plan(settings))
+        result = guarded(module, lambda: _systems.plan(settings, _systems.run_process))
     else:
         result = guarded(module, lambda: _systems.run(settings, json_client(p["base_url"], p["api_key"]),
                                                       _systems.stream_client(p["base_url"], p["api_key"]),

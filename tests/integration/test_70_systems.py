@@ -62,6 +62,13 @@ def test_lanes_follow_the_per_token_delay(sim, clean_tree, host_vars):
     assert spec["status"] == "PASS" and 0 < spec["server"]["acceptance_rate"] <= 1
     external = rows(doc, "external")
     assert external and all(r["status"] == "NOT_IMPLEMENTED" for r in external)
+    # no r0b0bench on the simulator: its default lanes and the quality pillars are shown, not scored
+    assert [r["level"] for r in external] == ["canary", "bfcl_mt", "bfcl_ast", "latency", "concurrency",
+                                              "throughput", "qa", "ifeval", "humaneval", "gsm8k"]
+    assert all(r["client_kind"] is None and r["reasons"] for r in external)
+    # the collection's own lanes are OpenAI-API clients; one kind, nothing refused
+    assert all(r["client_kind"] == "openai_portable" for r in doc["rows"] if r["lane"] != "external")
+    assert doc["client_kinds"] == ["openai_portable"] and doc["reasons"] == []
     assert "client" in latency and "server" in latency  # client and server figures are kept apart
     assert "| latency |" in (pair_dir(pair) / "systems.md").read_text()
 
@@ -112,6 +119,9 @@ def test_pubsuite_runs_end_to_end_and_resumes_without_redoing_a_stage(sim, clean
     assert any(n.startswith("niah/long-1m-") and n.endswith("niah.json") for n in names)
     # NIAH ran on long-1m and the lanes on production, both regular: no breakable/regular mix
     assert not any("mix CUDA-graph" in r for r in index["reasons"])
+    assert not any("mix client kinds" in r for r in index["reasons"])
+    assert index["results"]["client_kinds"] == ["openai_portable"]
+    assert index["results"]["systems"]["not_implemented"] == 10
 
     assert stages["pack"]["status"] == "PUBLISHABLE", index["reasons"]
     assert "all PASS, the pack is publishable" in out

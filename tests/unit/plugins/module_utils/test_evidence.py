@@ -202,6 +202,63 @@ def test_mixed_row_kinds_are_a_reason(tmp_path):
     assert p.reasons == ["result rows mix CUDA-graph implementations: breakable, regular"]
 
 
+def _systems_doc(*rows: tuple) -> dict:
+    """A systems.json of rows (lane, level, status, client_kind), as gb10.dspark.systems_lanes writes it."""
+    return {"status": "PASS", "counts": {"PASS": len(rows), "ERROR": 0, "FAIL": 0, "NOT_IMPLEMENTED": 0},
+            "rows": [{"lane": lane, "level": level, "status": status, "client_kind": kind}
+                     for lane, level, status, kind in rows]}
+
+
+def test_mixed_client_kinds_in_the_facts_are_a_reason_naming_both_and_their_sources(tmp_path):
+    p = plan(tmp_path, facts=clean_facts(client_kinds={"vllm-bench": ["bench/vllm-serve.json"],
+                                                       "openai_portable": ["serving-guard.json"]}))
+    assert p.reasons == ["result rows mix client kinds: openai_portable (serving-guard.json) and vllm-bench "
+                         "(bench/vllm-serve.json); vllm-bench and openai_portable rows are never published together"]
+    assert p.index["results"]["client_kinds"] == ["openai_portable", "vllm-bench"]
+    assert "Result row client kinds: openai_portable, vllm-bench" in p.generated[1].data.decode()
+
+
+def test_systems_rows_of_two_client_kinds_in_the_pack_are_refused(tmp_path):
+    files = sources(tmp_path)
+    doc = _systems_doc(("canary", None, "PASS", "openai_portable"), ("concurrency", 1, "PASS", "openai_portable"),
+                       ("concurrency", 2, "PASS", "openai_portable"), ("external", "throughput", "PASS", "vllm-bench"),
+                       ("external", "gsm8k", "NOT_IMPLEMENTED", None))
+    artifacts = full_artifacts(files) + [{"name": "systems.json", "kind": "systems", "content": doc}]
+    p = plan(tmp_path, artifacts=artifacts)
+    assert p.reasons == ["result rows mix client kinds: openai_portable (systems.json rows canary, concurrency) "
+                         "and vllm-bench (systems.json rows external throughput); vllm-bench and openai_portable "
+                         "rows are never published together"]
+
+
+def test_rows_of_one_client_kind_are_accepted_and_rows_without_one_do_not_count(tmp_path):
+    files = sources(tmp_path)
+    doc = _systems_doc(("latency", None, "PASS", "openai_portable"), ("external", "bfcl_mt", "PASS", "openai_portable"),
+                       ("external", "qa", "NOT_IMPLEMENTED", None))
+    artifacts = full_artifacts(files) + [{"name": "systems.json", "kind": "systems", "content": doc}]
+    p = plan(tmp_path, artifacts=artifacts, facts=clean_facts(client_kinds={"openai_portable": ["serving-guard.json"]}))
+    assert p.reasons == [] and p.index["results"]["client_kinds"] == ["openai_portable"]
+    q = plan(tmp_path / "only-vllm-bench", facts=clean_facts(client_kinds={"vllm-bench": ["bench.json"]}))
+    assert q.reasons == [] and q.index["results"]["client_kinds"] == ["vllm-bench"]
+    assert "Result row client kinds: not recorded" in plan(tmp_path / "none").generated[1].data.decode()
+
+
+def test_an_unknown_client_kind_on_a_row_is_a_reason(tmp_path):
+    files = sources(tmp_path)
+    doc = _systems_doc(("latency", None, "PASS", "curl"))
+    artifacts = full_artifacts(files) + [{"name": "systems.json", "kind": "systems", "content": doc}]
+    p = plan(tmp_path, artifacts=artifacts)
+    assert p.reasons == ["client kind curl of systems.json rows latency is unknown, expected openai_portable or "
+                         "vllm-bench"]
+
+
+def test_bad_client_kind_facts_are_refused(tmp_path):
+    with pytest.raises(IdentityError) as info:
+        plan(tmp_path, facts=clean_facts(client_kinds={"curl": ["x.json"], "vllm-bench": "bench.json"}))
+    text = str(info.value)
+    assert "facts.client_kinds key is 'curl', expected openai_portable or vllm-bench" in text
+    assert "facts.client_kinds.vllm-bench is 'bench.json', expected a list of sources (strings)" in text
+
+
 def test_rows_of_another_implementation_than_the_profile_are_a_reason(tmp_path):
     p = plan(tmp_path, facts=clean_facts(row_kinds=["breakable"]))
     assert p.reasons == ["result rows are breakable, but profile production runs regular"]
@@ -588,6 +645,40 @@ def test_discovered_systems_lanes_with_error_rows_are_a_reason(tmp_path):
     assert "systems lanes status is ERROR, expected PASS" in text
     assert "systems lanes counted 2 infra error(s)" in text
     assert plan.index["results"]["systems"]["status"] == "ERROR"
+
+
+def test_discovered_client_kinds_from_systems_and_guard_are_judged_together(tmp_path):
+    pair, tree = pair_folder(tmp_path)
+    guard = json.loads((pair / "serving-guard.json").read_text())
+    guard["context"]["client_kind"] = "vllm-bench"  # a guard that says who measured it
+    _put(pair / "serving-guard.json", guard)
+    doc = _systems_doc(("latency", None, "PASS", "openai_portable"), ("external", "qa", "NOT_IMPLEMENTED", None),
+                       ("external", "gsm8k", "NOT_IMPLEMENTED", None))
+    doc["counts"]["NOT_IMPLEMENTED"] = 2
+    doc["context"] = {"cudagraph_implementation": "regular"}
+    _put(pair / "systems.json", doc)
+    artifacts, facts = ev.discover(str(pair), str(tree))
+    assert facts["client_kinds"] == {"vllm-bench": ["serving-guard.json"]}
+    assert facts["systems_not_implemented"] == 2
+    facts = ev.merge_facts(facts, {"pin": clean_facts()["pin"], "manifest_sha256": MANIFEST})
+    plan = ev.plan_pack(str(tmp_path / "pack"), "sim01", "r3", "pubsuite", artifacts, facts=facts, now=NOW)
+    assert ("result rows mix client kinds: openai_portable (systems.json rows latency) and vllm-bench "
+            "(serving-guard.json); vllm-bench and openai_portable rows are never published together") in plan.reasons
+    assert plan.index["results"]["systems"]["not_implemented"] == 2
+    md = plan.generated[1].data.decode()
+    assert "Systems rows NOT_IMPLEMENTED (not measured, no score, not failures): 2" in md
+
+
+def test_discovered_systems_lanes_of_one_kind_add_no_reason(tmp_path):
+    pair, tree = pair_folder(tmp_path)
+    _put(pair / "systems.json", dict(_systems_doc(("canary", None, "PASS", "openai_portable")),
+                                     context={"cudagraph_implementation": "regular"}))
+    artifacts, facts = ev.discover(str(pair), str(tree))
+    assert "client_kinds" not in facts  # neither the guard nor NIAH states one here
+    facts = ev.merge_facts(facts, {"pin": clean_facts()["pin"], "manifest_sha256": MANIFEST})
+    plan = ev.plan_pack(str(tmp_path / "pack"), "sim01", "r4", "pubsuite", artifacts, facts=facts, now=NOW)
+    assert not any("client kinds" in r for r in plan.reasons)
+    assert plan.index["results"]["client_kinds"] == ["openai_portable"]
 
 
 # --- one redaction rule for every file of the pack (issue 21) -------------------------------------------

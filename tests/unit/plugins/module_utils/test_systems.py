@@ -2,6 +2,7 @@
 against the real engine stand-in (``sim/engine/bin/vllm serve``) run as a local process."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import statistics
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import standin
+from tests.support import fake_r0b0bench, standin
 
 from ansible_collections.gb10.dspark.plugins.module_utils import _systems as S
 from ansible_collections.gb10.dspark.plugins.module_utils._http import json_client
@@ -310,10 +311,20 @@ def test_external_rows_from_a_report():
 def _external_settings(tmp_path: Path, **ext) -> S.Settings:
     checkout = tmp_path / "r0b0bench"
     checkout.mkdir(exist_ok=True)
-    client = {"path": str(checkout), "python": sys.executable, "lanes": ["bfcl_mt", "bfcl_ast"], "timeout": 60.0}
+    scripts = tmp_path / "dsv4-bfcl-scripts"
+    scripts.mkdir(exist_ok=True)
+    client = {"path": str(checkout), "python": sys.executable, "lanes": ["bfcl_mt", "bfcl_ast"], "timeout": 60.0,
+              "aquila_scripts": str(scripts), "bfcl_python": sys.executable}
     client.update(ext)
     return S.Settings(model=SERVED, output_dir=str(tmp_path / "out"), base_url="http://head:8888",
                       lanes=("external",), external_client=client)
+
+
+def _answers_version(argv: list, version: str = "1.0.0rc2") -> tuple | None:
+    """What a client answers to the version probe, or None when ``argv`` is not the probe."""
+    if argv[1:] == ["-m", "r0b0bench.cli", "--version"]:
+        return 0, f"r0b0bench {version}\n", ""
+    return None
 
 
 def test_external_client_runs_with_a_clean_env_and_its_report_is_parsed(tmp_path, monkeypatch):
@@ -322,6 +333,9 @@ def test_external_client_runs_with_a_clean_env_and_its_report_is_parsed(tmp_path
 
     def fake_run(argv, cwd, env, timeout):
         calls.append((argv, cwd, env, timeout))
+        probe = _answers_version(argv)
+        if probe:
+            return probe
         out = argv[argv.index("--output") + 1]
         run_dir = Path(out) / argv[argv.index("--run-id") + 1]
         run_dir.mkdir(parents=True)
@@ -332,27 +346,30 @@ def test_external_client_runs_with_a_clean_env_and_its_report_is_parsed(tmp_path
     s = _external_settings(tmp_path)
     # nothing is listening at http://head:8888: the external lane alone sends no request itself
     result = S.run(s, call=None, post=None, api_key="sk-live", runner=fake_run)
-    (argv, cwd, env, timeout), = calls
+    (probe_argv, _unused, probe_env, _unused), (argv, cwd, env, timeout) = calls
+    assert probe_argv == [sys.executable, "-m", "r0b0bench.cli", "--version"] and "OPENAI_API_KEY" not in probe_env
     out_root = str(tmp_path / "out" / "r0b0bench")
-    assert argv[:13] == [sys.executable, "-m", "r0b0bench", "run", "--profile", "systems", "--base-url",
+    assert argv[:13] == [sys.executable, "-m", "r0b0bench.cli", "run", "--profile", "systems", "--base-url",
                          "http://head:8888/v1", "--model", SERVED, "--output", out_root, "--only"]
     assert argv[13] == "bfcl_mt,bfcl_ast" and argv[14] == "--run-id" and argv[15].startswith("systems-")
     assert cwd == str(tmp_path / "r0b0bench") and timeout == 60.0
     assert env["OPENAI_API_KEY"] == "sk-live" and "SOME_SECRET_TOKEN" not in env
+    assert not any("sk-live" in str(a) for a in argv)
     rows = result["report"]["rows"]
-    assert [(r["level"], r["status"]) for r in rows] == [("bfcl_mt", "PASS"), ("bfcl_ast", "NOT_IMPLEMENTED")]
+    assert [(r["level"], r["status"]) for r in rows[:2]] == [("bfcl_mt", "PASS"), ("bfcl_ast", "NOT_IMPLEMENTED")]
     assert rows[0]["client"]["report"] == os.path.join(out_root, argv[15], "report.json")
     assert rows[0]["client"]["summary"] == {"accuracy": 0.755}
+    assert rows[0]["client"]["r0b0bench_version"] == "1.0.0rc2" == result["report"]["r0b0bench_version"]
     assert result["status"] == "PASS"
     assert "sk-live" not in (tmp_path / "out" / "systems.json").read_text()
 
 
 def test_external_client_without_a_report_is_error_and_the_key_is_scrubbed(tmp_path):
     def fake_run(argv, cwd, env, timeout):
-        return 2, "", "Traceback: connection refused with key sk-live"
+        return _answers_version(argv) or (2, "", "Traceback: connection refused with key sk-live")
 
     result = S.run(_external_settings(tmp_path), call=None, post=None, api_key="sk-live", runner=fake_run)
-    rows = result["report"]["rows"]
+    rows = [r for r in result["report"]["rows"] if r["level"] in ("bfcl_mt", "bfcl_ast")]
     assert [r["status"] for r in rows] == ["ERROR", "ERROR"]
     assert "the client exited 2" in rows[0]["reasons"][0] and "********" in rows[0]["reasons"][0]
     assert "sk-live" not in json.dumps(result)
@@ -370,10 +387,254 @@ def test_unconfigured_external_lanes_are_not_implemented(tmp_path):
     s = S.Settings(model=SERVED, output_dir=str(tmp_path / "out"), lanes=("external",))
     result = S.run(s, call=None, post=None, runner=lambda *a: pytest.fail("must not run"))
     rows = result["report"]["rows"]
-    assert [(r["level"], r["status"], r["reasons"]) for r in rows] == [
-        ("bfcl_mt", "NOT_IMPLEMENTED", [S.NO_EXTERNAL]), ("bfcl_ast", "NOT_IMPLEMENTED", [S.NO_EXTERNAL])]
-    assert all(r["client"]["tok_s"] is None for r in rows)
-    assert result["status"] == "PASS" and result["report"]["counts"]["NOT_IMPLEMENTED"] == 2
+    assert [(r["level"], r["status"], r["reasons"]) for r in rows[:6]] == [
+        (name, "NOT_IMPLEMENTED", [S.NO_EXTERNAL])
+        for name in ("canary", "bfcl_mt", "bfcl_ast", "latency", "concurrency", "throughput")]
+    assert [(r["level"], r["status"]) for r in rows[6:]] == [
+        ("qa", "NOT_IMPLEMENTED"), ("ifeval", "NOT_IMPLEMENTED"), ("humaneval", "NOT_IMPLEMENTED"),
+        ("gsm8k", "NOT_IMPLEMENTED")]
+    assert all(r["client"]["tok_s"] is None and r["client_kind"] is None for r in rows)
+    assert result["status"] == "PASS" and result["report"]["counts"]["NOT_IMPLEMENTED"] == 10
+    assert result["report"]["counts"]["ERROR"] == 0 and result["report"]["reasons"] == []
+
+
+# ---- the seed's r0b0bench run (issue 16) -------------------------------------------------------
+ORDERED_VERSIONS = ["0.9.9", "1.0.0.dev1", "1.0.0a1", "1.0.0a2.post1", "1.0.0b1", "1.0.0rc1", "1.0.0rc2.dev3",
+                    "1.0.0rc2", "1.0.0rc2.post1.dev1", "1.0.0rc2.post1", "1.0.0", "1.0.0.post1", "1.0.1", "1.0.10",
+                    "1.1", "10.0.0"]
+
+
+def test_versions_compare_with_pep440_semantics():
+    keys = [S.version_key(v) for v in ORDERED_VERSIONS]
+    assert all(k is not None for k in keys)
+    assert all(a < b for a, b in zip(keys, keys[1:])), ORDERED_VERSIONS
+    assert sorted(reversed(ORDERED_VERSIONS), key=S.version_key) == ORDERED_VERSIONS
+    assert S.version_key("1.0") == S.version_key("1.0.0") == S.version_key("1")
+    assert S.version_key("1.0.0RC2") == S.version_key("1.0.0rc2")
+    for bad in ("", "v1.0.0", "1.0.0rc", "1.0.0-beta", "1.0.0+local", "latest", "1..0", "1.0.0rc2.dev1.post1", None):
+        assert S.version_key(bad) is None, bad
+
+
+def test_the_version_floor_is_1_0_0rc2():
+    assert S.MIN_R0B0BENCH_VERSION == "1.0.0rc2"
+    assert [v for v in ORDERED_VERSIONS if S.version_at_least(v, S.MIN_R0B0BENCH_VERSION)] == ORDERED_VERSIONS[7:]
+
+
+def _seed_client(tmp_path: Path, **ext) -> dict:
+    tokenizer = tmp_path / "DeepSeek-V4-Flash-0731" / "hf"
+    tokenizer.mkdir(parents=True, exist_ok=True)
+    scripts = tmp_path / "dsv4-bfcl-scripts"
+    scripts.mkdir(exist_ok=True)
+    client = {"path": str(tmp_path / "r0b0bench"), "python": sys.executable, "timeout": 60.0,
+              "tokenizer": str(tokenizer), "aquila_scripts": str(scripts), "bfcl_python": sys.executable}
+    client.update(ext)
+    return client
+
+
+def test_external_argv_is_the_seed_command():
+    ext = {"python": "/opt/rb/.venv/bin/python", "tokenizer": "/models/dsv4/hf"}
+    argv = S.external_argv(ext, "http://127.0.0.1:8888/", SERVED, "/out/r0b0bench", "systems-x")
+    assert argv == ["/opt/rb/.venv/bin/python", "-m", "r0b0bench.cli", "run", "--profile", "systems",
+                    "--base-url", "http://127.0.0.1:8888/v1", "--model", SERVED, "--tokenizer", "/models/dsv4/hf",
+                    "--output", "/out/r0b0bench", "--only", "canary,bfcl_mt,bfcl_ast,latency,concurrency,throughput",
+                    "--run-id", "systems-x"]
+    assert "--tokenizer" not in S.external_argv({"python": "p", "lanes": ["latency"]}, "u", "m", "o", "r")
+
+
+def test_external_env_carries_the_bfcl_settings_and_nothing_else():
+    environ = {"PATH": "/bin", "HOME": "/root", "AWS_SECRET_ACCESS_KEY": "nope", "BFCL_NUM_THREADS": "99",
+               "R0B0BENCH_AQUILA_SCRIPTS": "/elsewhere"}
+    ext = {"aquila_scripts": "/srv/dsv4-bfcl/scripts", "bfcl_python": "/srv/bfcl/.venv/bin/python"}
+    assert S.external_env("sk-abc", environ, ext) == {
+        "PATH": "/bin", "HOME": "/root", "PYTHONUNBUFFERED": "1", "OPENAI_API_KEY": "sk-abc",
+        "R0B0BENCH_AQUILA_SCRIPTS": "/srv/dsv4-bfcl/scripts", "R0B0BENCH_BFCL_PYTHON": "/srv/bfcl/.venv/bin/python",
+        "BFCL_NUM_THREADS": "4", "BFCL_HTTP_TIMEOUT": "3600", "BFCL_MAX_TOKENS": "8192"}
+    env = S.external_env(None, environ, {"bfcl_num_threads": 2, "bfcl_http_timeout": 60, "bfcl_max_tokens": 512})
+    assert (env["BFCL_NUM_THREADS"], env["BFCL_HTTP_TIMEOUT"], env["BFCL_MAX_TOKENS"]) == ("2", "60", "512")
+    assert "R0B0BENCH_AQUILA_SCRIPTS" not in env and "OPENAI_API_KEY" not in env
+
+
+def test_external_bench_options_are_validated(tmp_path):
+    def messages(**ext) -> list[str]:
+        s = S.Settings(model=SERVED, output_dir=str(tmp_path / "out"), lanes=("external",),
+                       external_client=_seed_client(tmp_path, **ext))
+        return [m.message for m in S.validate(s)]
+
+    (tmp_path / "r0b0bench").mkdir()
+    assert messages() == []
+    got = messages(tokenizer="models/hf", aquila_scripts="scripts", bfcl_python="venv/bin/python")
+    assert "rank head: option external_client.tokenizer is models/hf, expected an absolute path" in got
+    assert "rank head: option external_client.aquila_scripts is scripts, expected an absolute path" in got
+    assert "rank head: option external_client.bfcl_python is venv/bin/python, expected an absolute path" in got
+    got = messages(bfcl_num_threads=0, bfcl_http_timeout=-5, bfcl_max_tokens=True)
+    assert "rank head: option external_client.bfcl_num_threads is 0, expected a positive integer" in got
+    assert "rank head: option external_client.bfcl_http_timeout is -5, expected a positive integer" in got
+    assert "rank head: option external_client.bfcl_max_tokens is true, expected a positive integer" in got
+    got = messages(tokenizer=str(tmp_path / "no-such-hf"), aquila_scripts=str(tmp_path / "no-scripts"))
+    assert f"rank head: option external_client.tokenizer is {tmp_path}/no-such-hf, expected an existing " \
+           "tokenizer file or model folder" in got
+    assert any(m.startswith(f"rank head: option external_client.aquila_scripts is {tmp_path}/no-scripts, expected "
+                            "an existing folder") for m in got)
+    # the BFCL lanes cannot run without the served-id registry scripts and the BFCL interpreter
+    got = messages(aquila_scripts=None, bfcl_python=None)
+    assert "rank head: option external_client.aquila_scripts is absent, expected the DSV4 BFCL registry scripts " \
+           "folder (lanes bfcl_mt, bfcl_ast need it)" in got
+    assert "rank head: option external_client.bfcl_python is absent, expected the BFCL virtualenv's python " \
+           "(lanes bfcl_mt, bfcl_ast need it)" in got
+    assert messages(aquila_scripts=None, bfcl_python=None, lanes=["latency", "throughput"]) == []
+
+
+def test_the_seed_run_reaches_the_client_with_its_options_and_only_its_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("SOME_SECRET_TOKEN", "do-not-pass")
+    monkeypatch.setenv("BFCL_NUM_THREADS", "64")  # the caller's own setting never leaks into the child
+    fake_r0b0bench.make_checkout(tmp_path / "r0b0bench")
+    client = _seed_client(tmp_path)
+    s = S.Settings(model=SERVED, output_dir=str(tmp_path / "out"), base_url="http://head:8888",
+                   lanes=("external",), external_client=client)
+    result = S.run(s, call=None, post=None, api_key="sk-live-seed")  # the real runner: a child process
+    seen = fake_r0b0bench.seen(tmp_path / "out" / "r0b0bench")
+    run_id = seen["argv"][seen["argv"].index("--run-id") + 1]
+    assert seen["argv"] == ["run", "--profile", "systems", "--base-url", "http://head:8888/v1", "--model", SERVED,
+                            "--tokenizer", client["tokenizer"], "--output", str(tmp_path / "out" / "r0b0bench"),
+                            "--only", "canary,bfcl_mt,bfcl_ast,latency,concurrency,throughput", "--run-id", run_id]
+    assert seen["cwd"] == str(tmp_path / "r0b0bench")
+    env = seen["env"]
+    assert env["R0B0BENCH_AQUILA_SCRIPTS"] == client["aquila_scripts"]
+    assert env["R0B0BENCH_BFCL_PYTHON"] == sys.executable
+    assert (env["BFCL_NUM_THREADS"], env["BFCL_HTTP_TIMEOUT"], env["BFCL_MAX_TOKENS"]) == ("4", "3600", "8192")
+    assert env["OPENAI_API_KEY"] == "sha256:" + hashlib.sha256(b"sk-live-seed").hexdigest()
+    allowed = set(S.EXTERNAL_ENV_KEYS) | {"PYTHONUNBUFFERED", "OPENAI_API_KEY", "R0B0BENCH_AQUILA_SCRIPTS",
+                                          "R0B0BENCH_BFCL_PYTHON", "BFCL_NUM_THREADS", "BFCL_HTTP_TIMEOUT",
+                                          "BFCL_MAX_TOKENS"}
+    assert set(env) <= allowed, set(env) - allowed
+    report = result["report"]
+    assert [(r["level"], r["status"], r["client_kind"]) for r in report["rows"]] == [
+        ("canary", "PASS", "openai_portable"), ("bfcl_mt", "PASS", "openai_portable"),
+        ("bfcl_ast", "PASS", "openai_portable"), ("latency", "PASS", "openai_portable"),
+        ("concurrency", "PASS", "openai_portable"), ("throughput", "PASS", "openai_portable"),
+        ("qa", "NOT_IMPLEMENTED", None), ("ifeval", "NOT_IMPLEMENTED", None), ("humaneval", "NOT_IMPLEMENTED", None),
+        ("gsm8k", "NOT_IMPLEMENTED", None)]
+    assert report["r0b0bench_version"] == "1.0.0rc2" and report["client_kinds"] == ["openai_portable"]
+    recorded = report["settings"]["external_client"]
+    assert recorded["tokenizer"] == client["tokenizer"] and recorded["bfcl_num_threads"] == 4
+    everything = json.dumps(result) + (tmp_path / "out" / "systems.md").read_text()
+    assert "sk-live-seed" not in everything and "OPENAI_API_KEY" not in everything
+
+
+@pytest.mark.parametrize("found", ["1.0.0rc1", "1.0.0b9", "0.9.0"])
+def test_an_older_r0b0bench_is_refused_before_any_lane(tmp_path, found):
+    fake_r0b0bench.make_checkout(tmp_path / "r0b0bench", version=found)
+    s = S.Settings(model=SERVED, output_dir=str(tmp_path / "out"), lanes=("canary", "external"),
+                   external_client=_seed_client(tmp_path))
+    with pytest.raises(IdentityError) as info:
+        S.run(s, call=lambda *a: pytest.fail("no lane may run"), post=None)
+    assert str(info.value).startswith(f"rank head: r0b0bench version is {found}, expected 1.0.0rc2 or newer")
+    assert not (tmp_path / "out").exists()  # nothing written, no r0b0bench run
+
+
+@pytest.mark.parametrize("found", ["1.0.0rc2", "1.0.0", "1.0.1"])
+def test_r0b0bench_at_or_above_the_floor_is_accepted_in_check_mode(tmp_path, found):
+    fake_r0b0bench.make_checkout(tmp_path / "r0b0bench", version=found)
+    s = S.Settings(model=SERVED, output_dir=str(tmp_path / "out"), lanes=("external",),
+                   external_client=_seed_client(tmp_path))
+    got = S.plan(s)
+    assert got["plan"]["r0b0bench_version"] == found and not (tmp_path / "out").exists()
+
+
+def test_check_mode_refuses_an_older_r0b0bench_too(tmp_path):
+    fake_r0b0bench.make_checkout(tmp_path / "r0b0bench", version="1.0.0rc1")
+    s = S.Settings(model=SERVED, output_dir=str(tmp_path / "out"), lanes=("external",),
+                   external_client=_seed_client(tmp_path))
+    with pytest.raises(IdentityError, match=r"r0b0bench version is 1\.0\.0rc1, expected 1\.0\.0rc2 or newer"):
+        S.plan(s)
+
+
+@pytest.mark.parametrize("found, match", [
+    ("1.0.0-beta", r"r0b0bench in .* reports version 1\.0\.0-beta, which this check cannot compare .*"
+                   r"expected 1\.0\.0rc2 or newer"),
+    (None, r"r0b0bench in .* did not report its version .* exited 2.*expected 'r0b0bench <version>', "
+           r"1\.0\.0rc2 or newer"),
+])
+def test_an_unparsable_or_missing_version_is_refused(tmp_path, found, match):
+    fake_r0b0bench.make_checkout(tmp_path / "r0b0bench", version=found)
+    s = S.Settings(model=SERVED, output_dir=str(tmp_path / "out"), lanes=("external",),
+                   external_client=_seed_client(tmp_path))
+    with pytest.raises(CheckError, match=match):
+        S.run(s, call=None, post=None)
+    assert not (tmp_path / "out").exists()
+
+
+def test_quality_pillars_are_not_implemented_unless_configured_and_run_when_they_are(tmp_path):
+    lanes = {"latency": {"summary": {"backend": "openai_portable"}},
+             "gsm8k": {"status": "PASS", "summary": {"accuracy": 0.905, "n": 200}}}
+    fake_r0b0bench.make_checkout(tmp_path / "r0b0bench", lanes=lanes)
+    client = _seed_client(tmp_path, lanes=["latency", "gsm8k"])
+    s = S.Settings(model=SERVED, output_dir=str(tmp_path / "out"), lanes=("external",), external_client=client)
+    result = S.run(s, call=None, post=None)
+    rows = {r["level"]: r for r in result["report"]["rows"]}
+    assert list(rows) == ["latency", "gsm8k", "qa", "ifeval", "humaneval"]
+    # a configured pillar is run and reported like any other r0b0bench lane
+    assert rows["gsm8k"]["status"] == "PASS" and rows["gsm8k"]["client"]["summary"]["accuracy"] == 0.905
+    assert "--only" in rows["gsm8k"]["client"]["argv"] and "latency,gsm8k" in rows["gsm8k"]["client"]["argv"]
+    for name in ("qa", "ifeval", "humaneval"):
+        row = rows[name]
+        assert row["status"] == "NOT_IMPLEMENTED" and row["client_kind"] is None
+        assert row["reasons"] == [f"quality pillar {name}: not among the external client's lanes, so not measured; "
+                                  "no score is reported"]
+        assert row["client"]["quality_pillar"] is True and row["client"].get("summary") is None
+    report = result["report"]
+    assert result["status"] == "PASS" and report["counts"]["NOT_IMPLEMENTED"] == 3 and report["counts"]["ERROR"] == 0
+    md = (tmp_path / "out" / "systems.md").read_text()
+    assert "| external | humaneval | NOT_IMPLEMENTED | - | - | - | - | - | quality pillar humaneval: not among" in md
+    assert "NOT_IMPLEMENTED rows were not measured" in md
+
+
+def test_a_pillar_the_client_leaves_out_of_its_report_stays_not_implemented(tmp_path):
+    # r0b0bench 1.0.0rc2's systems profile has no quality lanes: --only qa is left out of its report
+    fake_r0b0bench.make_checkout(tmp_path / "r0b0bench", lanes={"latency": {}})
+    client = _seed_client(tmp_path, lanes=["latency", "qa"])
+    s = S.Settings(model=SERVED, output_dir=str(tmp_path / "out"), lanes=("external",), external_client=client)
+    rows = {r["level"]: r for r in S.run(s, call=None, post=None)["report"]["rows"]}
+    assert rows["qa"]["status"] == "NOT_IMPLEMENTED" and "absent from" in rows["qa"]["reasons"][0]
+    assert rows["qa"]["client_kind"] is None and rows["qa"]["client"]["summary"] is None
+
+
+def test_external_rows_take_their_client_kind_from_the_report():
+    report = {"backend": "vllm_bench", "lanes": [
+        {"lane_id": "latency", "status": "PASS", "summary": {"backend": "openai_portable"}},
+        {"lane_id": "throughput", "status": "PASS", "backend": "vllm-bench"},
+        {"lane_id": "canary", "status": "PASS"},
+        {"lane_id": "perf", "status": "PASS", "summary": {"backend": "sglang-bench"}},
+        {"lane_id": "bfcl_mt", "status": "NOT_IMPLEMENTED"}]}
+    rows = {r["level"]: r for r in S.external_rows(["latency", "throughput", "canary", "perf", "bfcl_mt"], report,
+                                                   "/o/report.json", None)}
+    assert rows["latency"]["client_kind"] == "openai_portable"
+    assert rows["throughput"]["client_kind"] == "vllm-bench"
+    assert rows["canary"]["client_kind"] == "vllm-bench"  # the report's own backend, normalised
+    assert rows["perf"]["status"] == "ERROR" and rows["perf"]["client_kind"] is None
+    assert 'backend is "sglang-bench", expected openai_portable or vllm-bench' in rows["perf"]["reasons"][0]
+    assert rows["bfcl_mt"]["client_kind"] is None
+    plain = S.external_rows(["canary"], {"lanes": [{"lane_id": "canary", "status": "PASS"}]}, "/o/r.json", None)
+    assert plain[0]["client_kind"] == "openai_portable"  # r0b0bench lanes are OpenAI-API clients
+
+
+def test_a_report_mixing_client_kinds_is_refused_naming_both(tmp_path):
+    lanes = {"canary": {}, "latency": {"summary": {"backend": "openai_portable"}},
+             "throughput": {"summary": {"backend": "vllm-bench"}}}
+    fake_r0b0bench.make_checkout(tmp_path / "r0b0bench", lanes=lanes)
+    client = _seed_client(tmp_path, lanes=["canary", "latency", "throughput"])
+    s = S.Settings(model=SERVED, output_dir=str(tmp_path / "out"), lanes=("external",), external_client=client)
+    result = S.run(s, call=None, post=None)
+    report = result["report"]
+    assert result["status"] == "ERROR" == report["status"]
+    assert report["reasons"] == ["rows mix client kinds: openai_portable (external canary, external latency) and "
+                                 "vllm-bench (external throughput); vllm-bench and openai_portable rows are never "
+                                 "reported together"]
+    assert report["client_kinds"] == ["openai_portable", "vllm-bench"]
+    assert report["counts"]["ERROR"] == 0  # the rows themselves measured; the report refuses their mix
+    md = (tmp_path / "out" / "systems.md").read_text()
+    assert "- refused: rows mix client kinds: openai_portable (external canary, external latency)" in md
+    assert "- client kinds: openai_portable, vllm-bench" in md
 
 
 # ---- setup problems ------------------------------------------------------------------------------
@@ -407,8 +668,10 @@ def test_plan_sends_nothing_and_lists_the_steps(tmp_path):
     assert got["changed"] is False and got["report"] is None and not (tmp_path / "out").exists()
     steps = [(x["lane"], x["level"], x.get("requests")) for x in got["plan"]["steps"]]
     assert steps == [("canary", None, 1), ("latency", None, 3), ("concurrency", 1, 2), ("concurrency", 2, 4),
-                     ("throughput", "decode", 2), ("throughput", "prefill", 2), ("spec_decode", None, 0),
-                     ("external", "bfcl_mt", None), ("external", "bfcl_ast", None)]
+                     ("throughput", "decode", 2), ("throughput", "prefill", 2), ("spec_decode", None, 0)] + [
+        ("external", name, None) for name in ("canary", "bfcl_mt", "bfcl_ast", "latency", "concurrency", "throughput",
+                                              "qa", "ifeval", "humaneval", "gsm8k")]
+    assert {x["status"] for x in got["plan"]["steps"] if x["lane"] == "external"} == {"NOT_IMPLEMENTED"}
 
 
 # ---- whole suites against the engine stand-in -------------------------------------------------
@@ -418,14 +681,28 @@ def test_suite_passes_and_writes_both_files(suite):
     assert result["changed"] is True and result["status"] == "PASS" == report["status"]
     assert [(r["lane"], r["level"], r["status"]) for r in report["rows"]] == [
         ("canary", None, "PASS"), ("latency", None, "PASS"), ("concurrency", 1, "PASS"), ("concurrency", 2, "PASS"),
-        ("throughput", "decode", "PASS"), ("throughput", "prefill", "PASS"), ("spec_decode", None, "PASS"),
-        ("external", "bfcl_mt", "NOT_IMPLEMENTED"), ("external", "bfcl_ast", "NOT_IMPLEMENTED")]
-    assert report["counts"] == {"PASS": 7, "FAIL": 0, "ERROR": 0, "NOT_IMPLEMENTED": 2, "total": 9}
+        ("throughput", "decode", "PASS"), ("throughput", "prefill", "PASS"), ("spec_decode", None, "PASS")] + [
+        ("external", name, "NOT_IMPLEMENTED") for name in ("canary", "bfcl_mt", "bfcl_ast", "latency", "concurrency",
+                                                           "throughput", "qa", "ifeval", "humaneval", "gsm8k")]
+    assert report["counts"] == {"PASS": 7, "FAIL": 0, "ERROR": 0, "NOT_IMPLEMENTED": 10, "total": 17}
     assert json.loads((out / "systems.json").read_text()) == report
     assert report["schema_version"] == 1 and report["started"] <= report["finished"]
     md = (out / "systems.md").read_text()
     assert md.count("\n| ") == 1 + len(report["rows"]) and "| concurrency | 2 | PASS |" in md
     assert _row(report, "canary")["client"]["answer"] == "133"
+
+
+def test_suite_rows_record_their_client_kind(suite):
+    out, result = suite
+    report = result["report"]
+    own = [r for r in report["rows"] if r["lane"] != "external"]
+    assert own and all(r["client_kind"] == "openai_portable" for r in own)
+    # NOT_IMPLEMENTED rows measured nothing: no client made them
+    assert all(r["client_kind"] is None for r in report["rows"] if r["lane"] == "external")
+    assert report["client_kinds"] == ["openai_portable"] and report["reasons"] == []
+    assert report["r0b0bench_version"] is None
+    md = (out / "systems.md").read_text()
+    assert "- client kinds: openai_portable\n" in md and "refused" not in md
 
 
 def test_suite_itl_matches_the_engine_token_delay(suite):

@@ -156,3 +156,23 @@ def test_src_and_content_together_are_refused_by_the_argument_spec(tmp_path, run
     result = run_module(evidence_pack, a)
     assert result["failed"] is True and "mutually exclusive" in result["msg"]
     assert not (run_dir / "runs").exists()
+
+
+def test_a_mix_of_client_kinds_makes_the_pack_invalid(tmp_path, run_dir, run_module):
+    a = args(tmp_path, run_dir)
+    a["artifacts"].append({"name": "systems.json", "kind": "systems", "content": {
+        "status": "PASS", "rows": [{"lane": "latency", "level": None, "status": "PASS", "client_kind": "openai_portable"}]}})
+    a["facts"]["client_kinds"] = {"vllm-bench": ["vllm-bench/serve.json"]}
+    result = run_module(evidence_pack, a)
+    assert result["failed"] is False and result["invalid_for_publish"] is True
+    assert result["reasons"] == ["result rows mix client kinds: openai_portable (systems.json rows latency) and "
+                                 "vllm-bench (vllm-bench/serve.json); vllm-bench and openai_portable rows are never "
+                                 "published together"]
+    assert result["index"]["results"]["client_kinds"] == ["openai_portable", "vllm-bench"]
+
+
+def test_one_client_kind_keeps_the_pack_publishable(tmp_path, run_dir, run_module):
+    a = args(tmp_path, run_dir)
+    a["facts"]["client_kinds"] = {"openai_portable": ["serving-guard.json"]}
+    result = run_module(evidence_pack, a)
+    assert result["failed"] is False and result["invalid_for_publish"] is False, result["reasons"]

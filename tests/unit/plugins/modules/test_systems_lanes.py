@@ -2,6 +2,7 @@
 (``sim/engine/bin/vllm serve``, a plain local process), in run, check and diff mode."""
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import threading
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import standin
+from tests.support import fake_r0b0bench, standin
 
 from ansible_collections.gb10.dspark.plugins.modules import systems_lanes
 
@@ -47,7 +48,10 @@ def test_run_writes_the_report_and_returns_it(run_module, engine, tmp_path):
     assert statuses[:7] == [("canary", None, "PASS"), ("latency", None, "PASS"), ("concurrency", 1, "PASS"),
                             ("concurrency", 2, "PASS"), ("throughput", "decode", "PASS"),
                             ("throughput", "prefill", "PASS"), ("spec_decode", None, "PASS")]
-    assert [s for _unused, _unused, s in statuses[7:]] == ["NOT_IMPLEMENTED", "NOT_IMPLEMENTED"]
+    assert [(lane, level, s) for lane, level, s in statuses[7:]] == [
+        ("external", name, "NOT_IMPLEMENTED") for name in ("canary", "bfcl_mt", "bfcl_ast", "latency", "concurrency",
+                                                           "throughput", "qa", "ifeval", "humaneval", "gsm8k")]
+    assert report["client_kinds"] == ["openai_portable"] and report["reasons"] == []
     assert report["settings"]["concurrency_levels"] == [1, 2] and "api_key" not in json.dumps(report)
     assert "sk-not-needed" not in json.dumps(result)
     assert result["diff"] == {"before": {}, "after": {"status": "PASS", "finished": report["finished"],
@@ -141,9 +145,13 @@ def test_external_lanes_not_implemented_without_a_client(run_module, tmp_path):
     result = run_module(systems_lanes, _args(f"http://127.0.0.1:{standin.free_port()}", tmp_path / "s",
                                              lanes=["external"]))
     assert result["failed"] is False and result["status"] == "PASS"
-    assert [(r["level"], r["status"], r["reasons"]) for r in result["report"]["rows"]] == [
-        ("bfcl_mt", "NOT_IMPLEMENTED", ["no external benchmark client configured"]),
-        ("bfcl_ast", "NOT_IMPLEMENTED", ["no external benchmark client configured"])]
+    rows = result["report"]["rows"]
+    assert [(r["level"], r["status"], r["reasons"]) for r in rows[:6]] == [
+        (name, "NOT_IMPLEMENTED", ["no external benchmark client configured"])
+        for name in ("canary", "bfcl_mt", "bfcl_ast", "latency", "concurrency", "throughput")]
+    assert [(r["level"], r["status"]) for r in rows[6:]] == [
+        (name, "NOT_IMPLEMENTED") for name in ("qa", "ifeval", "humaneval", "gsm8k")]
+    assert all(r["reasons"][0].startswith(f"quality pillar {r['level']}: ") for r in rows[6:])
 
 
 def test_external_client_with_missing_checkout_fails(run_module, tmp_path):
@@ -153,3 +161,57 @@ def test_external_client_with_missing_checkout_fails(run_module, tmp_path):
     assert result["failed"] is True
     assert f"rank head: option external_client.path is {tmp_path}/nowhere, expected an existing checkout" \
         in result["msg"]
+
+
+def _seed_client(tmp_path, **changes) -> dict:
+    hf = tmp_path / "models" / "DeepSeek-V4-Flash-0731"
+    hf.mkdir(parents=True, exist_ok=True)
+    scripts = tmp_path / "dsv4-bfcl-scripts"
+    scripts.mkdir(exist_ok=True)
+    client = {"path": str(tmp_path / "r0b0bench"), "python": sys.executable, "tokenizer": str(hf),
+              "aquila_scripts": str(scripts), "bfcl_python": sys.executable}
+    client.update(changes)
+    return client
+
+
+def test_the_seed_options_reach_r0b0bench_and_the_key_is_never_shown(run_module, tmp_path):
+    fake_r0b0bench.make_checkout(tmp_path / "r0b0bench")
+    out = tmp_path / "s"
+    client = _seed_client(tmp_path, bfcl_max_tokens=4096)
+    result = run_module(systems_lanes, _args(f"http://127.0.0.1:{standin.free_port()}", out, lanes=["external"],
+                                             api_key="sk-module-key-42", external_client=client))
+    assert result["failed"] is False, result.get("msg")
+    seen = fake_r0b0bench.seen(out / "r0b0bench")
+    argv = seen["argv"]
+    assert argv[argv.index("--tokenizer") + 1] == client["tokenizer"]
+    assert argv[argv.index("--only") + 1] == "canary,bfcl_mt,bfcl_ast,latency,concurrency,throughput"
+    env = seen["env"]
+    assert (env["R0B0BENCH_AQUILA_SCRIPTS"], env["R0B0BENCH_BFCL_PYTHON"]) == (client["aquila_scripts"], sys.executable)
+    assert (env["BFCL_NUM_THREADS"], env["BFCL_HTTP_TIMEOUT"], env["BFCL_MAX_TOKENS"]) == ("4", "3600", "4096")
+    assert env["OPENAI_API_KEY"] == "sha256:" + hashlib.sha256(b"sk-module-key-42").hexdigest()
+    report = result["report"]
+    assert report["status"] == "PASS" and report["r0b0bench_version"] == "1.0.0rc2"
+    assert [r["level"] for r in report["rows"] if r["status"] == "NOT_IMPLEMENTED"] == ["qa", "ifeval", "humaneval",
+                                                                                         "gsm8k"]
+    assert report["settings"]["external_client"]["bfcl_max_tokens"] == 4096
+    assert "sk-module-key-42" not in json.dumps(result) + (out / "systems.md").read_text()
+
+
+def test_an_older_r0b0bench_fails_the_module_in_check_mode_naming_both_versions(run_module, tmp_path):
+    fake_r0b0bench.make_checkout(tmp_path / "r0b0bench", version="1.0.0rc1")
+    result = run_module(systems_lanes, _args("http://127.0.0.1:9", tmp_path / "s", lanes=["external"],
+                                             external_client=_seed_client(tmp_path)), check_mode=True)
+    assert result["failed"] is True and result["changed"] is False
+    assert result["msg"].startswith("rank head: r0b0bench version is 1.0.0rc1, expected 1.0.0rc2 or newer")
+    assert not (tmp_path / "s").exists()
+
+
+def test_bad_bench_options_fail_before_anything_runs(run_module, tmp_path):
+    fake_r0b0bench.make_checkout(tmp_path / "r0b0bench")
+    result = run_module(systems_lanes, _args("http://127.0.0.1:9", tmp_path / "s", lanes=["external"],
+                                             external_client=_seed_client(tmp_path, tokenizer="relative/hf",
+                                                                          bfcl_num_threads=0)))
+    assert result["failed"] is True
+    assert "rank head: option external_client.tokenizer is relative/hf, expected an absolute path" in result["msg"]
+    assert "rank head: option external_client.bfcl_num_threads is 0, expected a positive integer" in result["msg"]
+    assert not (tmp_path / "s").exists()
