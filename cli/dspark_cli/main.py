@@ -2,9 +2,11 @@
 
     dspark <command> [--inventory PATH] [--limit PATTERN] [-e KEY=VALUE|@FILE ...] [--check]
                      [--artifacts DIR] [-v]
+    dspark render --profile NAME [--json] [the options above]
 
 Every run gets its own folder ``<artifacts>/<command>-<UTC time>-<random>`` holding ansible-runner's
-artifacts (``stdout``, ``job_events/``, ``rc``, ``status``) and, for ``audit``, the report.
+artifacts (``stdout``, ``job_events/``, ``rc``, ``status``) and, for ``audit``, the report; for
+``render``, the render itself (``render.json``), which alone goes to stdout: progress goes to stderr.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import configparser
 import datetime
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -26,7 +29,8 @@ from typing import Mapping, TextIO
 import yaml
 
 from . import __version__
-from .progress import Progress, decide_exit, pair_map
+from .progress import Progress, decide_exit, one_line, pair_map
+from .render import format_document, read_document
 
 EX_USAGE = 64
 EX_UNAVAILABLE = 69
@@ -35,6 +39,9 @@ EXIT_SIGTERM = 143
 INVENTORY_TIMEOUT = 300
 GRACE_SECONDS = 15.0
 AUDIT_DIR_VAR = "dspark_audit_report_dir"
+RENDER_OUTPUT_VAR = "dspark_render_output"
+RENDER_PROFILE_VAR = "dspark_profile_name"
+RENDER_FILE = "render.json"
 
 PLAYBOOKS = {
     "preflight": "gb10.dspark.preflight",
@@ -46,6 +53,7 @@ PLAYBOOKS = {
     "niah": "gb10.dspark.niah",
     "evidence": "gb10.dspark.evidence",
     "teardown": "gb10.dspark.teardown",
+    "render": "gb10.dspark.render",
 }
 
 HELP = {
@@ -57,6 +65,7 @@ HELP = {
     "niah": "run the max-context needle-in-a-haystack check",
     "evidence": "collect the evidence pack",
     "teardown": "stop the engines and remove what provision made",
+    "render": "print each rank's vllm serve argv, environment and container options (contacts no host)",
 }
 
 # YAML 1.1 reads these as booleans; `-e` follows YAML 1.2 and keeps them as strings.
@@ -98,6 +107,12 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "rollback":
             cmd.add_argument("--forward", action="store_true",
                              help=f"roll forward instead ({PLAYBOOKS['rollforward']})")
+        if name == "render":
+            cmd.add_argument("--profile", required=True, metavar="NAME",
+                             help="the serving profile to render: production, long-1m or breakable-ab "
+                                  "(the playbook checks the name)")
+            cmd.add_argument("--json", action="store_true",
+                             help="print the render as JSON (a list of ranks) instead of text")
     return parser
 
 
@@ -398,6 +413,44 @@ class _Cancel:
         return False
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+ERROR_PREFIXES = ("[ERROR]", "ERROR!")
+WARNING_PREFIXES = ("[WARNING]",)
+
+
+def ansible_messages(run_dir: str, prefixes: tuple[str, ...] = ERROR_PREFIXES, limit: int = 5) -> list[str]:
+    """Ansible's own messages (``[ERROR]: ...``, ``ERROR! ...``; or others by ``prefixes``) from the run's
+    ``stdout`` artifact, colours removed, each on one line of at most 300 characters: what went wrong
+    before or outside any task (a --limit that matches nothing, an inventory that does not parse)."""
+    try:
+        with open(os.path.join(run_dir, "stdout"), encoding="utf-8", errors="replace") as handle:
+            lines = [_ANSI.sub("", line).strip() for line in handle]
+    except OSError:
+        return []
+    return [one_line(line) for line in lines if line.startswith(prefixes)][:limit]
+
+
+def report_render(path: str, run_dir: str, stats: Mapping | None, as_json: bool, out: TextIO, err: TextIO) -> int:
+    """Print the render written to ``path`` (JSON or text) on ``out``; 0, or 1 when no rank was rendered."""
+    if not (stats or {}).get("processed"):
+        print("dspark render: no rank rendered (no host of the inventory and --limit is in dspark_pairs)", file=err)
+        for line in ansible_messages(run_dir, ERROR_PREFIXES + WARNING_PREFIXES):
+            print(line, file=err)
+        return 1
+    try:
+        doc = read_document(path)
+    except ValueError as exc:
+        print(f"dspark render: {exc}", file=err)
+        return 1
+    if as_json:
+        out.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+    else:
+        out.write(format_document(doc))
+    out.flush()
+    print(f"render: {path}", file=err)
+    return 0
+
+
 def run(argv: list[str] | None = None, *, playbook: str | None = None, environ: Mapping[str, str] | None = None,
         cwd: str | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Parse ``argv``, run the command's playbook (or ``playbook`` when given) and return the exit code."""
@@ -409,9 +462,15 @@ def run(argv: list[str] | None = None, *, playbook: str | None = None, environ: 
     err = err or sys.stderr
     args = build_parser().parse_args(argv)
     name = playbook_name(args)
+    # `render` prints the render alone on stdout; its progress and verdict go to stderr.
+    info = err if args.command == "render" else out
     try:
         inventory = resolve_inventory(args.inventory, environ, cwd)
         extravars = parse_extravars(args.extra_vars, cwd)
+        given_render = extravars.get(RENDER_OUTPUT_VAR)
+        if args.command == "render" and given_render not in (None, "") and (
+                not isinstance(given_render, str) or "{{" in given_render):
+            raise UsageError(f"-e {RENDER_OUTPUT_VAR}: expected a plain path on the control node")
     except UsageError as exc:
         print(f"dspark: {exc}", file=err)
         return EX_USAGE
@@ -430,11 +489,17 @@ def run(argv: list[str] | None = None, *, playbook: str | None = None, environ: 
             extravars[AUDIT_DIR_VAR] = report_dir
         elif isinstance(given, str) and "{{" not in given:
             report_dir = extravars[AUDIT_DIR_VAR] = _abspath(given, cwd)
+    render_path = None
+    if args.command == "render":
+        extravars[RENDER_PROFILE_VAR] = args.profile
+        render_path = (_abspath(given_render, cwd) if given_render not in (None, "")
+                       else os.path.join(run_dir, RENDER_FILE))
+        extravars[RENDER_OUTPUT_VAR] = render_path
 
     target = playbook or PLAYBOOKS[name]
     print(f"dspark {name}: {target} on {inventory}" + (f" --limit {args.limit}" if args.limit else "")
-          + (" --check" if args.check else ""), file=out)
-    print(f"run folder: {run_dir}", file=out, flush=True)
+          + (" --check" if args.check else ""), file=info)
+    print(f"run folder: {run_dir}", file=info, flush=True)
     mapping = load_pair_map(inventory, {**environ, **envvars}, cwd, err)
 
     # Extra vars may hold secrets (dspark_api_key): they go to ansible-playbook through a private file
@@ -458,27 +523,32 @@ def run(argv: list[str] | None = None, *, playbook: str | None = None, environ: 
                 verbosity=args.verbose or None,
                 suppress_env_files=True,
                 quiet=True,
-                event_handler=Progress(mapping, out),
+                event_handler=Progress(mapping, info),
                 cancel_callback=cancel.is_set,
             )
         except ansible_runner.AnsibleRunnerException as exc:
             print(f"dspark: ansible-runner could not run {target}: {exc}", file=err)
-            print(f"run folder: {run_dir}", file=out, flush=True)
+            print(f"run folder: {run_dir}", file=info, flush=True)
             return 1
         finally:
             scrub_command_artifact(run_dir)
     canceled = bool(runner.canceled or cancel.interrupted)
     stats = None if canceled else runner.stats
-    print(f"ansible-runner: {runner.status} (rc {runner.rc})", file=out)
+    print(f"ansible-runner: {runner.status} (rc {runner.rc})", file=info)
     audit = report_audit(report_dir, out) if report_dir and not canceled else None
     code, line = decide_exit(runner.status, runner.rc, stats, mapping, canceled=canceled, audit=audit)
     if canceled:
-        print("dspark: interrupted; the run was stopped", file=out)
+        print("dspark: interrupted; the run was stopped", file=info)
         code = EXIT_SIGTERM if cancel.signum == signal.SIGTERM else EXIT_SIGINT
     if line:
-        print(line, file=out)
-    print(f"ansible output: {os.path.join(run_dir, 'stdout')}", file=out)
-    print(f"run folder: {run_dir}", file=out, flush=True)
+        print(line, file=info)
+    if render_path is not None and code != 0 and not canceled:
+        for error in ansible_messages(run_dir):
+            print(error, file=info)
+    print(f"ansible output: {os.path.join(run_dir, 'stdout')}", file=info)
+    print(f"run folder: {run_dir}", file=info, flush=True)
+    if render_path is not None and code == 0:
+        code = report_render(render_path, run_dir, stats, args.json, out, err)
     return code
 
 

@@ -516,7 +516,8 @@ def discover(pair_dir: str, tree_record: str | None = None) -> tuple[list[dict],
     if isinstance(readiness, dict):
         facts["profile"] = {"name": readiness.get("profile"), "sha256": readiness.get("profile_sha256"),
                             "experimental": readiness.get("experimental"),
-                            "departures": readiness.get("departures") or []}
+                            "departures": readiness.get("departures") or [],
+                            "fabric_env": readiness.get("fabric_env")}
     if isinstance(gate, dict):
         implementation = (gate.get("evidence") or {}).get("expected_cudagraph_implementation")
         if implementation in IMPLEMENTATIONS:
@@ -789,6 +790,8 @@ def build_index(pair: str, run_id: str, playbook: str, created: str, facts: dict
         "manifest_sha256": facts.get("manifest_sha256"),
         "profile": {key: profile.get(key) for key in ("name", "sha256", "experimental", "departures",
                                                       "cudagraph_implementation")},
+        # the site's RoCE settings each rank ran with (dspark_fabric_env): cabling, not a departure
+        "fabric_env": profile.get("fabric_env"),
         "tree": {key: tree.get(key) for key in ("commit", "dirty", "allow_dirty")},
         "invalid_for_publish": bool(reasons),
         "reasons": list(reasons),
@@ -817,6 +820,17 @@ def _result_row(label: str, section: dict, counts: bool) -> str:
     return f"| {label} | {_cell(status)} | {_cell(section.get('infra_errors'))} | {_cell(section.get('model_failures'))} |"
 
 
+def _fabric_cell(fabric: object) -> str:
+    """``head NCCL_IB_GID_INDEX=3; worker NCCL_IB_GID_INDEX=3``, or "not recorded"."""
+    if not isinstance(fabric, dict) or not fabric:
+        return _cell(None)
+    parts = []
+    for rank in sorted(fabric):
+        env = fabric[rank] if isinstance(fabric[rank], dict) else {}
+        parts.append(f"{rank} " + (" ".join(f"{k}={v}" for k, v in sorted(env.items())) or "none"))
+    return _cell("; ".join(parts))
+
+
 def render_markdown(index: dict, index_json: Entry) -> str:
     profile = index["profile"]
     identity = index["identity"]
@@ -836,6 +850,7 @@ def render_markdown(index: dict, index_json: Entry) -> str:
         f"| model revision | {_cell(identity['model_revision'])} |",
         f"| manifest sha256 | {_cell(index['manifest_sha256'])} |",
         f"| profile | {_cell(profile['name'])} (sha256 {_cell(profile['sha256'])}) |",
+        f"| site fabric | {_fabric_cell(index.get('fabric_env'))} |",
         f"| wrapper tree | {_cell(index['tree']['commit'])} (dirty: {_cell(index['tree']['dirty'])}) |",
         f"| invalid_for_publish | {invalid} |",
         "",

@@ -140,6 +140,12 @@ options:
             description: The profile's CUDA-graph implementation.
             type: str
             choices: [regular, breakable]
+          fabric_env:
+            description:
+              - The site's RoCE fabric settings each rank ran with (C(dspark_fabric_env)), C(head) and
+                C(worker) to C(NCCL_IB_GID_INDEX) and the other fabric names. Recorded in the index; never a
+                reason against publication.
+            type: dict
       tree:
         description: The wrapper tree the run was deployed from (RV(gb10.dspark.wrapper_tree#module:tree)).
         type: dict
@@ -490,6 +496,7 @@ def main() -> None:
                         "experimental": {"type": "bool"},
                         "departures": {"type": "list", "elements": "raw"},
                         "cudagraph_implementation": {"type": "str", "choices": list(IMPLEMENTATIONS)},
+                        "fabric_env": {"type": "dict"},
                     }},
                     "tree": {"type": "dict", "options": {
                         "dirty": {"type": "bool"},

@@ -557,7 +557,9 @@ def _put(path: Path, doc: object) -> Path:
 def pair_folder(root: Path, guard_impl: str = "regular", dirty: bool = False) -> tuple[Path, Path]:
     pair = root / "evidence" / "sim01"
     _put(pair / "readiness.json", {"profile": "long-1m", "profile_sha256": "ab" * 32, "experimental": False,
-                                   "departures": [], "kv_cache_size_tokens": 1253231})
+                                   "departures": [], "kv_cache_size_tokens": 1253231,
+                                   "fabric_env": {"head": {"NCCL_IB_GID_INDEX": "1"},
+                                                  "worker": {"NCCL_IB_GID_INDEX": "3"}}})
     _put(pair / "runtime-gate.json", {"status": "PASS", "errors": [],
                                       "evidence": {"expected_cudagraph_implementation": "regular"}})
     _put(pair / "serving-guard.json", {"status": "FAIL", "infra_failures": 2, "contract_failures": 1,
@@ -588,7 +590,9 @@ def test_discover_takes_the_pair_files_and_only_the_latest_niah_run(tmp_path):
     assert names["wrapper-tree.json"] == ("tree", True)
     assert not any("000000000000" in n or n.endswith(".lock") for n in names)
     assert facts["profile"] == {"name": "long-1m", "sha256": "ab" * 32, "experimental": False, "departures": [],
-                                "cudagraph_implementation": "regular"}
+                                "cudagraph_implementation": "regular",
+                                "fabric_env": {"head": {"NCCL_IB_GID_INDEX": "1"},
+                                               "worker": {"NCCL_IB_GID_INDEX": "3"}}}
     assert (facts["guard_infra_errors"], facts["guard_model_failures"]) == (2, 1)
     assert (facts["niah_infra_errors"], facts["niah_model_failures"]) == (1, 0)
     assert facts["row_kinds"] == ["regular"]
@@ -606,6 +610,18 @@ def test_discovered_breakable_guard_and_dirty_tree_are_publication_reasons(tmp_p
     assert "mix CUDA-graph implementations: breakable, regular" in text
     assert "wrapper tree at 9cef5c53d9e5b9ed8fb1b7ff8024f2a4b5aa540c is dirty (allowed by allow_dirty)" in text
     assert "serving guard counted 2 infra error(s)" in text and "NIAH counted 1 infra error(s)" in text
+
+
+def test_the_site_fabric_settings_reach_the_index_and_are_no_reason(tmp_path):
+    """Ranks on different RoCE GID indexes (site cabling) are recorded, and publishable for that."""
+    pair, tree = pair_folder(tmp_path)
+    artifacts, facts = ev.discover(str(pair), str(tree))
+    facts = ev.merge_facts(facts, {"pin": clean_facts()["pin"], "manifest_sha256": MANIFEST})
+    plan = ev.plan_pack(str(tmp_path / "pack"), "sim01", "r3", "provision", artifacts, facts=facts, now=NOW)
+    assert plan.index["fabric_env"] == {"head": {"NCCL_IB_GID_INDEX": "1"}, "worker": {"NCCL_IB_GID_INDEX": "3"}}
+    assert not any("fabric" in r or "GID" in r for r in plan.reasons)
+    md = next(e for e in plan.generated if e.name == "index.md").data.decode()
+    assert "| site fabric | head NCCL_IB_GID_INDEX=1; worker NCCL_IB_GID_INDEX=3 |" in md
 
 
 def test_merge_facts_given_values_win_and_none_keeps_the_found(tmp_path):
