@@ -1100,8 +1100,8 @@ def markdown(report: dict) -> str:
         lines.append(f"- r0b0bench: {report['r0b0bench_version']}")
     lines += [f"- refused: {_cell(reason)}" for reason in report.get("reasons") or []]
     lines += ["",
-             "| lane | level | status | TTFT ms | ITL ms | e2e s | client tok/s | server tok/s | notes |",
-             "|---|---|---|---:|---:|---:|---:|---:|---|"]
+              "| lane | level | status | TTFT ms | ITL ms | e2e s | client tok/s | server tok/s | notes |",
+              "|---|---|---|---:|---:|---:|---:|---:|---|"]
     for row in report["rows"]:
         c, srv = row["client"], row.get("server") or {}
         server_rate = srv.get("prompt_tok_s") if c.get("tok_s_kind") == "prefill" else srv.get("generation_tok_s")

@@ -661,6 +661,7 @@ def test_gate_passes_on_a_pair_whose_worker_uses_the_containerd_store():
     assert f"worker image ID mismatch: expected {PIN['image_id']}, got {MANIFEST}" in errors
     assert f"rank image IDs disagree: head {PIN['image_id']}, worker {MANIFEST}" in errors
 
+
 # ================================================================================================
 # logs (real stand-in output)
 # ================================================================================================
@@ -813,7 +814,7 @@ def test_real_fixture_logs_record_their_echo_lines():
     for name in ("head-regular", "worker-regular", "head-breakable", "worker-breakable"):
         text = log_fixture(name)
         cfg = breakable_config() if "breakable" in name else config()
-        section, errors = _assess(name.split("-")[0], text, cfg)
+        section, errors = _assess(name.split("-", maxsplit=1)[0], text, cfg)
         assert errors == [], name
         assert section["echo_lines_excluded"] == len(_echo_lines(text)) == 3, name
         assert section["log_bytes"] == len(text.encode()), "the evidence still covers the whole log"
@@ -871,6 +872,7 @@ def test_echo_lines_are_recognised(line):
 ])
 def test_runtime_lines_are_not_echo_lines(line):
     assert not rg.is_echo_line(line)
+
 
 def test_authoritative_line_is_the_last_worker_line():
     line = ("CUDA_GRAPH_RUNTIME requested=regular resolved=regular mode={} decode_mode=FULL breakable=false "
