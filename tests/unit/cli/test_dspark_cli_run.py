@@ -119,7 +119,12 @@ def test_audit_run_failing_without_report_exits_with_rc(tmp_path, monkeypatch):
 
 def test_ctrl_c_stops_ansible_playbook_then_cancels(tmp_path, monkeypatch):
     """First Ctrl-C: forwarded to ansible-playbook (here a stand-in child), not yet canceled; second: cancel."""
-    child = subprocess.Popen(["sleep", "60"])
+    # A stand-in for ansible-playbook that dies on SIGINT, as ansible-playbook does, whatever SIGINT
+    # disposition this test inherits (a job started with `&` by a non-interactive shell ignores it).
+    child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                              "print('ready', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline() == "ready\n"  # its SIGINT handler is in place
+    child.stdout.close()
     seen = {}
 
     def behaviour(kw, extravars):
