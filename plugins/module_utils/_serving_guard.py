@@ -10,7 +10,9 @@ Contract (vllm-contract §3.2, §3.4, §6): HTTP 200; ``id`` ``cmpl-…``, ``obj
 ``text_completion``, integer ``created``, ``model`` the served name, exactly one choice with a
 ``finish_reason``; ``usage`` with non-negative integer ``prompt_tokens``, ``completion_tokens``
 and ``total_tokens`` = their sum; with ``ignore_eos`` the finish reason is ``length`` and
-exactly ``max_tokens`` tokens come back; ``prompt_tokens`` equals the server's own count of the
+exactly ``max_tokens`` tokens come back; a ``length`` finish with fewer than ``max_tokens`` tokens
+(a budget the server cut to fit its window, as vLLM 0.32 does instead of a 400) is a violation
+with or without ``ignore_eos``; ``prompt_tokens`` equals the server's own count of the
 prompt (``/tokenize``). A stream carries one finish chunk, then exactly one usage chunk with no
 choices, then ``[DONE]``.
 """
@@ -69,8 +71,13 @@ def check_usage(v: Verdict, usage: object, expect: Expect) -> None:
         v.fail("usage.total_tokens", t, f"{p} + {c} = {p + c}")
     if expect.prompt_tokens is not None and p != expect.prompt_tokens:
         v.fail("usage.prompt_tokens", p, f"{expect.prompt_tokens} (the server's /tokenize count)")
-    if expect.ignore_eos and c != expect.max_tokens:
-        v.fail("usage.completion_tokens", c, expect.max_tokens)
+    # A length finish with fewer tokens than asked is a cut budget: vLLM 0.32 caps max_tokens to the room
+    # the window leaves (HTTP 200) where older releases answer 400. Never a pass, with or without ignore_eos.
+    capped = v.finish_reason == "length" and _is_count(c) and c < expect.max_tokens
+    why = (f" (finish_reason length below max_tokens {expect.max_tokens}: the server capped max_tokens to the "
+           "room its window leaves after the prompt)") if capped else ""
+    if (expect.ignore_eos and c != expect.max_tokens) or capped:
+        v.fail("usage.completion_tokens", c, f"{expect.max_tokens}{why}")
     elif not expect.ignore_eos and _is_count(c) and c > expect.max_tokens:
         v.fail("usage.completion_tokens", c, f"at most {expect.max_tokens}")
 

@@ -9,8 +9,11 @@ Lanes, always run in this order (each one selectable):
                    is recorded as dropped; TTFT, ITL, e2e and decode tokens/s are medians of the rest.
 3. ``concurrency`` per level N, ``reps`` rounds of N concurrent streamed completions; aggregate
                    tokens/s = sum(completion_tokens) / wall time of the level.
-4. ``throughput``  ``decode``: (completion_tokens - 1) / (t_last_text - t_first_text) of single long
-                   completions; ``prefill``: prompt_tokens / TTFT of long token-id prompts.
+4. ``throughput``  ``decode``: (completion_tokens - tokens of the first text chunk) / (t_last_text -
+                   t_first_text) of single long completions; ``prefill``: prompt_tokens / TTFT of long
+                   token-id prompts, each asking for at most PREFILL_OUTPUT_TOKENS so that prompt +
+                   max_tokens fits the window (``max_model_len`` of ``GET /v1/models``): a server that caps
+                   an over-long request and one that refuses it then answer the same.
 5. ``spec_decode`` the speculative-decoding counters of ``/metrics`` sampled before the first lane
                    and after the throughput lane: acceptance rate and mean acceptance length.
 6. ``external``    an optional external benchmark client (r0b0bench 1.0.0rc2 or newer), run as a child
@@ -26,7 +29,9 @@ usage chunk, ``prompt_tokens + completion_tokens == total_tokens``, ``completion
 max_tokens`` under ``ignore_eos``. A row with any violation (or a transport error) is ``ERROR``, its
 reasons listed and every figure null - never a number measured on a broken answer.
 
-Client figures (timestamps taken as each SSE line arrives) and server figures (``/metrics``
+Streams ask for ``continuous_usage_stats``: a server may send several tokens in one chunk (a
+speculative-decoding step), and the first text chunk's count is what ITL and the decode rate leave
+out. Client figures (timestamps taken as each SSE line arrives) and server figures (``/metrics``
 ``vllm:prompt_tokens_total`` and ``vllm:generation_tokens_total`` deltas over the row's wall time)
 are kept in separate sections of each row.
 
@@ -128,8 +133,8 @@ COUNTERS = (PROMPT_COUNTER, GENERATION_COUNTER, *SPEC_COUNTERS.values())
 
 # Keys of a row's ``client`` and ``server`` sections that describe the setup, not a measurement;
 # everything else is a figure and is null in an ERROR row.
-_SETUP_KEYS = frozenset({"tok_s_kind", "max_tokens", "requests", "reps", "dropped_reps", "concurrency",
-                         "prompt_tokens_constructed", "expected", "error", "report", "argv", "backend",
+_SETUP_KEYS = frozenset({"tok_s_kind", "max_tokens", "max_model_len", "requests", "reps", "dropped_reps",
+                         "concurrency", "prompt_tokens_constructed", "expected", "error", "report", "argv", "backend",
                          "quality_pillar"})
 
 
@@ -335,18 +340,21 @@ def median(values: list) -> float | None:
     return statistics.median(nums) if nums else None
 
 
-def itl_seconds(t_first: float, t_last: float, completion_tokens: int) -> float | None:
-    """Mean inter-token latency: the text span over the gaps between ``completion_tokens`` tokens."""
-    if completion_tokens < 2 or t_last <= t_first:
+def itl_seconds(t_first: float, t_last: float, completion_tokens: int, first_tokens: int = 1) -> float | None:
+    """Mean inter-token latency: the text span over the tokens that arrived after the first text
+    chunk (``first_tokens`` of the ``completion_tokens`` came in that chunk)."""
+    after = completion_tokens - first_tokens
+    if after < 1 or t_last <= t_first:
         return None
-    return (t_last - t_first) / (completion_tokens - 1)
+    return (t_last - t_first) / after
 
 
-def decode_rate(t_first: float, t_last: float, completion_tokens: int) -> float | None:
-    """Client decode tokens/s: the tokens after the first over the time they took to arrive."""
-    if completion_tokens < 2 or t_last <= t_first:
+def decode_rate(t_first: float, t_last: float, completion_tokens: int, first_tokens: int = 1) -> float | None:
+    """Client decode tokens/s: the tokens after the first text chunk over the time they took to arrive."""
+    after = completion_tokens - first_tokens
+    if after < 1 or t_last <= t_first:
         return None
-    return (completion_tokens - 1) / (t_last - t_first)
+    return after / (t_last - t_first)
 
 
 def rate(amount: float | None, seconds: float | None) -> float | None:
@@ -520,9 +528,10 @@ class Measure:
                 "usage": self.usage, "reasons": list(self.reasons)}
 
 
-def text_times(arrivals: list[tuple[float, str]]) -> list[float]:
-    """Arrival times of the chunks that carry generated text (completion or chat delta)."""
-    times = []
+def text_chunks(arrivals: list[tuple[float, str]]) -> list[tuple[float, dict]]:
+    """(arrival time, decoded chunk) of the chunks that carry generated text (completion or chat delta);
+    a role-only opening chunk (``content: ""``) carries none."""
+    out = []
     for t, payload in arrivals:
         try:
             doc = json.loads(payload)
@@ -534,8 +543,23 @@ def text_times(arrivals: list[tuple[float, str]]) -> list[float]:
         choice = choices[0]
         delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
         if choice.get("text") or delta.get("content") or delta.get("reasoning"):
-            times.append(t)
-    return times
+            out.append((t, doc))
+    return out
+
+
+def text_times(arrivals: list[tuple[float, str]]) -> list[float]:
+    """Arrival times of the chunks that carry generated text."""
+    return [t for t, _unused in text_chunks(arrivals)]
+
+
+def first_chunk_tokens(chunks: list[tuple[float, dict]], completion_tokens: int) -> int:
+    """How many tokens the first text chunk carried: its continuous usage count (``continuous_usage_stats``),
+    else 1 (a server that does not count per chunk is taken to send one token per chunk)."""
+    usage = chunks[0][1].get("usage") if chunks else None
+    count = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    if isinstance(count, int) and not isinstance(count, bool) and 1 <= count <= completion_tokens:
+        return count
+    return 1
 
 
 def measure(label: str, streamed: Streamed, expect: Expect) -> Measure:
@@ -552,20 +576,23 @@ def measure(label: str, streamed: Streamed, expect: Expect) -> Measure:
     message = _server_message(streamed.error_body)
     if m.reasons and message:
         m.reasons[0] += f" (server: {message})"
-    times = text_times(streamed.arrivals)
+    chunks = text_chunks(streamed.arrivals)
+    times = [t for t, _unused in chunks]
     m.text_chunks = len(times)
     if streamed.status == 200 and not times:
         m.reasons.append(f"request {label}: chunks carrying text is 0, expected at least 1")
     if m.reasons:
         return m
     tokens = int(m.completion_tokens or 0)
+    first = first_chunk_tokens(chunks, tokens)
     m.ttft = times[0] - streamed.sent
     m.e2e = streamed.ended - streamed.sent
-    m.itl = itl_seconds(times[0], times[-1], tokens)
-    m.decode_tok_s = decode_rate(times[0], times[-1], tokens)
+    m.itl = itl_seconds(times[0], times[-1], tokens, first)
+    m.decode_tok_s = decode_rate(times[0], times[-1], tokens, first)
     if m.itl is None:
         m.reasons.append(f"request {label}: text arrival span is {times[-1] - times[0]:.6f} s over "
-                         f"{tokens} tokens, expected a positive span over at least 2 tokens")
+                         f"{tokens} tokens ({first} in the first text chunk), expected a positive span over "
+                         "at least one token after the first text chunk")
     return m
 
 
@@ -586,6 +613,7 @@ class Ctx:
     suite_before_error: str | None = None
     filler_ids: list[int] | None = None
     external_version: str | None = None
+    max_model_len: int | None = None  # the served model's window, from GET /v1/models
 
 
 def tokenize(ctx: Ctx, text: str, special: bool = True) -> list[int]:
@@ -627,8 +655,10 @@ def long_prompt(ctx: Ctx, label: str, length: int) -> list[int]:
 
 
 def stream_body(model: str, ids: list[int], max_tokens: int) -> dict:
+    """A streamed completion; ``continuous_usage_stats`` makes every chunk say how many tokens have come,
+    so a first chunk that carries several (a speculative step) is counted as such."""
     return {"model": model, "prompt": ids, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
-            "stream": True, "stream_options": {"include_usage": True}}
+            "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
 
 
 def stream_one(ctx: Ctx, label: str, ids: list[int], max_tokens: int) -> Measure:
@@ -802,17 +832,39 @@ def lane_throughput(ctx: Ctx) -> list[dict]:
                                    median([m.e2e for m in measures]), median([m.decode_tok_s for m in measures]),
                                    "decode", **setup)
         decode = finish_row(decode)
+    return [decode, lane_prefill(ctx)]
 
+
+def prefill_max_tokens(prompt_tokens: int, window: int | None, model: str) -> tuple[int | None, str | None]:
+    """(max_tokens, None) for a prefill prompt, at most PREFILL_OUTPUT_TOKENS and with prompt + max_tokens
+    within the window, or (None, why) when no answer of at least 2 tokens (ITL needs two) fits. What a
+    server does with an over-long request is version-sensitive (vLLM 0.32 caps max_tokens silently,
+    older releases answer 400), so the request never is one."""
+    if window is None:
+        return None, (f"max_model_len of {model} is not in GET /v1/models, expected a positive integer to fit "
+                      "prompt + max_tokens in the window")
+    room = window - prompt_tokens
+    if room < 2:
+        return None, (f"prefill_prompt_tokens {prompt_tokens} leaves {max(room, 0)} of max_model_len {window}, "
+                      "expected at least 2 for the answer")
+    return min(PREFILL_OUTPUT_TOKENS, room), None
+
+
+def lane_prefill(ctx: Ctx) -> dict:
+    s = ctx.s
     prefill = new_row("throughput", "prefill")
-    setup = {"reps": s.prefill_reps, "max_tokens": PREFILL_OUTPUT_TOKENS,
+    max_tokens, why = prefill_max_tokens(s.prefill_prompt_tokens, ctx.max_model_len, s.model)
+    setup = {"reps": s.prefill_reps, "max_tokens": max_tokens, "max_model_len": ctx.max_model_len,
              "prompt_tokens_constructed": s.prefill_prompt_tokens}
     prefill["client"] = _client(kind="prefill", prompt_tokens=None, **setup)
+    if why:
+        return error_row(prefill, [f"throughput prefill: {why}"])
     try:
         prompts = [long_prompt(ctx, f"prefill-{i + 1}", s.prefill_prompt_tokens) for i in range(s.prefill_reps)]
     except PromptError as exc:
-        return [decode, error_row(prefill, [f"throughput prefill: {exc}"])]
+        return error_row(prefill, [f"throughput prefill: {exc}"])
     window = Window(ctx)
-    measures = [stream_one(ctx, f"prefill-{i + 1}", ids, PREFILL_OUTPUT_TOKENS) for i, ids in enumerate(prompts)]
+    measures = [stream_one(ctx, f"prefill-{i + 1}", ids, max_tokens) for i, ids in enumerate(prompts)]
     prefill["server"] = window.close()
     rates = [rate(m.prompt_tokens, m.ttft) if m.ok else None for m in measures]
     prefill["samples"] = [m.record(prompt_tokens_constructed=len(ids), prefill_tok_s=_r(r))
@@ -822,7 +874,7 @@ def lane_throughput(ctx: Ctx) -> list[dict]:
     prefill["client"] = _client(median([m.ttft for m in measures]), median([m.itl for m in measures]),
                                 median([m.e2e for m in measures]), median(rates), "prefill",
                                 prompt_tokens=prompt_counts[0] if len(prompt_counts) == 1 else None, **setup)
-    return [decode, finish_row(prefill)]
+    return finish_row(prefill)
 
 
 def spec_decode_section(before: dict, before_error: str | None, after: dict, after_error: str | None) -> dict:
@@ -1141,7 +1193,8 @@ def previous(output_dir: str) -> dict:
     return {"status": doc.get("status"), "finished": doc.get("finished"), "counts": doc.get("counts")}
 
 
-def check_served(call: Call, model: str) -> None:
+def check_served(call: Call, model: str) -> int | None:
+    """Raise unless ``model`` is served; return its ``max_model_len`` (None when the card has none)."""
     try:
         status, doc = call("GET", "/v1/models", None, SETUP_TIMEOUT)
     except OSError as exc:
@@ -1152,6 +1205,9 @@ def check_served(call: Call, model: str) -> None:
     if model not in served:
         raise IdentityError(Mismatch(rank=RANK, item="served models", expected=model, actual=served,
                                      reason="the model is not served", expected_word="expected"))
+    card = next(c for c in doc["data"] if isinstance(c, dict) and str(c.get("id")) == model)
+    window = card.get("max_model_len")
+    return window if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None
 
 
 def _check_external(s: Settings, runner: Runner) -> str | None:
@@ -1217,11 +1273,10 @@ def run(s: Settings, call: Call, post: Callable[[str, dict, float], Streamed], a
     before_doc = previous(s.output_dir)
     selected = [x for x in LANES if x in s.lanes]
     http_lanes = [x for x in selected if x in HTTP_LANES]
-    if http_lanes:
-        check_served(call, s.model)
+    window = check_served(call, s.model) if http_lanes else None
     ctx = Ctx(s=s, call=call, post=post, runner=runner, api_key=api_key,
               run_id=datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3),
-              external_version=version)
+              external_version=version, max_model_len=window)
     started = utc_now()
     if http_lanes:
         ctx.suite_before, ctx.suite_before_error = read_counters(call, s.model, SETUP_TIMEOUT)

@@ -15,15 +15,18 @@ description:
     at temperature 0; C(PASS) when the first line of the answer is C(133), C(FAIL) otherwise.
   - C(latency) - I(latency_reps) sequential streamed completions of I(latency_max_tokens) tokens with
     C(ignore_eos). The first is a warm-up, recorded as dropped. Per request TTFT (request sent to the
-    first chunk carrying text), ITL (the time from the first to the last text chunk divided by
-    C(completion_tokens - 1)), e2e and client decode tokens/s (C(completion_tokens - 1) divided by that
-    time); the row holds the medians of the kept requests.
+    first chunk carrying text), ITL (the time from the first to the last text chunk divided by the
+    tokens after the first text chunk, which may carry several with speculative decoding; every chunk
+    reports its usage), e2e and client decode tokens/s (those tokens divided by that time); the row
+    holds the medians of the kept requests.
   - C(concurrency) - per level N of I(concurrency_levels), I(concurrency_reps) rounds of N concurrent
     streamed completions of I(concurrency_max_tokens) tokens; one row per level with the aggregate
     tokens/s (the sum of C(completion_tokens) over the wall time of the level), median TTFT and ITL.
   - C(throughput) - row C(decode), I(decode_reps) single streamed completions of I(decode_max_tokens)
     tokens, median decode tokens/s; row C(prefill), I(prefill_reps) completions with a prompt of
-    exactly I(prefill_prompt_tokens) token ids and 16 output tokens, median C(prompt_tokens / TTFT).
+    exactly I(prefill_prompt_tokens) token ids and at most 16 output tokens, so that prompt and
+    C(max_tokens) fit the model's window (servers differ on an over-long request: some answer 400,
+    others cap C(max_tokens)); median C(prompt_tokens / TTFT).
   - C(spec_decode) - the counters C(vllm:spec_decode_num_drafts_total),
     C(vllm:spec_decode_num_draft_tokens_total) and C(vllm:spec_decode_num_accepted_tokens_total),
     sampled before the first lane and after the throughput lane; acceptance rate

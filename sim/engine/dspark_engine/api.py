@@ -5,6 +5,16 @@ Handlers return ``Json`` or ``Sse`` results or raise ``ApiError`` (the >= 0.10.1
 vLLM does.  Only one choice per request (``n`` = 1); ``logprobs``, ``echo`` and ``best_of`` > 1
 are refused with 400.  Completions prompts get a BOS token unless ``add_special_tokens`` is
 false; chat prompts are rendered with template.py (the template carries its own BOS).
+
+As a real vLLM server was seen to answer (vllm-contract.md, last section): a field of the wrong
+type is a 400 of type ``Bad Request`` with ``param`` ``body.<field>`` and a message ending in
+`` (parameter=<field>, value=<value>)``; an unknown model is a 404 naming the valid aliases;
+``max_tokens`` above the window is a 400, so is a prompt that fills the window (``param``
+``input_tokens``); a prompt that fits with a ``max_tokens`` that does not is capped to the room
+left, or refused with 400 under ``DSPARK_SIM_OVERLONG=reject``.  A chat message carries
+``tool_calls`` only when there are calls; a named ``tool_choice`` finishes with ``stop``.  Streams:
+a chat stream opens with a role-only chunk, and each chunk carries the tokens of one decode step
+(with speculative decoding, the accepted drafts and the bonus token arrive together).
 """
 import json
 import time
@@ -44,12 +54,20 @@ class Sse:
         self.events = events
 
 
+def invalid(name, value, text):
+    """A request-validation error as vLLM reports pydantic's: type ``Bad Request``, ``body.<field>``."""
+    shown = str(value)
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+    return ApiError(400, f"1 validation error: {name}: {text} (parameter={name}, value={shown})", f"body.{name}",
+                    "Bad Request")
+
+
 def _field(body, name, kind, default=None):
     value = body.get(name)
     if value is None:
         return default
     if not isinstance(value, _KINDS[kind]) or (kind in ("int", "number") and isinstance(value, bool)):
-        raise ApiError(400, f"1 validation error: {name}: Input should be a valid {_KIND_NAMES[kind]}", name)
+        raise invalid(name, value, f"Input should be a valid {_KIND_NAMES[kind]}")
     return value
 
 
@@ -71,7 +89,8 @@ class Api:
         if name is None:
             return
         if not isinstance(name, str) or name not in self.cfg.served_names:
-            raise ApiError(404, f"The model `{name}` does not exist.", "model")
+            raise ApiError(404, f"The model `{name}` does not exist. Valid aliases: "
+                                f"{', '.join(self.cfg.served_names)}.", "model")
 
     def _usage(self, prompt_tokens, completion_tokens):
         wrong = self.engine.settings.has("wrong_usage")
@@ -95,18 +114,7 @@ class Api:
                 break
         if max_tokens is not None and max_tokens < 1:
             raise ApiError(400, f"{field} must be at least 1, got {max_tokens}.", field)
-        m = self.cfg.max_model_len
-        if max_tokens is None:
-            if prompt_len >= m:
-                raise ApiError(400, f"This model's maximum context length is {m} tokens. However, your prompt "
-                                    f"contains {prompt_len} input tokens. Please reduce the length of the input "
-                                    "prompt.", "input_tokens")
-            max_tokens = m - prompt_len
-        elif prompt_len + max_tokens > m:
-            raise ApiError(400, f"This model's maximum context length is {m} tokens. However, you requested "
-                                f"{max_tokens} output tokens and your prompt contains {prompt_len} input tokens, "
-                                f"for a total of {prompt_len + max_tokens} tokens. Please reduce the length of "
-                                "the input prompt or the number of requested output tokens.")
+        max_tokens = self._fit(prompt_len, max_tokens, field)
         temperature = _field(body, "temperature", "number", 1.0)
         if temperature < 0:
             raise ApiError(400, f"temperature must be non-negative, got {temperature}.", "temperature")
@@ -119,10 +127,32 @@ class Api:
         stop = body.get("stop")
         stop = [stop] if isinstance(stop, str) else stop
         if stop is not None and (not isinstance(stop, list) or not all(isinstance(s, str) for s in stop)):
-            raise ApiError(400, "1 validation error: stop: Input should be a string or a list of strings", "stop")
+            raise invalid("stop", stop, "Input should be a string or a list of strings")
         return Sampling(max_tokens=max_tokens, temperature=float(temperature), top_p=float(top_p), top_k=top_k,
                         seed=_field(body, "seed", "int"), ignore_eos=_field(body, "ignore_eos", "bool", False),
                         stop=tuple(stop or ()), skip_special_tokens=_field(body, "skip_special_tokens", "bool", True))
+
+    def _fit(self, prompt_len, max_tokens, field):
+        """``max_tokens`` within the window: the room left when absent; above the window, or a prompt
+        that fills it, is a 400; an over-long sum is capped (or a 400 with DSPARK_SIM_OVERLONG=reject)."""
+        m = self.cfg.max_model_len
+        if max_tokens is not None and max_tokens > m:
+            raise ApiError(400, f"{field}={max_tokens} cannot be greater than max_model_len={m}. Please request "
+                                f"fewer output tokens. (parameter={field}, value={max_tokens})", field)
+        if prompt_len >= m:
+            raise ApiError(400, f"This model's maximum context length is {m} tokens. However, your prompt contains "
+                                f"at least {m + 1 if prompt_len > m else prompt_len} input tokens, which exceeds this "
+                                "limit even without any output tokens. Please reduce the length of the input prompt. "
+                                f"(parameter=input_tokens, value={prompt_len})", "input_tokens")
+        room = m - prompt_len
+        if max_tokens is None or (max_tokens > room and self.engine.settings.overlong == "cap"):
+            return room
+        if max_tokens > room:
+            raise ApiError(400, f"This model's maximum context length is {m} tokens. However, you requested "
+                                f"{max_tokens} output tokens and your prompt contains {prompt_len} input tokens, "
+                                f"for a total of {prompt_len + max_tokens} tokens. Please reduce the length of "
+                                "the input prompt or the number of requested output tokens.")
+        return max_tokens
 
     def _stream_flags(self, body):
         stream = _field(body, "stream", "bool", False)
@@ -145,20 +175,26 @@ class Api:
         except EngineDead:
             raise ApiError(500, DEAD_MESSAGE) from None
 
-    def _stream(self, generation, prompt_len, head, make_choice, include_usage, continuous):
-        """SSE events: one chunk per token (``make_choice`` -> choice or None), usage, [DONE]."""
+    def _stream(self, generation, prompt_len, head, make_choice, include_usage, continuous, opening=None):
+        """SSE events: ``opening`` (a choice sent as the first output arrives, e.g. the chat role chunk),
+        then one chunk per engine step (``make_choice(tokens, last)`` -> choice or None), usage, [DONE]."""
         tokens = iter(generation)
-        count, total = 0, len(generation.output.tokens)
+        steps = list(generation.output.spec.steps) or [len(generation.output.tokens)]
+        count, total, group = 0, len(generation.output.tokens), []
         try:
             for token in tokens:
                 count += 1
-                choice = make_choice(token, count == total)
-                if choice is None:
+                group.append(token)
+                if count < total and len(group) < steps[0]:
                     continue
-                chunk = dict(head, choices=[choice])
-                if continuous:
-                    chunk["usage"] = self._usage(prompt_len, count)
-                yield _sse(chunk)
+                steps = steps[1:] or [1]
+                if opening is not None:
+                    yield self._chunk(head, opening, continuous, prompt_len, 0)
+                    opening = None
+                choice = make_choice(group, count == total)
+                group = []
+                if choice is not None:
+                    yield self._chunk(head, choice, continuous, prompt_len, count)
         except EngineDead:
             yield _sse(ApiError(500, DEAD_MESSAGE).body())
             yield DONE
@@ -168,6 +204,12 @@ class Api:
         if include_usage:
             yield _sse(dict(head, choices=[], usage=self._usage(prompt_len, count)))
         yield DONE
+
+    def _chunk(self, head, choice, continuous, prompt_len, count):
+        chunk = dict(head, choices=[choice])
+        if continuous:
+            chunk["usage"] = self._usage(prompt_len, count)
+        return _sse(chunk)
 
     # ---- endpoints -------------------------------------------------------------------------
     def version(self, _body=None):
@@ -201,8 +243,7 @@ class Api:
         elif isinstance(prompt, list) and len(prompt) > 1 and all(isinstance(p, (str, list)) for p in prompt):
             raise ApiError(400, "batched prompts are not supported by the DSpark stand-in", "prompt")
         else:
-            raise ApiError(400, "1 validation error: prompt: Input should be a string or a list of token ids",
-                           "prompt")
+            raise invalid("prompt", prompt, "Input should be a string or a list of token ids")
         if not ids:
             raise ApiError(400, "The prompt cannot be empty.", "prompt")
         return ids, text
@@ -217,9 +258,9 @@ class Api:
                 "model": self.cfg.served_name}
         out = generation.output
         if stream:
-            def choice(token, last):
-                return {"index": 0, "text": token.text, "logprobs": None,
-                        "finish_reason": out.finish_reason if last else None,
+            def choice(group, last):
+                return {"index": 0, "text": "".join(t.text for t in group if t.channel == "content"),
+                        "logprobs": None, "finish_reason": out.finish_reason if last else None,
                         "stop_reason": out.stop_reason if last else None}
             return Sse(self._stream(generation, len(ids), head, choice, include_usage, continuous))
         tokens = self._consume(generation)
@@ -234,7 +275,7 @@ class Api:
         """(prompt ids, tools, thinking) of a body with ``messages`` (chat or /tokenize)."""
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
-            raise ApiError(400, "1 validation error: messages: Input should be a non-empty list", "messages")
+            raise invalid("messages", messages, "Input should be a non-empty list")
         tools = _field(body, "tools", "list")
         for i, tool in enumerate(tools or []):
             function = tool.get("function") if isinstance(tool, dict) else None
@@ -289,27 +330,28 @@ class Api:
             calls = [{"id": f"chatcmpl-tool-{uuid.uuid4().hex}", "type": "function",
                       "function": {"name": out.tool_call["name"], "arguments": out.tool_call["arguments"]}}]
         if stream:
-            first = [True]
-
-            def choice(token, last):
+            def choice(group, last):
+                delta = {}
+                for channel in ("reasoning", "content"):
+                    if any(t.channel == channel for t in group):
+                        delta[channel] = "".join(t.text for t in group if t.channel == channel)
                 if last and calls:
-                    delta = {"tool_calls": [dict(calls[0], index=0)]}
-                elif token.channel in ("content", "reasoning"):
-                    delta = {token.channel: token.text}
-                elif last:
+                    delta = {"reasoning": delta["reasoning"]} if "reasoning" in delta else {}
+                    delta["tool_calls"] = [dict(calls[0], index=0)]
+                elif last and not delta:
                     delta = {"content": ""}
-                else:
+                elif not delta:
                     return None
-                if first[0]:
-                    delta, first[0] = dict({"role": "assistant"}, **delta), False
                 return {"index": 0, "delta": delta, "logprobs": None,
                         "finish_reason": out.finish_reason if last else None,
                         **({"stop_reason": out.stop_reason} if last else {})}
+            opening = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                       "finish_reason": None}
             head["object"] = "chat.completion.chunk"
-            return Sse(self._stream(generation, len(ids), head, choice, include_usage, continuous))
+            return Sse(self._stream(generation, len(ids), head, choice, include_usage, continuous, opening))
         tokens = self._consume(generation)
         message = {"role": "assistant", "content": out.content, "refusal": None, "annotations": None, "audio": None,
-                   "function_call": None, "tool_calls": calls, "reasoning": out.reasoning}
+                   "function_call": None, **({"tool_calls": calls} if calls else {}), "reasoning": out.reasoning}
         return Json(dict(head, choices=[{"index": 0, "message": message, "logprobs": None,
                                          "finish_reason": out.finish_reason, "stop_reason": out.stop_reason,
                                          "token_ids": None}],

@@ -5,6 +5,9 @@ Numeric knobs (all optional): ``DSPARK_SIM_STARTUP_DELAY_S`` (0), ``DSPARK_SIM_T
 (0, or 0.25 under ``slow_tokens``), ``DSPARK_SIM_JOIN_TIMEOUT_S`` (600),
 ``DSPARK_SIM_HEARTBEAT_TIMEOUT_S`` (5), ``DSPARK_SIM_DIE_AFTER_REQUESTS`` (3, used by
 ``die_after_requests``), ``DSPARK_SIM_KV_TOKENS`` (overrides the KV capacity).
+``DSPARK_SIM_OVERLONG`` says what a request whose prompt fits the window but whose prompt +
+``max_tokens`` does not gets: ``cap`` (default, as vLLM 0.32 was seen to do: HTTP 200 with
+``max_tokens`` cut to the room left) or ``reject`` (HTTP 400, as older vLLM releases answer).
 """
 import math
 import os
@@ -19,6 +22,7 @@ FAULTS = {
     "slow_tokens": "each generated token takes DSPARK_SIM_TOKEN_DELAY_S (default 0.25 s)",
     "die_after_requests": "the engine dies after DSPARK_SIM_DIE_AFTER_REQUESTS generation requests",
 }
+OVERLONG_MODES = ("cap", "reject")
 DEATH_GRACE_S = 1.0          # /health answers 503 this long before a dead engine exits
 SLOW_TOKEN_DELAY_S = 0.25
 
@@ -37,6 +41,7 @@ class SimSettings:
     die_after_requests: int = 3
     kv_tokens: int = None
     kv_overcommit: bool = False
+    overlong: str = "cap"
 
     def has(self, fault):
         return fault in self.faults
@@ -68,6 +73,15 @@ def _flag(env, name):
     raise SettingsError(f"{name}={raw!r} must be 0 or 1")
 
 
+def _choice(env, name, choices):
+    raw = (env.get(name) or "").strip()
+    if raw == "":
+        return choices[0]
+    if raw not in choices:
+        raise SettingsError(f"{name}={raw!r} must be one of {', '.join(choices)}")
+    return raw
+
+
 def load(env=None):
     """SimSettings from ``env`` (default ``os.environ``); SettingsError when invalid."""
     env = os.environ if env is None else env
@@ -87,4 +101,5 @@ def load(env=None):
         die_after_requests=_number(env, "DSPARK_SIM_DIE_AFTER_REQUESTS", 3, int, 1),
         kv_tokens=_number(env, "DSPARK_SIM_KV_TOKENS", None, int, 0),
         kv_overcommit=_flag(env, "DSPARK_SIM_KV_OVERCOMMIT"),
+        overlong=_choice(env, "DSPARK_SIM_OVERLONG", OVERLONG_MODES),
     )

@@ -1,11 +1,16 @@
 """Prometheus metrics of the head (``GET /metrics``), named and labelled like vLLM V1.
 
-Every series has the labels ``engine="0"`` and ``model_name="<first served name>"``.
-Counters are printed with the ``_total`` suffix, values as Python floats ("12.0").
-``vllm:kv_cache_size_tokens`` (and the ``kv_cache_size_tokens`` label of
-``vllm:cache_config_info``) is an integer.  Spec-decode counters exist only with a
-speculative config.  A ``StatsLogger`` thread logs vLLM's periodic stats lines.
+The text is what prometheus_client (0.22+) writes for vLLM's registry, as a real vLLM server
+was seen to serve it: every series has the labels ``engine="0"`` and ``model_name="<first served
+name>"``, except ``vllm:cache_config_info``, whose labels are the cache configuration (no
+``model_name``).  The KV cache size is only there, in its ``kv_cache_size_tokens`` label: there is
+no ``vllm:kv_cache_size_tokens`` series.  A counter family is declared under its ``_total`` name
+(``# TYPE vllm:prompt_tokens_total counter``), values as Python floats ("12.0"); each counter and
+histogram also has a ``<name>_created`` gauge (the start time, in Go's float format).
+Spec-decode counters exist only with a speculative config.  A ``StatsLogger`` thread logs vLLM's
+periodic stats lines.
 """
+import re
 import threading
 import time
 
@@ -14,6 +19,7 @@ TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75
 E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
                480.0, 960.0, 1920.0, 7680.0)
 FINISH_REASONS = ("stop", "length", "abort")
+_LE = re.compile(r',le="[^"]*"')
 
 
 class Histogram:
@@ -44,6 +50,7 @@ class Metrics:
         self.accepted_per_pos = [0] * cfg.num_spec_tokens
         self.ttft = Histogram(TTFT_BUCKETS)
         self.e2e = Histogram(E2E_BUCKETS)
+        self.created = time.time()
 
     def kv_usage(self):
         return min(1.0, self.tokens_in_use / self.cfg.kv_tokens) if self.cfg.kv_tokens else 0.0
@@ -70,12 +77,21 @@ class Metrics:
         base = f'engine="0",model_name="{_escape(cfg.served_name)}"'
         out = []
 
-        def family(name, kind, helptext, samples):
-            out.append(f"# HELP {name} {helptext}")
-            out.append(f"# TYPE {name} {kind}")
+        def family(name, kind, helptext, samples, own_labels=False):
+            declared = name + "_total" if kind == "counter" else name
+            out.append(f"# HELP {declared} {helptext}")
+            out.append(f"# TYPE {declared} {kind}")
+            label_sets = []
             for suffix, labels, value in samples:
-                label_text = base + ("," + labels if labels else "")
+                label_text = labels if own_labels else base + ("," + labels if labels else "")
                 out.append(f"{name}{suffix}{{{label_text}}} {value}")
+                series = _LE.sub("", label_text)
+                if series not in label_sets:
+                    label_sets.append(series)
+            if kind in ("counter", "histogram"):
+                out.append(f"# HELP {name}_created {helptext}")
+                out.append(f"# TYPE {name}_created gauge")
+                out.extend(f"{name}_created{{{series}}} {_go_float(self.created)}" for series in label_sets)
 
         with self.lock:
             family("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
@@ -90,11 +106,10 @@ class Metrics:
                     "kv_cache_memory_bytes": cfg.kv_cache_memory_bytes,
                     "kv_cache_size_tokens": cfg.kv_tokens, "num_gpu_blocks": cfg.kv_tokens // cfg.block_size,
                     "num_cpu_blocks": None}
+            info["engine"] = "0"
             info_labels = ",".join(f'{k}="{_escape(str(v))}"' for k, v in sorted(info.items()))
             family("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig",
-                   [("", info_labels, 1.0)])
-            family("vllm:kv_cache_size_tokens", "gauge", "GPU KV cache size in tokens.",
-                   [("", "", cfg.kv_tokens)])
+                   [("", info_labels, 1.0)], own_labels=True)
             family("vllm:num_preemptions", "counter", "Cumulative number of preemptions from the engine.",
                    [("_total", "", 0.0)])
             family("vllm:prompt_tokens", "counter", "Number of prefill tokens processed.",
@@ -132,6 +147,18 @@ class Metrics:
             return (self.prompt_tokens, self.generation_tokens, self.running, self.waiting, self.kv_usage(),
                     self.prefix_queries, self.prefix_hits, self.drafts, self.draft_tokens, self.accepted,
                     list(self.accepted_per_pos))
+
+
+def _go_float(value):
+    """A float as prometheus_client prints it (Go's format): a million or more in exponent form with
+    the shortest digits, 1764770000.5 -> 1.7647700005e+09; smaller values as Python writes them."""
+    text = repr(float(value))
+    if value < 1e6 or "e" in text:
+        return text
+    whole, fraction = text.split(".", 1)
+    digits = (whole + fraction).rstrip("0")
+    mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+    return f"{mantissa}e+{len(whole) - 1:02d}"
 
 
 def _escape(text):

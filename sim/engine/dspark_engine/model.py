@@ -7,8 +7,9 @@ pseudo-random filler text.  What it answers, in this order:
    ``"auto"`` with a tool whose name appears in the last user message.  Arguments are filled
    from the function's JSON schema (required properties, or all when none are required): a
    string gets the capitalised phrase after "for/in/at/of/near/about" ("Use get_weather for
-   Paris." -> ``{"city": "Paris"}``), a number the first number of the message.
-   finish_reason ``tool_calls``, content null;
+   Paris." -> ``{"city": "Paris"}``), a number the first number of the message. Content null;
+   finish_reason ``tool_calls`` for ``auto``/``required``, ``stop`` for a named function (as a
+   real vLLM server answers);
 2. a secret code: the prompt contains ``Secret code: <CODE>`` or ``SECRET VERIFICATION CODE:
    <CODE>`` and a question asking for the code -> replies ``<CODE>``;
 3. arithmetic: ``A multiplied by B`` (also ``A times B``, ``A * B``, ``A × B``) in the last user
@@ -21,6 +22,10 @@ An answer ends with EOS (finish ``stop``; EOS counts as a completion token) unle
 honoured (finish ``length``, exactly ``max_tokens`` completion tokens).  In a chat with thinking
 on, the answer is preceded by a short reasoning text and ``</think>``; with a reasoning parser
 they go to ``reasoning``, otherwise they stay in the content (as with a real model).
+
+``speculate`` also splits the output into decode steps (``SpecStats.steps``): the first token
+from prefill, then one step per draft round (the accepted drafts plus one); a stream sends one
+chunk per step.
 """
 import hashlib
 import json
@@ -82,6 +87,7 @@ class SpecStats:
     draft_tokens: int = 0
     accepted: int = 0
     per_position: list = field(default_factory=list)
+    steps: list = field(default_factory=list)   # output tokens per engine step, in order; sums to the output
 
 
 @dataclass
@@ -217,8 +223,10 @@ def answer_text(prompt_text, question_text):
 def speculate(num_tokens, k, rng):
     """DSpark counters for ``num_tokens`` outputs: the first comes from prefill, then each
     decode step drafts ``k`` tokens, accepts a deterministic prefix of them and adds one."""
-    stats = SpecStats(per_position=[0] * k)
+    stats = SpecStats(per_position=[0] * k, steps=[1] if num_tokens > 0 else [])
     remaining = num_tokens - 1
+    if not k:
+        stats.steps += [1] * max(0, remaining)
     while k and remaining > 0:
         accepted = 0
         while accepted < k and rng.random() < _ACCEPT_PROB[min(accepted, len(_ACCEPT_PROB) - 1)]:
@@ -229,6 +237,7 @@ def speculate(num_tokens, k, rng):
         stats.accepted += accepted
         for pos in range(accepted):
             stats.per_position[pos] += 1
+        stats.steps.append(accepted + 1)
         remaining -= accepted + 1
     return stats
 
@@ -291,7 +300,7 @@ def generate(prompt_ids, prompt_text, sampling, chat=None, num_spec_tokens=0):
     if stopped:
         (tokens, stop_reason), finish = stopped, "stop"
     if tool_call and finish == "stop" and stop_reason is None:
-        finish = "tool_calls"
+        finish = "tool_calls" if chat.tool_choice in ("auto", "required") else "stop"
     else:
         tool_call = None
         tokens = [Token(t.id, t.text, "content") if t.channel == "tool" else t for t in tokens]

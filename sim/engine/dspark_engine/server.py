@@ -2,8 +2,9 @@
 
 Routes as vLLM's API server; unknown paths give FastAPI's ``{"detail": "Not Found"}``.  With
 an API key (``--api-key`` or ``VLLM_API_KEY``) every ``/v1/*`` path needs ``Authorization:
-Bearer <key>`` (vLLM's middleware leaves the other paths open).  Access lines are logged in
-uvicorn's format.
+Bearer <key>`` (vLLM's middleware leaves the other paths open) and answers 401
+``{"error": "Unauthorized"}`` without it.  ``/metrics`` is served as prometheus_client 0.22+
+does (``text/plain; version=1.0.0``).  Access lines are logged in uvicorn's format.
 """
 import hmac
 import json
@@ -20,6 +21,7 @@ from .engine import DEAD_MESSAGE, EngineDead
 from .strict_json import StrictJSONError, loads
 
 MAX_BODY = 256 * 2 ** 20
+METRICS_CONTENT_TYPE = "text/plain; version=1.0.0; charset=utf-8"
 
 
 def _health(api, _body):
@@ -134,13 +136,13 @@ class Handler(BaseHTTPRequestHandler):
             if method not in route[0]:
                 return self._send_json(405, {"detail": "Method Not Allowed"})
             if not self._authorized(path):
-                return self._send_json(401, ApiError(401, "Unauthorized").body())
+                return self._send_json(401, {"error": "Unauthorized"})
             body = self._parse_body(raw) if method == "POST" and path != "/ping" else {}
             result = route[1](api, body)
             if isinstance(result, Sse):
                 return self._send_sse(result.events)
             if isinstance(result, str):
-                return self._send(200, result.encode(), "text/plain; version=0.0.4; charset=utf-8")
+                return self._send(200, result.encode(), METRICS_CONTENT_TYPE)
             return self._send_json(result.status, result.obj)
         except ApiError as exc:
             self._send_json(exc.status, exc.body())

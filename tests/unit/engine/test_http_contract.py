@@ -121,7 +121,10 @@ def test_completion_stream_include_usage(head):
     continuous = head.stream("/v1/completions", {"prompt": "Hi", "max_tokens": 3, "stream": True, "ignore_eos": True,
                                                  "stream_options": {"include_usage": True,
                                                                     "continuous_usage_stats": True}})
-    assert [e["usage"]["completion_tokens"] for e in continuous[:-1]] == [1, 2, 3, 3]
+    # a chunk per engine step (one or more tokens each), every one with the count so far, then the usage chunk
+    counts = [e["usage"]["completion_tokens"] for e in continuous[:-1]]
+    assert counts[0] == 1 and counts[-2:] == [3, 3] and counts[:-1] == sorted(set(counts[:-1]))
+    assert continuous[-2]["choices"] == [] and all(e["choices"] for e in continuous[:-2])
 
 
 def test_stream_options_without_stream_is_400(head):
@@ -138,7 +141,7 @@ def test_semantic_canary(head):
     assert status == 200 and body["object"] == "chat.completion" and body["id"].startswith("chatcmpl-")
     choice = body["choices"][0]
     assert choice["message"]["content"].strip() == "133" and choice["finish_reason"] == "stop"
-    assert choice["message"]["role"] == "assistant" and choice["message"]["tool_calls"] == []
+    assert choice["message"]["role"] == "assistant" and "tool_calls" not in choice["message"]
     assert choice["message"]["reasoning"] is None
     usage = body["usage"]
     assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
@@ -157,13 +160,15 @@ def test_tool_canary(head):
         "tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "temperature": 0, "max_tokens": 64})
     assert status == 200
     choice = body["choices"][0]
-    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
+    # a named tool_choice finishes with stop on a real server; only auto/required give tool_calls
+    assert choice["finish_reason"] == "stop" and choice["message"]["content"] is None
     call = choice["message"]["tool_calls"][0]
     assert call["type"] == "function" and call["function"]["name"] == "get_weather"
     assert call["function"]["arguments"] == '{"city": "Paris"}'
     auto = head.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "Use get_weather for Paris."}],
                                               "tools": [WEATHER]})[1]
     assert auto["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert auto["choices"][0]["finish_reason"] == "tool_calls"
 
 
 def test_tool_choice_errors(head):
@@ -215,8 +220,9 @@ def test_niah_token_prompt_at_max_context(head):
                                                  "skip_special_tokens": True}, timeout=60)
     assert status == 200 and body["usage"]["prompt_tokens"] == depth
     assert "R0B0-NIAH-7K3M" in body["choices"][0]["text"]
-    status, body = head.post("/v1/completions", {"prompt": ids, "max_tokens": 65}, timeout=60)
-    assert status == 400
+    # one token over the window: capped to the 64 left (the default), never past the window
+    status, body = head.post("/v1/completions", {"prompt": ids, "max_tokens": 65, "ignore_eos": True}, timeout=60)
+    assert status == 200 and body["usage"]["completion_tokens"] == 64 and body["usage"]["total_tokens"] == MAX_LEN
 
 
 def test_tokenize_counts_match_usage(head):
@@ -243,15 +249,11 @@ def test_detokenize_roundtrip(head):
 
 def test_errors(head):
     status, body = head.post("/v1/completions", {"model": "gpt-4", "prompt": "x"})
-    assert status == 404 and body["error"]["message"] == "The model `gpt-4` does not exist."
+    assert status == 404 and body["error"]["message"] == f"The model `gpt-4` does not exist. Valid aliases: {SERVED}."
     assert body["error"]["type"] == "NotFoundError" and body["error"]["param"] == "model"
-    status, body = head.post("/v1/completions", {"prompt": "Hello", "max_tokens": MAX_LEN})
-    assert status == 400
-    n = len(tok.encode("Hello", add_bos=True))
-    assert body["error"]["message"] == (
-        f"This model's maximum context length is {MAX_LEN} tokens. However, you requested {MAX_LEN} output tokens "
-        f"and your prompt contains {n} input tokens, for a total of {MAX_LEN + n} tokens. Please reduce the length "
-        "of the input prompt or the number of requested output tokens.")
+    status, body = head.post("/v1/completions", {"prompt": "Hello", "max_tokens": MAX_LEN + 1})
+    assert status == 400 and body["error"]["param"] == "max_tokens"
+    assert body["error"]["message"].startswith(f"max_tokens={MAX_LEN + 1} cannot be greater than max_model_len={MAX_LEN}.")
     assert head.request("POST", "/v1/completions", b"{not json")[0] == 400
     assert head.post("/v1/completions", {"prompt": "x", "n": 2})[0] == 400
     assert head.post("/v1/completions", {"prompt": "x", "temperature": "hot"})[0] == 400
@@ -266,12 +268,12 @@ def test_metrics(head):
                  "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:request_success_total",
                  "vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
                  "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_accepted_tokens_per_pos_total",
-                 "vllm:cache_config_info", "vllm:kv_cache_size_tokens", "vllm:time_to_first_token_seconds_bucket",
+                 "vllm:cache_config_info", "vllm:time_to_first_token_seconds_bucket",
                  "vllm:e2e_request_latency_seconds_count"):
         assert f"\n{name}{{" in text, name
     kv = 15998753178 // 12766
     assert f'kv_cache_size_tokens="{kv}"' in text and f'model_name="{SERVED}"' in text and 'engine="0"' in text
-    assert re.search(rf"^vllm:kv_cache_size_tokens\{{[^}}]*\}} {kv}$", text, re.M)
+    assert "\nvllm:kv_cache_size_tokens" not in text  # a real server has the size only as a label
     assert 'position="5"' in text and 'position="6"' not in text
     before = {k: metric(head, k) for k in ("vllm:generation_tokens_total", "vllm:prompt_tokens_total",
                                            "vllm:spec_decode_num_draft_tokens_total",
@@ -319,7 +321,7 @@ def test_api_key_and_multiple_names(engines, model_dir):
     proc = engines([model_dir, "--port", str(port), "--host", "127.0.0.1", "--served-model-name", "a", "b"],
                    {"VLLM_API_KEY": "sekret"}, port=port).wait_ready()
     status, body = proc.get("/v1/models")
-    assert status == 401 and body["error"]["code"] == 401
+    assert status == 401 and body == {"error": "Unauthorized"}
     assert proc.post("/v1/completions", {"prompt": "x", "max_tokens": 1})[0] == 401
     assert proc.request("GET", "/health")[0] == 200
     ok, models = proc.get("/v1/models", headers={"Authorization": "Bearer sekret"})

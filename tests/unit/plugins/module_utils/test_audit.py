@@ -4,11 +4,15 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 import threading
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+
+from tests.support import standin
 
 from ansible_collections.gb10.dspark.plugins.module_utils import _audit
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError
@@ -303,6 +307,28 @@ def test_head_audit_collects_everything_in_one_call(tmp_path, api):
     assert audit["metrics"] == {"generation_tokens_total": 48213, "prompt_tokens_total": 913377, "error": None}
     assert api.auth and set(api.auth) == {f"Bearer {API_KEY}"}  # the key goes only into the header
     assert_no_secret(audit)
+
+
+def test_audit_reads_kv_size_and_counters_from_metrics_shaped_like_a_real_servers(tmp_path):
+    # a real vLLM server (and the stand-in) has no vllm:kv_cache_size_tokens series: the size is only a
+    # label of vllm:cache_config_info; counters come with <name>_created samples that must not be summed in
+    proc, log, url = standin.start(tmp_path / "engine", {})
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+        assert "\nvllm:kv_cache_size_tokens" not in text and "\nvllm:prompt_tokens_created{" in text
+        body = json.dumps({"model": standin.SERVED, "prompt": "count me", "max_tokens": 5, "ignore_eos": True})
+        req = urllib.request.Request(url + "/v1/completions", body.encode(), {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            usage = json.loads(resp.read())["usage"]
+        audit = collect_rank(tmp_path, "head", api_url=url)
+    finally:
+        standin.stop(proc, log)
+    label = re.search(r'^vllm:cache_config_info\{[^}]*kv_cache_size_tokens="(\d+)"', text, re.M)
+    assert audit["api"]["kv_cache_size_tokens"] == int(label.group(1)) > 0
+    assert audit["api"]["num_requests_running"] == 0 and audit["api"]["metrics_error"] is None
+    assert audit["metrics"] == {"generation_tokens_total": 5, "prompt_tokens_total": usage["prompt_tokens"],
+                                "error": None}
 
 
 def test_worker_audit_does_not_touch_the_api(tmp_path, api):

@@ -975,6 +975,20 @@ def test_tool_canary_needs_get_weather():
         rg.evaluate_tool({"choices": []})
 
 
+def test_tool_canary_judges_the_call_not_the_finish_reason():
+    # the gate names the function (tool_choice {"type": "function", ...}); a real vLLM server ends such an
+    # answer with finish_reason stop (only auto/required give tool_calls), older stand-ins said tool_calls
+    assert rg.tool_request("m")["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
+    assert api_fixture("regular-tool")["choices"][0]["finish_reason"] == "stop"
+    for finish in ("stop", "tool_calls"):
+        assert rg.evaluate_tool(with_message("regular-tool", finish)) == ({"names": ["get_weather"], "pass": True}, [])
+    # a message without any call has no tool_calls key at all on a real server: a failed canary, not a crash
+    body = api_fixture("regular-semantic")
+    assert "tool_calls" not in body["choices"][0]["message"]
+    assert rg.evaluate_tool(body) == ({"names": [], "pass": False},
+                                      ["head tool canary did not call get_weather: got tool calls []"])
+
+
 @pytest.mark.parametrize("content, finish, ok", [
     ("R0B0TLAB-DSVF-NVFP4-7319", "stop", True), ("The code is R0B0TLAB-DSVF-NVFP4-7319.", "stop", True),
     ("R0B0TLAB-DSVF-NVFP4-7318", "stop", False), ("R0B0TLAB-DSVF-NVFP4-7319", "length", False), (None, "stop", False),

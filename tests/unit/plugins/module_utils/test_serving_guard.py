@@ -55,6 +55,36 @@ def test_without_ignore_eos_stop_is_fine_and_fewer_tokens_allowed():
     assert sg.check_completion("a1", 200, body, expect(ignore_eos=False)).errors == []
 
 
+def test_a_length_finish_below_max_tokens_is_a_capped_answer_not_a_pass():
+    # vLLM 0.32 answers prompt + max_tokens over the window with HTTP 200, max_tokens cut to the room
+    # left and finish_reason length: fewer tokens than asked, which is never a pass
+    capped = copy.deepcopy(GOOD)
+    capped["usage"].update(completion_tokens=40, total_tokens=104)
+    for ignore_eos in (True, False):
+        errors = sg.check_completion("9", 200, capped, expect(ignore_eos=ignore_eos)).errors
+        assert len(errors) == 1, errors
+        assert errors[0].startswith("request 9: usage.completion_tokens is 40")
+        assert "finish_reason length below max_tokens 128: the server capped max_tokens" in errors[0]
+    raw = sse(chunk("ab", "length"), dict(USAGE, usage={"prompt_tokens": 64, "completion_tokens": 40,
+                                                         "total_tokens": 104}))
+    for ignore_eos in (True, False):
+        errors = sg.check_stream("s9", 200, raw, expect(ignore_eos=ignore_eos)).errors
+        assert len(errors) == 1 and "the server capped max_tokens" in errors[0], errors
+    # a natural stop below max_tokens stays fine without ignore_eos
+    stopped = copy.deepcopy(capped)
+    stopped["choices"][0]["finish_reason"] = "stop"
+    assert sg.check_completion("9", 200, stopped, expect(ignore_eos=False)).errors == []
+
+
+def test_run_against_a_server_that_caps_fails_every_contract_request():
+    out = sg.run("http://x", MODEL, None, sg.requests_plan(count=8), 2, 5, 60, 0.5,
+                 http=FakeServer(window=100))
+    contract = [c for c in out["completions"] if c["finish_reason"] == "length"]
+    assert out["status"] == "FAIL" and len(contract) == 6 and out["contract_failures"] == 6
+    assert all(c["usage"]["completion_tokens"] < 128 for c in contract)
+    assert all("the server capped max_tokens" in e for e in out["errors"])
+
+
 def sse(*events, done=True):
     out = "".join(f"data: {json.dumps(e)}\n\n" for e in events)
     return out + ("data: [DONE]\n\n" if done else "")
@@ -127,8 +157,9 @@ def test_report_fails_on_any_violation_accuracy_or_bound():
 class FakeServer:
     """Answers like the stand-in: 4 characters a token plus BOS, products for the arithmetic."""
 
-    def __init__(self, wrong_usage=False, fail_after=None, hang=False):
+    def __init__(self, wrong_usage=False, fail_after=None, hang=False, window=None):
         self.wrong_usage, self.fail_after, self.hang, self.calls = wrong_usage, fail_after, hang, 0
+        self.window = window  # like vLLM 0.32: max_tokens capped to the room the window leaves
 
     def count(self, prompt):
         return 1 + (len(prompt) + 3) // 4
@@ -145,7 +176,10 @@ class FakeServer:
             return 500, None
         p = self.count(body["prompt"]) + (1 if self.wrong_usage else 0)
         if body.get("ignore_eos"):
-            text, c, fin = "y" * 4 * body["max_tokens"], body["max_tokens"], "length"
+            c = body["max_tokens"]
+            if self.window is not None:
+                c = min(c, self.window - self.count(body["prompt"]))
+            text, fin = "y" * 4 * c, "length"
         else:
             words = body["prompt"].split()
             text, c, fin = str(int(words[1]) * int(words[4].rstrip("."))), 2, "stop"

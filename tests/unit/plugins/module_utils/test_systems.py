@@ -152,6 +152,42 @@ def test_measure_takes_ttft_itl_e2e_from_arrival_times():
     assert m.text_chunks == 4
 
 
+def test_measure_counts_every_token_of_the_first_text_chunk():
+    # a server may put several tokens in one chunk (DSpark accepts drafts per step): with continuous
+    # usage the first text chunk says it carried 3 tokens, so 4 more arrived over the 2 s that followed
+    chunks = _chunks(["abc", "de", "fg"], {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12})
+    for chunk, count in zip(chunks, (3, 5, 7)):
+        chunk["usage"] = {"prompt_tokens": 5, "completion_tokens": count, "total_tokens": 5 + count}
+    raw, arrivals = _sse(chunks)
+    m = S.measure("r7", S.Streamed(status=200, raw=raw, arrivals=arrivals, sent=-0.5, ended=3.0),
+                  Expect(served_model="m", max_tokens=7, prompt_tokens=5))
+    assert m.ok, m.reasons
+    assert m.ttft == pytest.approx(0.5) and m.itl == pytest.approx(2 / 4) and m.decode_tok_s == pytest.approx(4 / 2)
+    # all of it in the first chunk: no span to measure
+    one = _chunks(["abcdefg", ""], {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12})
+    one[0]["usage"] = one[1]["usage"] = {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}
+    raw, arrivals = _sse(one)
+    m = S.measure("r8", S.Streamed(status=200, raw=raw, arrivals=arrivals, sent=0.0, ended=3.0),
+                  Expect(served_model="m", max_tokens=7, prompt_tokens=5))
+    assert m.itl is None and "after the first text chunk" in m.reasons[0]
+
+
+def test_a_role_only_opening_chunk_carries_no_text():
+    # a real chat stream opens with {"role": "assistant", "content": ""}: TTFT starts at the first text
+    chunks = [{"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
+              {"choices": [{"index": 0, "delta": {"reasoning": "hm"}}]},
+              {"choices": [{"index": 0, "delta": {"content": "ok"}}]},
+              {"choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": "stop"}]}]
+    arrivals = [(float(i), json.dumps(c)) for i, c in enumerate(chunks)] + [(9.0, "[DONE]")]
+    assert S.text_times(arrivals) == [1.0, 2.0]
+
+
+def test_streamed_requests_ask_for_usage_in_every_chunk():
+    body = S.stream_body("m", [1, 2, 3], 9)
+    assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    assert body["max_tokens"] == 9 and body["ignore_eos"] is True and body["prompt"] == [1, 2, 3]
+
+
 def test_measure_inconsistent_usage_names_the_field_and_has_no_figures():
     raw, arrivals = _sse(_chunks(["a", "b"], {"prompt_tokens": 6, "completion_tokens": 2, "total_tokens": 7}))
     m = S.measure("r2", S.Streamed(status=200, raw=raw, arrivals=arrivals, sent=0.0, ended=3.0),
@@ -672,6 +708,62 @@ def test_plan_sends_nothing_and_lists_the_steps(tmp_path):
         ("external", name, None) for name in ("canary", "bfcl_mt", "bfcl_ast", "latency", "concurrency", "throughput",
                                               "qa", "ifeval", "humaneval", "gsm8k")]
     assert {x["status"] for x in got["plan"]["steps"] if x["lane"] == "external"} == {"NOT_IMPLEMENTED"}
+
+
+# ---- the prefill request fits the window ----------------------------------------------------------
+class _PrefillFake:
+    """/tokenize (4 characters a token) and /metrics for one prefill row; records every completion."""
+
+    def __init__(self):
+        self.posted = []
+
+    def call(self, method, path, body, timeout):
+        if path == "/tokenize":
+            ids = list(range(7, 7 + max(1, len(body["prompt"]) // 4)))
+            return 200, {"count": len(ids), "tokens": ids}
+        if path == "/metrics":
+            return 200, 'vllm:prompt_tokens_total{model_name="m"} 0.0\n'
+        raise AssertionError(f"unexpected {method} {path}")
+
+    def post(self, path, body, timeout):
+        self.posted.append(body)
+        return S.Streamed(error="not served here")
+
+
+def _prefill_ctx(fake, window, prompt_tokens=2000):
+    s = S.Settings(model="m", output_dir="/tmp/unused", prefill_reps=2, prefill_prompt_tokens=prompt_tokens)
+    return S.Ctx(s=s, call=fake.call, post=fake.post, runner=None, api_key=None, run_id="r", max_model_len=window)
+
+
+@pytest.mark.parametrize("window, asked", [(4096, S.PREFILL_OUTPUT_TOKENS), (2000 + S.PREFILL_OUTPUT_TOKENS,
+                                                                          S.PREFILL_OUTPUT_TOKENS), (2005, 5), (2002, 2)])
+def test_prefill_asks_for_what_fits_the_window(window, asked):
+    fake = _PrefillFake()
+    row = S.lane_prefill(_prefill_ctx(fake, window))
+    assert [b["max_tokens"] for b in fake.posted] == [asked, asked]
+    assert all(len(b["prompt"]) + b["max_tokens"] <= window for b in fake.posted)
+    assert row["client"]["max_tokens"] == asked and row["client"]["max_model_len"] == window
+
+
+@pytest.mark.parametrize("window, why", [
+    (2001, "leaves 1 of max_model_len 2001, expected at least 2 for the answer"),
+    (2000, "leaves 0 of max_model_len 2000, expected at least 2 for the answer"),
+    (None, "max_model_len of m is not in GET /v1/models"),
+])
+def test_prefill_that_cannot_fit_sends_nothing(window, why):
+    fake = _PrefillFake()
+    row = S.lane_prefill(_prefill_ctx(fake, window))
+    assert fake.posted == [] and row["status"] == "ERROR" and row["samples"] == []
+    assert len(row["reasons"]) == 1 and row["reasons"][0].startswith("throughput prefill: ")
+    assert why in row["reasons"][0], row["reasons"]
+    assert row["client"]["tok_s"] is None and row["client"]["max_model_len"] == window
+
+
+def test_check_served_returns_the_window_of_the_model():
+    cards = {"data": [{"id": "other", "max_model_len": 1}, {"id": "m", "max_model_len": 4096}]}
+    assert S.check_served(lambda *a: (200, cards), "m") == 4096
+    assert S.check_served(lambda *a: (200, {"data": [{"id": "m"}]}), "m") is None
+    assert S.check_served(lambda *a: (200, {"data": [{"id": "m", "max_model_len": True}]}), "m") is None
 
 
 # ---- whole suites against the engine stand-in -------------------------------------------------

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
 import sys
 import threading
+import time
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -70,17 +74,70 @@ def test_second_run_diff_shows_the_previous_report(run_module, engine, tmp_path)
     assert "diff" not in first
 
 
-def test_error_rows_do_not_fail_the_module(run_module, engine, tmp_path):
-    # a prompt longer than the window is refused with HTTP 400: that row is ERROR, the module still succeeds
+WINDOW = 4096
+
+
+def _start_windowed(workdir: Path, overlong: str):
+    """The stand-in with a 4096-token window, in one of its two answers to an over-long request."""
+    model = workdir / "model"
+    model.mkdir(parents=True)
+    port = standin.free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DSPARK_", "VLLM_", "NCCL_"))}
+    env.update({"DSPARK_SIM_OVERLONG": overlong, "DSPARK_SIM_TOKEN_DELAY_S": "0.005"})
+    log = open(workdir / "engine.log", "wb")  # noqa: SIM115 - closed by standin.stop()
+    proc = subprocess.Popen([sys.executable, str(standin.VLLM), "serve", str(model), "--port", str(port), "--host",
+                             "127.0.0.1", "--served-model-name", SERVED, "--max-model-len", str(WINDOW)],
+                            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, (workdir / "engine.log").read_text(errors="replace")[-2000:]
+        try:
+            with urllib.request.urlopen(url + "/v1/models", timeout=1) as resp:
+                if resp.status == 200:
+                    return proc, log, url
+        except OSError:
+            time.sleep(0.1)
+    standin.stop(proc, log)
+    raise AssertionError("the windowed stand-in did not come up within 30 s")
+
+
+@pytest.fixture(scope="module", params=["cap", "reject"])
+def windowed(request, tmp_path_factory):
+    """A 4096-token stand-in that caps an over-long request (as vLLM 0.32) or refuses it with 400."""
+    proc, log, url = _start_windowed(tmp_path_factory.mktemp(f"windowed-{request.param}"), request.param)
+    yield url
+    standin.stop(proc, log)
+
+
+def test_error_rows_do_not_fail_the_module(run_module, windowed, tmp_path):
+    # a prompt that fills the whole window leaves no room for the answer: whatever the server would
+    # do with it (a 400, a cap), nothing is sent; that row is ERROR, the module still succeeds
     out = tmp_path / "systems"
-    result = run_module(systems_lanes, _args(engine, out, lanes=["throughput"], prefill_reps=1,
-                                             prefill_prompt_tokens=1048576))
+    result = run_module(systems_lanes, _args(windowed, out, lanes=["throughput"], prefill_reps=1,
+                                             prefill_prompt_tokens=WINDOW))
     assert result["failed"] is False and result["status"] == "ERROR"
     decode, prefill = result["report"]["rows"]
-    assert decode["status"] == "PASS" and prefill["status"] == "ERROR"
+    assert decode["status"] == "PASS" and prefill["status"] == "ERROR" and prefill["samples"] == []
     assert prefill["client"]["tok_s"] is None and prefill["client"]["ttft_ms"] is None
-    assert "HTTP status is 400, expected 200 (server: This model's maximum context length" in prefill["reasons"][0]
+    assert prefill["reasons"] == [f"throughput prefill: prefill_prompt_tokens {WINDOW} leaves 0 of max_model_len "
+                                  f"{WINDOW}, expected at least 2 for the answer"]
+    assert prefill["client"]["max_model_len"] == WINDOW
     assert (out / "systems.json").exists()
+
+
+def test_prefill_near_the_window_asks_only_for_the_room_left(run_module, windowed, tmp_path):
+    # 16 output tokens would not fit after 4090 prompt tokens: the lane asks for the 6 that do, so a
+    # server that caps and one that refuses answer the same, and exactly what was asked comes back
+    out = tmp_path / "systems"
+    result = run_module(systems_lanes, _args(windowed, out, lanes=["throughput"], prefill_reps=2,
+                                             prefill_prompt_tokens=WINDOW - 6))
+    assert result["failed"] is False and result["status"] == "PASS", result["report"]["rows"]
+    prefill = result["report"]["rows"][1]
+    assert prefill["status"] == "PASS" and prefill["client"]["max_tokens"] == 6
+    assert [s["usage"]["completion_tokens"] for s in prefill["samples"]] == [6, 6]
+    assert [s["usage"]["prompt_tokens"] for s in prefill["samples"]] == [WINDOW - 6] * 2
+    assert prefill["client"]["tok_s"] > 0
 
 
 class _Recorder(BaseHTTPRequestHandler):
