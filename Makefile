@@ -12,12 +12,12 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(VENV)/bin:$(PATH)
 SIM    := PYTHONPATH=$(CURDIR)/sim $(PY) -m dspark_sim
 
-.PHONY: help deps sim-image sim-up sim-down sim-status demo test test-unit test-integration test-molecule lint bench
+.PHONY: help deps sim-image sim-up sim-down sim-status demo test test-unit test-vllm test-integration test-molecule lint bench
 
 help:
 	@echo "make demo   bring one simulated GB10 pair up and serve the stand-in engine on it"
 	@echo "make test   unit and integration tests (installs what they need)"
-	@echo "make sim-up PAIRS=N | sim-down | sim-status | sim-image | deps | test-unit | test-integration | test-molecule"
+	@echo "make sim-up PAIRS=N | sim-down | sim-status | sim-image | deps | test-unit | test-vllm | test-integration | test-molecule"
 	@echo "make bench  speed and memory targets, measured on the simulator (BENCH_ARCHIVE_GIB=4)"
 
 # ---- dependencies -----------------------------------------------------------------------
@@ -72,8 +72,8 @@ demo: sim-up
 	  echo "  .venv/bin/ansible -i inventories/sim all -m ansible.builtin.ping"; \
 	  echo "  make sim-status | make sim-down"
 
-# Prerequisites run in this order: lint, unit tests, simulator integration tests, molecule.
-test: lint test-unit test-integration test-molecule
+# Prerequisites run in this order: lint, unit tests, the real-vLLM lane, simulator integration tests, molecule.
+test: lint test-unit test-vllm test-integration test-molecule
 
 lint: deps
 	@$(VENV)/bin/ruff check plugins sim tools tests molecule cli
@@ -83,6 +83,12 @@ lint: deps
 
 test-unit: deps
 	@$(PY) -m pytest tests/unit
+
+# The collection's clients against a real vLLM (CPU build, tiny model made here) and the stand-in compared with it
+# (docs/vllm-lane.md). vLLM gets its own virtualenv in /var/cache/gb10-dspark-vllm, installed on first use only.
+test-vllm: deps
+	@$(PY) -m tools.vllm_lane.install
+	@DSPARK_VLLM_REPORT=$(CURDIR)/artifacts/reports/VLLM.md $(PY) -m pytest --durations=0 tests/vllm
 
 test-integration: deps
 	@DSPARK_RELIABILITY_REPORT=$(CURDIR)/artifacts/reports/RELIABILITY.md $(PY) -m pytest --durations=25 tests/integration

@@ -42,12 +42,22 @@ class Verdict:
     text: str = ""
     usage: dict | None = None
     finish_reason: str | None = None
-    infra: bool = False  # no answer to judge: a transport error, a server error, or the time bound
+    infra: bool = False  # no answer to judge: transport, a status of INFRA_STATUS or >= 500, the time bound
 
     def fail(self, what: str, actual: object, expected: object) -> None:
         self.errors.append(f"request {self.request}: {what} is {_show(actual)}, expected {expected}")
-        if what in ("transport", "answer") or (what == "HTTP status" and (actual is None or int(actual) >= 500)):
+        if what in ("transport", "answer") or (what == "HTTP status" and _no_answer_status(actual)):
             self.infra = True
+
+
+# Statuses that leave no answer to judge, besides every 5xx: the request never reached the model (a
+# wrong or missing API key, an unknown served name, a server that is busy or timed out). A 400 or
+# 422 for the guard's own valid request is the server breaking the contract, and counts as such.
+INFRA_STATUS = (401, 403, 404, 408, 429)
+
+
+def _no_answer_status(status: object) -> bool:
+    return status is None or int(status) >= 500 or int(status) in INFRA_STATUS
 
 
 def _show(value: object) -> str:

@@ -231,6 +231,9 @@ class Api:
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]
+        if prompt in ("", []):  # as vLLM: refused before tokenization, so not completed from BOS alone
+            raise ApiError(400, "Either prompt or prompt_embeds must be provided and non-empty. "
+                                f"(parameter=prompt, value={prompt!r})", "prompt")
         if isinstance(prompt, str):
             ids = tok.encode(prompt, add_bos=_field(body, "add_special_tokens", "bool", True))
             text = prompt

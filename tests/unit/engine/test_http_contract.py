@@ -259,6 +259,10 @@ def test_errors(head):
     assert head.post("/v1/completions", {"prompt": "x", "temperature": "hot"})[0] == 400
     assert head.post("/v1/completions", {"prompt": "x", "max_tokens": 0})[0] == 400
     assert head.post("/v1/chat/completions", {"messages": []})[0] == 400
+    for empty in ("", [], [""]):  # as vLLM: an empty prompt is refused, not completed from BOS alone
+        status, body = head.post("/v1/completions", {"prompt": empty})
+        assert status == 400 and body["error"]["param"] == "prompt", empty
+        assert body["error"]["message"].startswith("Either prompt or prompt_embeds must be provided and non-empty.")
 
 
 def test_metrics(head):

@@ -48,6 +48,18 @@ def test_http_error_is_one_violation():
     assert v.errors == ["request 3: HTTP status is 500, expected 200"]
 
 
+@pytest.mark.parametrize("status, infra", [
+    (500, True), (503, True), (401, True), (403, True), (404, True), (408, True), (429, True),
+    (400, False), (422, False),
+])
+def test_only_a_refused_request_is_a_contract_failure(status, infra):
+    """No answer to judge (a wrong API key, an unknown model, a busy or broken server) is infrastructure;
+    a 400/422 for the guard's valid request is the server breaking the contract."""
+    v = sg.check_completion("3", status, {"error": {"message": "x"}}, expect())
+    assert v.errors == [f"request 3: HTTP status is {status}, expected 200"]
+    assert v.infra is infra
+
+
 def test_without_ignore_eos_stop_is_fine_and_fewer_tokens_allowed():
     body = copy.deepcopy(GOOD)
     body["choices"][0]["finish_reason"] = "stop"
