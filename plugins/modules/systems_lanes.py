@@ -25,7 +25,7 @@ description:
   - C(throughput) - row C(decode), I(decode_reps) single streamed completions of I(decode_max_tokens)
     tokens, median decode tokens/s; row C(prefill), I(prefill_reps) completions with a prompt of
     exactly I(prefill_prompt_tokens) token ids and at most 16 output tokens, so that prompt and
-    C(max_tokens) fit the model's window (servers differ on an over-long request: some answer 400,
+    C(max_tokens) fit the model's window (servers differ on an over-long request, some answer 400,
     others cap C(max_tokens)); median C(prompt_tokens / TTFT).
   - C(spec_decode) - the counters C(vllm:spec_decode_num_drafts_total),
     C(vllm:spec_decode_num_draft_tokens_total) and C(vllm:spec_decode_num_accepted_tokens_total),

@@ -154,11 +154,11 @@ def test_a_message_without_tool_calls_has_no_tool_calls_key(cap_head):
 
 
 def test_model_finish_reason_depends_on_the_kind_of_tool_choice():
-    out = model.generate([1, 2, 3], "x", model.Sampling(128), model.ChatContext(PARIS[0]["content"], [WEATHER],
-                                                                              "get_weather"), 6)
+    named = model.ChatContext(PARIS[0]["content"], [WEATHER], "get_weather")
+    out = model.generate([1, 2, 3], "x", model.Sampling(128), named, 6)
     assert out.finish_reason == "stop" and out.tool_call["name"] == "get_weather" and out.content is None
-    out = model.generate([1, 2, 3], "x", model.Sampling(128), model.ChatContext(PARIS[0]["content"], [WEATHER],
-                                                                              "required"), 6)
+    required = model.ChatContext(PARIS[0]["content"], [WEATHER], "required")
+    out = model.generate([1, 2, 3], "x", model.Sampling(128), required, 6)
     assert out.finish_reason == "tool_calls" and out.engine_finish_reason == "stop"
 
 

@@ -77,8 +77,8 @@ def test_a_length_finish_below_max_tokens_is_a_capped_answer_not_a_pass():
         assert len(errors) == 1, errors
         assert errors[0].startswith("request 9: usage.completion_tokens is 40")
         assert "finish_reason length below max_tokens 128: the server capped max_tokens" in errors[0]
-    raw = sse(chunk("ab", "length"), dict(USAGE, usage={"prompt_tokens": 64, "completion_tokens": 40,
-                                                         "total_tokens": 104}))
+    capped_usage = {"prompt_tokens": 64, "completion_tokens": 40, "total_tokens": 104}
+    raw = sse(chunk("ab", "length"), dict(USAGE, usage=capped_usage))
     for ignore_eos in (True, False):
         errors = sg.check_stream("s9", 200, raw, expect(ignore_eos=ignore_eos)).errors
         assert len(errors) == 1 and "the server capped max_tokens" in errors[0], errors

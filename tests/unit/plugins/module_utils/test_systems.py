@@ -735,8 +735,9 @@ def _prefill_ctx(fake, window, prompt_tokens=2000):
     return S.Ctx(s=s, call=fake.call, post=fake.post, runner=None, api_key=None, run_id="r", max_model_len=window)
 
 
-@pytest.mark.parametrize("window, asked", [(4096, S.PREFILL_OUTPUT_TOKENS), (2000 + S.PREFILL_OUTPUT_TOKENS,
-                                                                          S.PREFILL_OUTPUT_TOKENS), (2005, 5), (2002, 2)])
+@pytest.mark.parametrize("window, asked", [
+    (4096, S.PREFILL_OUTPUT_TOKENS), (2000 + S.PREFILL_OUTPUT_TOKENS, S.PREFILL_OUTPUT_TOKENS), (2005, 5), (2002, 2),
+])
 def test_prefill_asks_for_what_fits_the_window(window, asked):
     fake = _PrefillFake()
     row = S.lane_prefill(_prefill_ctx(fake, window))
