@@ -22,17 +22,19 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start(workdir: Path, env_extra: dict[str, str]) -> tuple[subprocess.Popen, object, str]:
-    """Start the stand-in serving SERVED with DSpark speculative decoding; returns (process, log, url)."""
+def start(workdir: Path, env_extra: dict[str, str], extra_args: tuple[str, ...] = (),
+          speculative: bool = True) -> tuple[subprocess.Popen, object, str]:
+    """Start the stand-in serving SERVED (with DSpark speculative decoding unless ``speculative`` is false,
+    and ``extra_args`` such as ``--max-model-len``); returns (process, log, url)."""
     model = workdir / "model"
     model.mkdir(parents=True, exist_ok=True)
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DSPARK_", "VLLM_", "NCCL_"))}
     env.update(env_extra)
     log = open(workdir / "engine.log", "wb")  # noqa: SIM115 - closed by stop()
+    spec = ["--speculative-config", '{"method":"dspark","num_speculative_tokens":6}'] if speculative else []
     proc = subprocess.Popen([sys.executable, str(VLLM), "serve", str(model), "--port", str(port), "--host",
-                             "127.0.0.1", "--served-model-name", SERVED, "--speculative-config",
-                             '{"method":"dspark","num_speculative_tokens":6}'],
+                             "127.0.0.1", "--served-model-name", SERVED, *spec, *extra_args],
                             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30

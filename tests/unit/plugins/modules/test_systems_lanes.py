@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
 import sys
 import threading
-import time
-import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -79,27 +75,8 @@ WINDOW = 4096
 
 def _start_windowed(workdir: Path, overlong: str):
     """The stand-in with a 4096-token window, in one of its two answers to an over-long request."""
-    model = workdir / "model"
-    model.mkdir(parents=True)
-    port = standin.free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DSPARK_", "VLLM_", "NCCL_"))}
-    env.update({"DSPARK_SIM_OVERLONG": overlong, "DSPARK_SIM_TOKEN_DELAY_S": "0.005"})
-    log = open(workdir / "engine.log", "wb")  # noqa: SIM115 - closed by standin.stop()
-    proc = subprocess.Popen([sys.executable, str(standin.VLLM), "serve", str(model), "--port", str(port), "--host",
-                             "127.0.0.1", "--served-model-name", SERVED, "--max-model-len", str(WINDOW)],
-                            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, (workdir / "engine.log").read_text(errors="replace")[-2000:]
-        try:
-            with urllib.request.urlopen(url + "/v1/models", timeout=1) as resp:
-                if resp.status == 200:
-                    return proc, log, url
-        except OSError:
-            time.sleep(0.1)
-    standin.stop(proc, log)
-    raise AssertionError("the windowed stand-in did not come up within 30 s")
+    return standin.start(workdir, {"DSPARK_SIM_OVERLONG": overlong, "DSPARK_SIM_TOKEN_DELAY_S": "0.005"},
+                         extra_args=("--max-model-len", str(WINDOW)), speculative=False)
 
 
 @pytest.fixture(scope="module", params=["cap", "reject"])
