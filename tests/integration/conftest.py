@@ -70,15 +70,8 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 def pytest_runtest_logreport(report):
-    if report.when == "call":
-        outcome = report.outcome
-    elif report.failed:
-        outcome = "error"
-    elif report.skipped:
-        outcome = "skipped"
-    else:
-        outcome = "passed"
-    if report.when == "call" or outcome != "passed":
+    outcome = reliability.outcome_of(report)
+    if outcome is not None:
         reliability.record(_MATRIX, report.nodeid, outcome, report.duration)
 
 

@@ -72,6 +72,18 @@ def claim(rows: list[Row], nodeid: str, ids: tuple[str, ...]) -> None:
             by_id[i].claimed_by.append(nodeid)
 
 
+def outcome_of(report) -> str | None:
+    """What a pytest report says of its test: the call's outcome; "error" or "skipped" for a failed or
+    skipped setup or teardown; None for a setup or teardown that passed (nothing to record)."""
+    if report.when == "call":
+        return report.outcome
+    if report.failed:
+        return "error"
+    if report.skipped:
+        return "skipped"
+    return None
+
+
 def record(rows: list[Row], nodeid: str, outcome: str, seconds: float) -> None:
     """One test's outcome; a later phase's failure (a teardown error) outranks an earlier pass."""
     for r in rows:

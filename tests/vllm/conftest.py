@@ -25,7 +25,7 @@ for _path in (ROOT / "collections", ROOT):  # the collection, tools.vllm_lane an
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-from tests.support.reliability import Observed  # noqa: E402
+from tests.support.reliability import Observed, outcome_of  # noqa: E402
 from tools.vllm_lane import install, report, server  # noqa: E402
 
 LANE = report.Lane()
@@ -154,13 +154,8 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 def pytest_runtest_logreport(report):
-    if report.when == "call":
-        outcome = report.outcome
-    elif report.failed:
-        outcome = "error"
-    elif report.skipped:
-        outcome = "skipped"
-    else:
+    outcome = outcome_of(report)
+    if outcome is None:
         return
     prior = next((o for o in LANE.outcomes if o.nodeid == report.nodeid), None)
     if prior is None:

@@ -69,3 +69,16 @@ def test_render_lists_every_row_with_its_outcome_and_the_run():
     assert "| fault a | refused | **held** | `one` passed (12) |" in text
     assert "| fault c | hidden | **NO TEST** | none |" in text
     assert text.index("## Before launch") < text.index("## Run time") < text.index("## Secrets")
+
+
+@pytest.mark.parametrize("when, outcome, expected", [
+    ("call", "passed", "passed"), ("call", "failed", "failed"), ("call", "skipped", "skipped"),
+    ("setup", "failed", "error"), ("teardown", "failed", "error"), ("setup", "skipped", "skipped"),
+    ("setup", "passed", None), ("teardown", "passed", None),
+])
+def test_a_reports_outcome_is_what_the_run_records(when, outcome, expected):
+    class Report:
+        def __init__(self):
+            self.when, self.outcome = when, outcome
+            self.failed, self.skipped = outcome == "failed", outcome == "skipped"
+    assert reliability.outcome_of(Report()) == expected
