@@ -4,11 +4,13 @@
 
 :func:`collect` runs on a rank (module ``gb10.dspark.rank_audit``) and gathers, in one module
 call, everything the verdict needs: the images the engine holds, the engine container (state,
-image, the collection's ``io.gb10.dspark.*`` labels, the sha256 of its command and of its
+image, the collection's labels (``_labels``), the sha256 of its command and of its
 non-secret environment), the rendered profile env file of the labelled profile and whether the
 container still runs with it, the runtime manifest's sha256, the model revision marker and, on
-the head, the OpenAI API and a few ``/metrics`` values. It only reads. Nothing that is down
-makes it fail: a dead engine is ``docker.reachable false``, a missing file is ``present false``.
+the head, the OpenAI API and a few ``/metrics`` values. It reads Docker through the engine's
+socket (``_docker_engine.Engine``), the same client as the identity modules. It only reads.
+Nothing that is down makes it fail: a dead engine is ``docker.reachable false``, a missing file
+is ``present false``.
 
 :func:`pair_verdict` is pure: the two ranks' audits against the pair's desired state give exactly
 one verdict, checked in this order: ``UNREACHABLE`` (a rank could not be audited), ``DOWN`` (an
@@ -26,24 +28,21 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
-from ansible_collections.gb10.dspark.plugins.module_utils._digest import sha256_file
+from ansible_collections.gb10.dspark.plugins.module_utils._container_command import command_string
+from ansible_collections.gb10.dspark.plugins.module_utils._digest import sha256_file, sha256_text
+from ansible_collections.gb10.dspark.plugins.module_utils._docker_engine import Engine, EngineError
 from ansible_collections.gb10.dspark.plugins.module_utils._engine_probe import (
     api_state,
     container_state,
     http_json,
     parse_metrics,
 )
+from ansible_collections.gb10.dspark.plugins.module_utils._files import read_limited
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, Mismatch
-from ansible_collections.gb10.dspark.plugins.module_utils._secrets import is_secret_name
-from ansible_collections.gb10.dspark.plugins.module_utils._runtime_gate import (
-    command_string,
-    scrub,
-    sha256_text,
-)
-
-Run = Callable[[list[str]], tuple[int, str, str]]
+from ansible_collections.gb10.dspark.plugins.module_utils._labels import LABELS
+from ansible_collections.gb10.dspark.plugins.module_utils._secrets import is_secret_name, redact, secret_env_values
 
 # FAILED: the audit itself failed for the pair before it could be judged (a bad inventory value, a
 # task error); the pair is reported with the reason, never left out of the report.
@@ -52,15 +51,15 @@ ROLES = ("head", "worker")
 EXIT_OK = 0
 EXIT_NOT_OK = 2
 
-LABEL_PREFIX = "io.gb10.dspark."
-LABEL_PAIR = LABEL_PREFIX + "pair"
-LABEL_RANK = LABEL_PREFIX + "rank"
-LABEL_PROFILE = LABEL_PREFIX + "profile"
-LABEL_PROFILE_SHA256 = LABEL_PREFIX + "profile.sha256"
-LABEL_CUDAGRAPH = LABEL_PREFIX + "cudagraph.implementation"
-LABEL_IMAGE_ID = LABEL_PREFIX + "image.id"
-LABEL_MANIFEST_SHA256 = LABEL_PREFIX + "manifest.sha256"
-LABEL_MODEL_REVISION = LABEL_PREFIX + "model.revision"
+# The label names the verdict reads, from the collection's one table (_labels).
+LABEL_PAIR = LABELS["pair"]
+LABEL_RANK = LABELS["rank"]
+LABEL_PROFILE = LABELS["profile"]
+LABEL_PROFILE_SHA256 = LABELS["profile_sha256"]
+LABEL_CUDAGRAPH = LABELS["cudagraph_implementation"]
+LABEL_IMAGE_ID = LABELS["image_id"]
+LABEL_MANIFEST_SHA256 = LABELS["manifest_sha256"]
+LABEL_MODEL_REVISION = LABELS["model_revision"]
 
 SCRUB_MIN = 8  # shorter secret values ("0", "1") are not scrubbed from text: they would mangle it
 
@@ -93,48 +92,36 @@ def env_sha256(env: Iterable[str]) -> str:
     return sha256_text("".join(e + "\n" for e in kept))
 
 
-def secret_values(env: Iterable[str]) -> list[str]:
-    """The values of the secret-looking entries, long enough to scrub safely."""
-    out = []
-    for entry in env:
-        if isinstance(entry, str) and "=" in entry and is_secret_name(_env_name(entry)):
-            value = entry.partition("=")[2]
-            if len(value) >= SCRUB_MIN:
-                out.append(value)
-    return out
-
-
 # ============================================================================================
 # docker
 # ============================================================================================
-def parse_image_list(text: str) -> list[dict]:
-    """``docker image ls --no-trunc --format '{{json .}}'`` → ``[{id, tags}]`` (sorted by ID; an
-    image with several tags is listed once; ``<none>`` tags are left out)."""
+def image_list(rows: object) -> list[dict]:
+    """The engine's ``GET /images/json`` records → ``[{id, tags}]`` (sorted by ID; an image is listed
+    once with all its tags, sorted; ``<none>`` tags are left out), as ``docker image ls`` shows them."""
     images: dict[str, set[str]] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line:
+    for row in rows if isinstance(rows, list) else []:
+        if not isinstance(row, dict) or not isinstance(row.get("Id"), str) or not row["Id"]:
             continue
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(row, dict) or not isinstance(row.get("ID"), str) or not row["ID"]:
-            continue
-        tags = images.setdefault(row["ID"], set())
-        repo, tag = row.get("Repository"), row.get("Tag")
-        if isinstance(repo, str) and repo and repo != "<none>" and isinstance(tag, str) and tag and tag != "<none>":
-            tags.add(f"{repo}:{tag}")
+        tags = images.setdefault(row["Id"], set())
+        for ref in row.get("RepoTags") or []:
+            if not isinstance(ref, str):
+                continue
+            colon = ref.rfind(":")
+            if colon <= ref.rfind("/"):
+                continue  # no tag
+            repo, tag = ref[:colon], ref[colon + 1:]
+            if repo and repo != "<none>" and tag and tag != "<none>":
+                tags.add(ref)
     return [{"id": image_id, "tags": sorted(tags)} for image_id, tags in sorted(images.items())]
 
 
-def read_images(run: Run, docker: str) -> tuple[dict, list[dict]]:
-    """(``docker`` section, images). A failing ``docker image ls`` means the engine is unreachable."""
-    rc, out, err = run([docker, "image", "ls", "--no-trunc", "--format", "{{json .}}"])
-    if rc != 0:
-        detail = _excerpt((err or out).strip()) or f"docker image ls exited {rc}"
-        return {"reachable": False, "error": detail}, []
-    return {"reachable": True, "error": None}, parse_image_list(out)
+def read_images(engine: Engine) -> tuple[dict, list[dict]]:
+    """(``docker`` section, images). An engine that does not answer the image list is unreachable."""
+    try:
+        rows = engine.list_images()
+    except EngineError as exc:
+        return {"reachable": False, "error": _excerpt(str(exc)) or "the Docker engine did not answer"}, []
+    return {"reachable": True, "error": None}, image_list(rows)
 
 
 def _empty_container(name: str, exists: bool | None, error: str | None) -> dict:
@@ -144,19 +131,15 @@ def _empty_container(name: str, exists: bool | None, error: str | None) -> dict:
             "env_sha256": None, "profile": None, "error": error}
 
 
-def read_container(run: Run, docker: str, name: str) -> tuple[dict, list[str] | None]:
+def read_container(engine: Engine, name: str) -> tuple[dict, list[str] | None]:
     """(the ``container`` section, the container's Env list or None when unknown)."""
-    rc, out, err = run([docker, "container", "inspect", name])
-    if rc != 0:
-        if "no such" in (err + out).lower():
-            return _empty_container(name, False, None), None
-        return _empty_container(name, None, _excerpt((err or out).strip()) or f"docker container inspect exited {rc}"), None
-    state = container_state(out)
-    if state.get("error") or not state.get("exists"):
-        if state.get("error"):
-            return _empty_container(name, None, state["error"]), None
+    try:
+        doc = engine.inspect_container(name)
+    except EngineError as exc:
+        return _empty_container(name, None, _excerpt(str(exc)) or "the Docker engine did not answer"), None
+    if doc is None:
         return _empty_container(name, False, None), None
-    doc = json.loads(out)[0]  # container_state parsed it: a non-empty list
+    state = container_state(json.dumps([doc]))  # the fields as the probe reads `docker container inspect`
     config = doc.get("Config") if isinstance(doc.get("Config"), dict) else {}
     env = [e for e in (config.get("Env") or []) if isinstance(e, str)]
     labels = state.get("labels") or {}
@@ -182,14 +165,6 @@ def read_container(run: Run, docker: str, name: str) -> tuple[dict, list[str] | 
 # ============================================================================================
 # files on the rank
 # ============================================================================================
-def _read_limited(path: str, limit: int) -> bytes:
-    with open(path, "rb") as handle:
-        data = handle.read(limit + 1)
-    if len(data) > limit:
-        raise ValueError(f"{path} is larger than {limit} bytes")
-    return data
-
-
 def parse_env_file(text: str) -> list[str]:
     """The entries of a Docker env file: stripped lines, blank lines and ``#`` comments left out.
     A line without ``=`` is a bare NAME (Docker passes the caller's value through)."""
@@ -235,7 +210,7 @@ def profile_file_state(profiles_dir: str, profile: str | None, container_env: li
     out["present"] = True
     try:
         out["sha256"] = sha256_file(path)
-        entries = parse_env_file(_read_limited(path, ENV_FILE_LIMIT).decode("utf-8"))
+        entries = parse_env_file(read_limited(path, ENV_FILE_LIMIT).decode("utf-8"))
     except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
         out["error"] = f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}"
         return out
@@ -268,7 +243,7 @@ def model_state(model_dir: str, marker: str) -> dict:
         out["error"] = f"no marker file {path}"
         return out
     try:
-        out["revision"] = _read_limited(path, MARKER_LIMIT).decode("utf-8").strip() or None
+        out["revision"] = read_limited(path, MARKER_LIMIT).decode("utf-8").strip() or None
     except (OSError, ValueError) as exc:
         out["error"] = f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}"
         return out
@@ -306,23 +281,31 @@ def metrics_state(base_url: str, timeout: float, api_key: str | None) -> dict:
 # ============================================================================================
 # the rank's audit
 # ============================================================================================
-def collect(run: Run, *, rank: str, docker: str | None, container: str = "dspark_vllm",
+def open_engine(rank: str, docker_host: str) -> Engine:
+    """The rank's Docker engine at ``docker_host`` (``unix:///path`` or a path; CheckError otherwise).
+    Opening it does not contact it: an engine that does not answer is reported by :func:`collect`."""
+    try:
+        return Engine(docker_host)
+    except EngineError as exc:
+        raise CheckError(rank, str(exc)) from exc
+
+
+def collect(engine: Engine, *, rank: str, container: str = "dspark_vllm",
             manifest_path: str = "/etc/dspark/runtime-manifest.json", profiles_dir: str = "/etc/dspark/profiles",
             model_dir: str, revision_marker: str = REVISION_MARKER, api: bool = False,
             base_url: str = "http://127.0.0.1:8888", model: str | None = None, api_key: str | None = None,
             timeout: float = 5.0) -> dict:
-    """Everything the fleet audit needs from one rank. ``docker`` is the CLI's path (None: not
-    installed, which reads as an unreachable engine). Raises CheckError only for unusable options."""
+    """Everything the fleet audit needs from one rank. ``engine`` is the rank's Docker engine
+    (:class:`_docker_engine.Engine`, or any object with its ``list_images`` and
+    ``inspect_container``); one that does not answer reads as unreachable. Raises CheckError only
+    for unusable options, before the engine is asked anything."""
     check_marker_name(rank, revision_marker)
     if api and not model:
         raise CheckError(rank, "model (the served model name) is required when api is true")
     env: list[str] | None = None
-    if docker is None:
-        docker_section, images = {"reachable": False, "error": "the docker CLI is not installed (not on PATH)"}, []
-    else:
-        docker_section, images = read_images(run, docker)
+    docker_section, images = read_images(engine)
     if docker_section["reachable"]:
-        container_section, env = read_container(run, docker, container)  # type: ignore[arg-type]
+        container_section, env = read_container(engine, container)
     else:
         container_section = _empty_container(container, None, "docker engine unreachable")
     audit = {
@@ -339,8 +322,8 @@ def collect(run: Run, *, rank: str, docker: str | None, container: str = "dspark
     if api:
         audit["api"] = api_state(base_url, model, timeout, api_key)  # type: ignore[arg-type]
         audit["metrics"] = metrics_state(base_url, timeout, api_key)
-    secrets = ([api_key] if api_key else []) + secret_values(env or [])
-    return scrub(audit, secrets)  # type: ignore[return-value]
+    secrets = ([api_key] if api_key else []) + secret_env_values(env or [], SCRUB_MIN)
+    return redact(audit, secrets)  # type: ignore[return-value]
 
 
 # ============================================================================================

@@ -1,6 +1,6 @@
 # Copyright (c) gb10.dspark contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The collection's one streaming file hash.
+"""The collection's one streaming file hash, and its one hash of a text (:func:`sha256_text`).
 
 Files checked here run from a few bytes (a wrapper's ``FILES.json``) to tens of gigabytes (an
 image archive, a checkpoint shard), so they are hashed ``chunk`` bytes at a time into one reused
@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 
-__all__ = ["CHUNK", "sha256_file"]
+__all__ = ["CHUNK", "sha256_file", "sha256_text"]
 
 CHUNK = 1 << 20  # 1 MiB per read
 
@@ -39,3 +39,9 @@ def sha256_file(path: str, on_chunk: Callable[[int], None] | None = None, chunk:
             if on_chunk is not None:
                 on_chunk(count)
     return digest.hexdigest()
+
+
+def sha256_text(text: str) -> str:
+    """The hex sha256 of ``text`` as UTF-8; lone surrogates (undecodable bytes read with
+    ``surrogateescape``) hash as the bytes they stand for."""
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()

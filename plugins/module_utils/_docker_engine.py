@@ -73,7 +73,7 @@ class Engine:
             conn.request(method, url, body=body, headers=headers or {})
             resp = conn.getresponse()
             return resp.status, resp.read()
-        except OSError as exc:
+        except (OSError, http.client.HTTPException) as exc:
             raise EngineError(f"cannot reach the Docker engine at {self.socket_path}: {exc}") from exc
         finally:
             conn.close()
@@ -82,7 +82,10 @@ class Engine:
         status, data = self._request(method, path, query)
         if status not in ok:
             raise EngineError(f"{method} {path}: HTTP {status}: {_error_text(data)}", status)
-        return json.loads(data) if data else None
+        try:
+            return json.loads(data) if data else None
+        except ValueError as exc:
+            raise EngineError(f"{method} {path}: the engine's answer is not JSON: {exc}", status) from exc
 
     # -- reads ------------------------------------------------------------------------------
     def info(self) -> dict:
@@ -111,6 +114,30 @@ class Engine:
         if status != 200:
             raise EngineError(f"inspecting image {ref}: HTTP {status}: {_error_text(data)}", status)
         return json.loads(data)
+
+    def list_images(self) -> list[dict]:
+        """``GET /images/json``: one record per image (``Id``, ``RepoTags``, ...), as ``docker image ls``
+        lists them (intermediate images left out)."""
+        images = self._json("GET", "/images/json")
+        if not isinstance(images, list):
+            raise EngineError(f"listing images: expected a list, got {type(images).__name__}")
+        return images
+
+    def inspect_container(self, name: str) -> dict | None:
+        """The engine's inspect record of a container (by name or ID), as ``docker container
+        inspect`` prints it in its list, or None when there is no such container."""
+        status, data = self._request("GET", f"/containers/{quote(name, safe='')}/json")
+        if status == 404:
+            return None
+        if status != 200:
+            raise EngineError(f"inspecting container {name}: HTTP {status}: {_error_text(data)}", status)
+        try:
+            doc = json.loads(data)
+        except ValueError as exc:
+            raise EngineError(f"inspecting container {name}: the engine's answer is not JSON: {exc}", status) from exc
+        if not isinstance(doc, dict):
+            raise EngineError(f"inspecting container {name}: expected a mapping, got {type(doc).__name__}")
+        return doc
 
     # -- writes -----------------------------------------------------------------------------
     def load(self, path: str, progress: Callable[[int, int], None] | None = None) -> list[dict]:

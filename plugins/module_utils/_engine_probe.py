@@ -18,6 +18,7 @@ import shlex
 from typing import Callable
 
 from ansible_collections.gb10.dspark.plugins.module_utils._http import open_http
+from ansible_collections.gb10.dspark.plugins.module_utils._labels import PREFIX as LABEL_PREFIX
 
 Run = Callable[[list[str]], tuple[int, str, str]]
 
@@ -110,7 +111,7 @@ def container_state(inspect_json: str) -> dict:
         "started_at": state.get("StartedAt"),
         "finished_at": state.get("FinishedAt"),
         "restart_count": doc[0].get("RestartCount"),
-        "labels": {k: v for k, v in labels.items() if k.startswith("io.gb10.dspark.")},
+        "labels": {k: v for k, v in labels.items() if k.startswith(LABEL_PREFIX)},
     }
 
 

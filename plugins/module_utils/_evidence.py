@@ -24,13 +24,18 @@ import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 
 from ansible_collections.gb10.dspark.plugins.module_utils._digest import sha256_file
-from ansible_collections.gb10.dspark.plugins.module_utils._files import check_finite, make_parents, write_json_atomic
+from ansible_collections.gb10.dspark.plugins.module_utils._clock import utc_now
+from ansible_collections.gb10.dspark.plugins.module_utils._files import (
+    check_finite, fsync_dir, make_parents, write_json_atomic,
+)
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, IdentityError, Mismatch
 from ansible_collections.gb10.dspark.plugins.module_utils._pair import SAFE_NAME, SAFE_NAME_EXPECTED
-from ansible_collections.gb10.dspark.plugins.module_utils._secrets import is_secret_name
+from ansible_collections.gb10.dspark.plugins.module_utils._secrets import (
+    REDACTED, is_secret_name, json_container, redact_document, redact_secrets_text, replace_each, variable_leaks,
+)
 
 RANK = "control node"
 SCHEMA_VERSION = 1
@@ -44,7 +49,6 @@ INDEX_JSON = "index.json"
 INDEX_MD = "index.md"
 SUMS = "SHA256SUMS"
 GENERATED = (INDEX_JSON, INDEX_MD, SUMS)
-REDACTED = "<redacted>"
 FILE_MODE = 0o644
 DIR_MODE = 0o755
 
@@ -168,37 +172,19 @@ def check_dest(dest: str) -> None:
 # --------------------------------------------------------------------------------------------
 # redaction
 # --------------------------------------------------------------------------------------------
-def redact_text(text: str, prefixes: list[Prefix]) -> str:
-    for p in prefixes:
-        text = text.replace(p.prefix, p.placeholder)
-    return text
-
-
 def redact_value(value: object, prefixes: list[Prefix]) -> object:
-    """``value`` with every prefix replaced by its placeholder, in strings and keys at any depth."""
-    if isinstance(value, str):
-        return redact_text(value, prefixes)
-    if isinstance(value, dict):
-        return {redact_value(k, prefixes): redact_value(v, prefixes) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [redact_value(v, prefixes) for v in value]
-    return value
+    """``value`` (a text or a document) with every prefix replaced by its placeholder, in strings and
+    keys at any depth (:func:`_secrets.replace_each`)."""
+    return replace_each(value, ((p.prefix, p.placeholder) for p in prefixes))
 
 
-# The one secret rule of the pack. A *variable* is a ``NAME=value`` line of an env file, an entry of
-# a container's ``Env``, a ``NAME=value`` anywhere in text or in a JSON string, a JSON member, a
-# command-line flag with its value (``--api-key K``, ``--hf-token=K``) or a profile departure of an
-# ``env.NAME``. Its value is secret when its NAME looks secret (:func:`is_secret_name`), or when the
-# value is one the pack was told is secret. The NAME is judged by its words (split at ``_``, ``-``,
-# ``.`` and camelCase): counters and structural names that merely contain a word - MTP_NUM_TOKENS,
-# DSPARK_SIM_TOKEN_DELAY_S, run_key, pass_count, KV_CACHE_DTYPE - are not secret.
+# The one secret rule of the pack is the collection's variable rule (:func:`_secrets.redact_document`,
+# :func:`_secrets.redact_secrets_text`): a variable's value is redacted when its NAME looks secret
+# (:func:`is_secret_name`) or when the value is one the pack was told is secret.
 # A told secret value shorter than this is not searched for (it would match ordinary values such as
 # 1 or true, and redact them); the variable that holds it is still redacted by its name.
 SECRET_VALUE_MIN = 6
 
-_LINE_ASSIGNMENT = re.compile(r"(\s*(?:export\s+)?)([A-Za-z_][A-Za-z0-9_]*)=(.*)")
-_ASSIGNMENT = re.compile(r"(?<![A-Za-z0-9_./-])([A-Za-z_][A-Za-z0-9_]*)=([^\s\"'`]+)")
-_FLAG = re.compile(r"(?<![A-Za-z0-9_-])(--?[A-Za-z][A-Za-z0-9_-]*)(=|[ \t]+)([^\s\"'`=-][^\s\"'`]*)")
 _SHOWN_NAME = re.compile(r"-{0,2}[A-Za-z_][A-Za-z0-9_.-]{0,127}")
 
 
@@ -228,107 +214,6 @@ def secret_values(secrets: list[str] | None, secret_env: list[str] | None = None
         values.append(value)
         labels.append(label)
     return values, labels, short
-
-
-def _told(value: str, secrets: list[str]) -> bool:
-    return value in secrets or (len(value) > 1 and value[0] == value[-1] and value[0] in "'\"" and value[1:-1] in secrets)
-
-
-def _secret_variable(name: str, value: str, secrets: list[str]) -> bool:
-    return bool(value) and (is_secret_name(name) or _told(value, secrets))
-
-
-def _line_spans(line: str, secrets: list[str]) -> list[tuple[str, int, int]]:
-    """(name, start, end) of every secret value in one line of text, by the one rule."""
-    whole = _LINE_ASSIGNMENT.fullmatch(line)
-    if whole and _secret_variable(whole.group(2), whole.group(3), secrets):
-        return [(whole.group(2), whole.start(3), whole.end(3))]
-    start = whole.start(3) if whole else 0
-    spans = [(m.group(1), m.start(2), m.end(2)) for m in _ASSIGNMENT.finditer(line, start)
-             if _secret_variable(m.group(1), m.group(2), secrets)]
-    spans += [(m.group(1), m.start(3), m.end(3)) for m in _FLAG.finditer(line, start)
-              if _secret_variable(m.group(1), m.group(3), secrets)]
-    kept: list[tuple[str, int, int]] = []
-    for span in sorted(spans, key=lambda s: s[1]):
-        if not kept or span[1] >= kept[-1][2]:
-            kept.append(span)
-    return kept
-
-
-def _lines(text: str) -> list[tuple[str, str]]:
-    """Each line of ``text`` split from its line ending."""
-    out = []
-    for line in text.splitlines(keepends=True):
-        body = line.rstrip("\r\n")
-        out.append((body, line[len(body):]))
-    return out
-
-
-def redact_secrets_text(text: str, secrets: list[str] | None = None) -> str:
-    """``text`` with the value of every secret variable replaced by ``<redacted>``."""
-    secrets = secrets or []
-    out = []
-    for body, ending in _lines(text):
-        for _unused, start, end in reversed(_line_spans(body, secrets)):
-            body = body[:start] + REDACTED + body[end:]
-        out.append(body + ending)
-    return "".join(out)
-
-
-def _secret_flag(element: object) -> bool:
-    return isinstance(element, str) and element.startswith("-") and "=" not in element and is_secret_name(element)
-
-
-def _flag_value(element: object) -> bool:
-    return isinstance(element, str) and bool(element) and not element.startswith("--")
-
-
-def _departure_name(value: dict) -> str | None:
-    """The variable a profile departure (``{key: env.NAME, qualified, actual}``) is about, if any."""
-    key = value.get("key")
-    if isinstance(key, str) and ("actual" in value or "qualified" in value):
-        return key.rpartition(".")[2]
-    return None
-
-
-def _hide(value: object) -> object:
-    """Every value under a secret variable: strings (but the empty one) and numbers, at any depth."""
-    if isinstance(value, str):
-        return REDACTED if value else value
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return REDACTED
-    if isinstance(value, dict):
-        return {k: _hide(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_hide(v) for v in value]
-    return value
-
-
-def redact_document(value: object, secrets: list[str] | None = None) -> object:
-    """A JSON document with every secret value replaced by ``<redacted>``, at any depth: members with
-    a secret-looking name, strings that are (or hold) a secret variable or equal a told secret, the
-    value after a secret flag in a list (``["--api-key", K]``), and both values of a departure of a
-    secret-looking variable."""
-    secrets = secrets or []
-    if isinstance(value, str):
-        return REDACTED if _told(value, secrets) else redact_secrets_text(value, secrets)
-    if isinstance(value, (list, tuple)):
-        out = [redact_document(v, secrets) for v in value]
-        for i in range(len(out) - 1):
-            if _secret_flag(out[i]) and _flag_value(out[i + 1]):
-                out[i + 1] = REDACTED
-        return out
-    if isinstance(value, dict):
-        departure = _departure_name(value)
-        hidden = ("actual", "qualified") if departure and is_secret_name(departure) else ()
-        return {k: _hide(v) if k in hidden or is_secret_name(k) else redact_document(v, secrets)
-                for k, v in value.items()}
-    return value
-
-
-def redact_inspect(value: object, secrets: list[str] | None = None) -> object:
-    """Container inspect data redacted by the pack's one rule (see :func:`redact_document`)."""
-    return redact_document(value, secrets)
 
 
 # --------------------------------------------------------------------------------------------
@@ -386,14 +271,6 @@ def _parse_inspect(name: str, text: str) -> object:
                                f"redacted: {exc}") from exc
 
 
-def _json_container(text: str) -> dict | list | None:
-    try:
-        document = json.loads(text)
-    except ValueError:
-        return None
-    return document if isinstance(document, (dict, list)) else None
-
-
 def _from_text(entry: Entry, text: str, prefixes: list[Prefix], secrets: list[str] | None = None) -> None:
     """Text is copied with its paths replaced and its secret variables redacted. A JSON text (other
     than inspect data, which is always parsed) keeps its bytes unless a secret had to be redacted;
@@ -403,8 +280,8 @@ def _from_text(entry: Entry, text: str, prefixes: list[Prefix], secrets: list[st
         entry.document, entry.is_json, entry.redacted = document, True, changed
         entry.data = json_bytes(document)
         return
-    cleaned = redact_text(text, prefixes)
-    document = _json_container(cleaned)
+    cleaned = redact_value(text, prefixes)
+    document = json_container(cleaned)
     if document is None:
         cleaned = redact_secrets_text(cleaned, secrets)
     elif redact_document(document, secrets) != document:
@@ -930,58 +807,6 @@ def _holds(data: bytes, decoded: list[str], needle: str) -> bool:
     return any(form in data for form in _spellings(needle)) or any(needle in s for s in decoded)
 
 
-def _text_variable_leaks(text: str, secrets: list[str]) -> list[str]:
-    """Names of the secret variables of ``text`` whose value is not ``<redacted>``. A line that is a
-    JSON document (JSON lines) is judged as one."""
-    names = []
-    for body, _unused in _lines(text):
-        document = _json_container(body) if body.lstrip()[:1] in ("{", "[") else None
-        if document is not None:
-            names += _document_variable_leaks(document, secrets)
-        else:
-            names += [name for name, start, end in _line_spans(body, secrets) if body[start:end] != REDACTED]
-    return names
-
-
-def _document_variable_leaks(value: object, secrets: list[str], under: str | None = None) -> list[str]:
-    """Names of the secret variables of a JSON document (``under``: the secret variable ``value`` is
-    part of) whose value is not ``<redacted>``; the same rule as :func:`redact_document`."""
-    if isinstance(value, str):
-        if under is not None:
-            return [under] if value and value != REDACTED else []
-        return _text_variable_leaks(value, secrets)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return [under] if under is not None else []
-    names: list[str] = []
-    if isinstance(value, (list, tuple)):
-        for i, item in enumerate(value):
-            names += _document_variable_leaks(item, secrets, under)
-            if (under is None and i + 1 < len(value) and _secret_flag(item) and _flag_value(value[i + 1])
-                    and value[i + 1] != REDACTED):
-                names.append(item)
-    elif isinstance(value, dict):
-        departure = _departure_name(value)
-        hidden = ("actual", "qualified") if departure and is_secret_name(departure) else ()
-        for key, item in value.items():
-            if under is None and key in hidden:
-                names += _document_variable_leaks(item, secrets, str(value.get("key")))
-            elif under is None and is_secret_name(key):
-                names += _document_variable_leaks(item, secrets, key)
-            else:
-                names += _document_variable_leaks(item, secrets, under)
-    return names
-
-
-def variable_leaks(data: bytes, secrets: list[str] | None = None) -> list[str]:
-    """Names of the secret variables (by the one rule) left with a value other than ``<redacted>`` in
-    one file of the pack, each once, in order of appearance."""
-    secrets = secrets or []
-    text = data.decode("utf-8", errors="replace")
-    document = _json_container(text)
-    names = _document_variable_leaks(document, secrets) if document is not None else _text_variable_leaks(text, secrets)
-    return list(dict.fromkeys(names))
-
-
 def _shown(name: str, secrets: list[str]) -> str:
     """A variable name fit for a message: never a secret, nor anything that could hold one."""
     if _SHOWN_NAME.fullmatch(name) and not any(s in name for s in secrets):
@@ -1055,13 +880,6 @@ class Plan:
         return sorted(e.name for e in self.written())
 
 
-def utc_stamp(now: datetime | None = None) -> str:
-    moment = now or datetime.now(timezone.utc)
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def plan_pack(dest: str, pair: str, run_id: str, playbook: str, artifacts: list[dict], facts: dict | None = None,
               secrets: list[str] | None = None, redact_prefixes: list[dict] | None = None,
               now: datetime | None = None, secret_env: list[str] | None = None) -> Plan:
@@ -1087,7 +905,7 @@ def plan_pack(dest: str, pair: str, run_id: str, playbook: str, artifacts: list[
     # by name only: a told secret in the facts is refused below, not hidden
     facts = redact_document(redact_value(facts, prefixes))  # type: ignore[assignment]
     reasons, results = publication_reasons(facts, entries)
-    index = build_index(pair, run_id, playbook, utc_stamp(now), facts, entries, reasons, results)
+    index = build_index(pair, run_id, playbook, utc_now(now), facts, entries, reasons, results)
     index_json = Entry(INDEX_JSON, "index", data=json_bytes(index), document=index, is_json=True)
     index_md = Entry(INDEX_MD, "index", data=render_markdown(index, index_json).encode("utf-8"))
     present = [e for e in entries if e.state == "present"]
@@ -1120,14 +938,6 @@ def _write_bytes(path: str, data: bytes) -> None:
         handle.write(data)
         handle.flush()
         os.fsync(handle.fileno())
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _place(root: str, entry: Entry) -> str:
@@ -1199,7 +1009,7 @@ def write_pack(plan: Plan) -> None:
             raise IdentityError(_mismatch(f"evidence pack {dest}", f"not writable ({exc.strerror or exc})",
                                           "absent or an empty folder")) from exc
         done = True
-        _fsync_dir(parent)
+        fsync_dir(parent)
     except OSError as exc:
         raise CheckError(RANK, f"cannot write the evidence pack {dest}: {exc}") from exc
     finally:

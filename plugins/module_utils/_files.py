@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, gb10.dspark contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Files the collection writes: one atomic JSON writer for every report, row and progress file."""
+"""Files the collection writes and reads: one atomic JSON writer for every report, row and progress
+file, the one directory fsync, and the one bounded read of a small file."""
 from __future__ import annotations
 
 import json
@@ -83,8 +84,24 @@ def write_text_atomic(path: str, text: str, mode: int = 0o644, make_dirs: bool =
         except FileNotFoundError:
             pass
         raise
-    dir_fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    fsync_dir(directory)
+
+
+def fsync_dir(path: str) -> None:
+    """Flush the directory ``path`` itself, so that a file created, renamed or removed in it survives
+    a crash."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
-        os.fsync(dir_fd)
+        os.fsync(fd)
     finally:
-        os.close(dir_fd)
+        os.close(fd)
+
+
+def read_limited(path: str, limit: int) -> bytes:
+    """The bytes of the file at ``path``, reading at most ``limit`` + 1 of them: ``ValueError``
+    ("larger than N bytes") when it holds more than ``limit``, ``OSError`` when it cannot be read."""
+    with open(path, "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"larger than {limit} bytes")
+    return data

@@ -20,15 +20,16 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Callable
 
 from ansible_collections.gb10.dspark.plugins.module_utils._audit import VERDICTS
+from ansible_collections.gb10.dspark.plugins.module_utils._clock import utc_now
 from ansible_collections.gb10.dspark.plugins.module_utils._files import (
     check_finite, write_json_atomic, write_text_atomic,
 )
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import (
-    CheckError, IdentityError, Mismatch, _show,
+    CheckError, IdentityError, Mismatch, show as identity_show,
 )
 from ansible_collections.gb10.dspark.plugins.module_utils._pair import SAFE_NAME
 
@@ -47,10 +48,6 @@ SUMMARY_ORDER = ("image_id", "profile", "profile_sha256", "running", "started_at
 
 
 # ---------------------------------------------------------------- input
-
-
-def utc_now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def check_generated(value: str | None, now: Callable[[], str] = utc_now) -> str:
@@ -196,7 +193,7 @@ def show(value: object) -> str:
     """A value as text: null is ``absent``, dicts are compact sorted JSON, the rest as _identity shows them."""
     if isinstance(value, dict):
         return json.dumps(value, sort_keys=True, separators=(",", ":"))
-    return _show(value)
+    return identity_show(value)
 
 
 def short_id(value: object) -> str:

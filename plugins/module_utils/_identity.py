@@ -13,8 +13,13 @@ Modules turn a non-empty list into ``fail_json(msg=..., mismatches=[...])`` via
 """
 from __future__ import annotations
 
+import json
 import socket
 from dataclasses import asdict, dataclass, field
+
+from ansible_collections.gb10.dspark.plugins.module_utils._strict_json import canonical_json
+
+SHOW_STYLES = ("text", "json", "quoted")
 
 
 @dataclass(frozen=True)
@@ -30,7 +35,7 @@ class Mismatch:
 
     @property
     def message(self) -> str:
-        text = f"rank {self.rank}: {self.item} is {_show(self.actual)}, {self.expected_word} {_show(self.expected)}"
+        text = f"rank {self.rank}: {self.item} is {show(self.actual)}, {self.expected_word} {show(self.expected)}"
         if self.reason:
             text += f" ({self.reason})"
         return text
@@ -62,13 +67,28 @@ class CheckError(Exception):
         super().__init__(f"rank {rank}: {message}")
 
 
-def _show(value: object) -> str:
+def show(value: object, style: str = "text") -> str:
+    """A value as the collection's messages show it; null is ``absent`` in every style.
+
+    * ``text`` (:class:`Mismatch` messages): booleans as ``true``/``false``, lists, tuples and sets
+      as ``[a, b]`` (each member shown the same way), anything else as ``str()``.
+    * ``json`` (the runtime gate): strings as they are, booleans as ``true``/``false``, anything
+      else as :func:`canonical_json` (``ValueError``/``TypeError`` for what JSON cannot hold).
+    * ``quoted`` (the serving guard): strings, lists and dicts as JSON (a string in quotes),
+      anything else as ``str()``.
+    """
+    if style not in SHOW_STYLES:
+        raise ValueError(f"show style {style!r} is not one of {', '.join(SHOW_STYLES)}")
     if value is None:
         return "absent"
+    if style == "quoted":
+        return json.dumps(value) if isinstance(value, (str, dict, list)) else str(value)
     if isinstance(value, bool):
         return "true" if value else "false"
+    if style == "json":
+        return value if isinstance(value, str) else canonical_json(value)
     if isinstance(value, (list, tuple, set, frozenset)):
-        return "[" + ", ".join(_show(v) for v in value) + "]"
+        return "[" + ", ".join(show(v) for v in value) + "]"
     return str(value)
 
 

@@ -104,10 +104,6 @@ def expected_id(pin: Pin, store: str, rank: str) -> str:
     return _short(pin.image_id)  # type: ignore[return-value]
 
 
-def _archive_id(archive: ArchiveIdentity, store: str) -> str | None:
-    return archive.manifest_digest if store == "containerd" else archive.image_id
-
-
 def _label_mismatches(rank: str, where: str, labels: dict, architecture: str | None, pin: Pin) -> list[Mismatch]:
     out = []
     if pin.architecture and architecture != pin.architecture:

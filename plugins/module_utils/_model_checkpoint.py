@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ansible_collections.gb10.dspark.plugins.module_utils._files import write_json_atomic
+from ansible_collections.gb10.dspark.plugins.module_utils._files import read_limited, write_json_atomic
 from ansible_collections.gb10.dspark.plugins.module_utils._digest import sha256_file
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, Mismatch
 from ansible_collections.gb10.dspark.plugins.module_utils._strict_json import json_equal, json_kind, loads
@@ -164,14 +164,6 @@ def _kind(st: os.stat_result) -> str:
     return "a special file"
 
 
-def _read_limited(path: str, limit: int) -> bytes:
-    with open(path, "rb") as handle:
-        data = handle.read(limit + 1)
-    if len(data) > limit:
-        raise ValueError(f"larger than {limit} bytes")
-    return data
-
-
 # ----------------------------------------------------------------------------------------------
 # The checks, each appending to report.mismatches
 
@@ -206,7 +198,7 @@ def check_marker(root: str, expected: Expected, rank: str, report: Report) -> No
         miss("unreadable", detail or f"marker {path} is {_kind(st)}")
         return
     try:
-        text = _read_limited(path, MARKER_LIMIT).decode("utf-8").strip()
+        text = read_limited(path, MARKER_LIMIT).decode("utf-8").strip()
     except (OSError, ValueError) as err:  # UnicodeDecodeError is a ValueError
         miss("unreadable", f"marker {path}: {err}")
         return
@@ -228,7 +220,7 @@ def load_json(root: str, name: str, rank: str, report: Report) -> object | None:
         problem = ("unreadable", detail or f"{path} is {_kind(st)}")
     else:
         try:
-            return loads(_read_limited(path, JSON_LIMIT))
+            return loads(read_limited(path, JSON_LIMIT))
         except OSError as err:
             problem = ("unreadable", err.strerror or str(err))
         except ValueError as err:  # StrictJSONError (not UTF-8, not JSON, duplicate key, NaN ...), too large

@@ -105,3 +105,59 @@ def _images(pair: str, members: list[dict], expected: str | None) -> list[Mismat
         out.append(Mismatch(f"pair {pair}", "image store", "the same on both ranks", detail,
                             reason="image IDs from different stores are not comparable", expected_word="expected"))
     return out
+
+
+# The inventory groups the head-only and worker-only plays run on (guard, NIAH, systems, the
+# fleet report). A head missing from dspark_heads would be skipped by them without a word.
+GROUP_OF_RANK = {0: "dspark_heads", 1: "dspark_workers"}
+
+
+def topology(hosts: list[dict], groups: dict[str, list[str]], partial_ok: bool = False) -> tuple[dict, list[Mismatch]]:
+    """The pairs of the play, worked out once: ``({host: facts}, mismatches)``.
+
+    ``hosts``: one record per play host, ``{"name", "pair", "rank", "fabric_ip"}``; ``groups``:
+    the inventory's groups (only ``dspark_heads`` and ``dspark_workers`` are read). Each host's
+    facts name its pair, the pair's head and worker (None when absent from the play and
+    ``partial_ok``), both members in rank order and the head's fabric address (the rendezvous
+    address of both ranks). Every problem is listed: the pairing (exactly one head and one
+    worker per pair, unless ``partial_ok`` lets a pair miss one of them) and a rank that the
+    groups place elsewhere.
+    """
+    summary, problems = check_pairs(hosts, check_images=False)
+    if partial_ok:
+        problems = [m for m in problems if not (m.item.endswith(" hosts") and str(m.actual).startswith("0 "))]
+    problems += _groups_agree(hosts, groups)
+    by_name = {str(h.get("name")): h for h in hosts}
+    facts = {}
+    for pair, members in summary.items():
+        head, worker = members.get("head"), members.get("worker")
+        head_rec = by_name.get(head, {}) if head else {}
+        for name in (head, worker):
+            if name:
+                facts[name] = {
+                    "pair": pair,
+                    "head": head,
+                    "worker": worker,
+                    "members": [n for n in (head, worker) if n],
+                    "head_fabric_ip": head_rec.get("fabric_ip"),
+                }
+    return facts, problems
+
+
+def _groups_agree(hosts: list[dict], groups: dict[str, list[str]]) -> list[Mismatch]:
+    out = []
+    heads = set(groups.get(GROUP_OF_RANK[0]) or [])
+    workers = set(groups.get(GROUP_OF_RANK[1]) or [])
+    for host in hosts:
+        name, rank = str(host.get("name")), host.get("rank")
+        if rank not in RANKS:
+            continue  # the pairing reports it
+        want, other = GROUP_OF_RANK[rank], GROUP_OF_RANK[1 - rank]
+        member_of = [g for g, members in ((want, heads if rank == 0 else workers),
+                                          (other, workers if rank == 0 else heads)) if name in members]
+        if member_of != [want]:
+            out.append(Mismatch(name, "inventory groups", f"{want} only (dspark_rank {rank}, {ROLE[rank]})",
+                                ", ".join(member_of) or "neither group",
+                                reason=f"plays on {GROUP_OF_RANK[0]} and {GROUP_OF_RANK[1]} would skip or misuse this rank",
+                                expected_word="expected"))
+    return out

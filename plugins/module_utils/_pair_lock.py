@@ -24,7 +24,6 @@ The pair name and run id are checked against ``_pair.SAFE_NAME`` before anything
 """
 from __future__ import annotations
 
-import datetime
 import errno
 import fcntl
 import json
@@ -35,6 +34,7 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
+from ansible_collections.gb10.dspark.plugins.module_utils._clock import utc_now
 from ansible_collections.gb10.dspark.plugins.module_utils._files import make_parents
 from ansible_collections.gb10.dspark.plugins.module_utils._pair import SAFE_NAME, SAFE_NAME_EXPECTED
 
@@ -97,10 +97,6 @@ def check_name(option: str, value: object) -> None:
 
 
 # --- the record ---------------------------------------------------------------------------------
-
-def utc_now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-
 
 def make_record(pair: str, run_id: str, playbook: str | None, owner: dict, acquired: str) -> dict:
     """The lock file's content. ``owner`` comes from the controller; its run_id, when given, must be

@@ -18,11 +18,10 @@ writes it.
 The API key never reaches the document: the gate records the command's sha256 and the parsed
 flags, never the command, reads only two variables of PID 1's environment, redacts ``--api-key``
 values before the command tokens are used, and scrubs any secret it was given from every string
-it returns. Standard library only.
+it returns (``_secrets.redact``). Standard library only.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -31,10 +30,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from ansible_collections.gb10.dspark.plugins.module_utils import _pin
+from ansible_collections.gb10.dspark.plugins.module_utils._container_command import command_string
+from ansible_collections.gb10.dspark.plugins.module_utils._digest import sha256_text
 # Re-exported: the gate's test suite (roles/gate/files/runtime_gate) writes the document with it.
 from ansible_collections.gb10.dspark.plugins.module_utils._files import write_json_atomic  # noqa: F401  # pylint: disable=unused-import
+from ansible_collections.gb10.dspark.plugins.module_utils._identity import show
+from ansible_collections.gb10.dspark.plugins.module_utils._secrets import REDACTED, redact
 from ansible_collections.gb10.dspark.plugins.module_utils._strict_json import (
     StrictJSONError,
+    canonical_json,
     json_equal,
     loads as strict_loads,
 )
@@ -44,7 +48,6 @@ Fetch = Callable[[str, str, "bytes | None", float], tuple[int, bytes]]
 
 SCHEMA_VERSION = 3
 RANKS = ("head", "worker")
-REDACTED = "<redacted>"
 
 IMPLEMENTATIONS = ("regular", "breakable")
 CUDAGRAPH_MODES = ("FULL", "FULL_AND_PIECEWISE", "FULL_DECODE_ONLY", "PIECEWISE")
@@ -160,48 +163,13 @@ class ConfigError(ValueError):
 # small helpers
 # ============================================================================================
 def _show(value: object) -> str:
-    if value is None:
-        return "absent"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return value
-    return canonical_json(value)
+    """How the gate's messages show a value: :func:`_identity.show` in its ``json`` style."""
+    return show(value, "json")
 
 
 def _excerpt(text: object, limit: int = _EXCERPT) -> str:
     text = _show(text)
     return text if len(text) <= limit else text[:limit] + "…"
-
-
-def canonical_json(value: object) -> str:
-    """One canonical serialization (sorted keys, no spaces) for comparing and recording JSON."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
-
-
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
-
-
-def scrub(value: object, secrets: Iterable[str]) -> object:
-    """``value`` with every occurrence of each non-empty secret replaced by ``<redacted>``,
-    in strings and in mapping keys, at any depth."""
-    secrets = [s for s in secrets if s]
-    if not secrets:
-        return value
-
-    def clean(v: object) -> object:
-        if isinstance(v, str):
-            for secret in secrets:
-                v = v.replace(secret, REDACTED)
-            return v
-        if isinstance(v, dict):
-            return {clean(k): clean(x) for k, x in v.items()}
-        if isinstance(v, (list, tuple)):
-            return [clean(x) for x in v]
-        return v
-
-    return clean(value)
 
 
 # ============================================================================================
@@ -337,13 +305,6 @@ def load_config(text: str | bytes) -> dict:
 # ============================================================================================
 # the container command
 # ============================================================================================
-def command_string(path: object, args: object) -> str:
-    """The container command as the spec records it: ``Path`` plus ``Args``, space-joined."""
-    parts = [path] if isinstance(path, str) and path else []
-    parts += [a for a in args if isinstance(a, str)] if isinstance(args, list) else []
-    return " ".join(parts)
-
-
 def command_tokens(path: object, args: object) -> list[str]:
     """The argv the container runs, with a ``bash -lc '<script>'`` script tokenised shell-style.
 
@@ -1000,7 +961,7 @@ def failure_document(errors: list[str], profile: object = None, implementation: 
                      secrets: Iterable[str] = ()) -> dict:
     """A FAIL document for a gate that could not run at all (every section null)."""
     errors = list(errors) or ["the runtime gate did not run"]
-    return scrub(make_document(_evidence(profile, implementation), errors), secrets)  # type: ignore[return-value]
+    return redact(make_document(_evidence(profile, implementation), errors), secrets)  # type: ignore[return-value]
 
 
 @dataclass
@@ -1047,7 +1008,7 @@ class Gate:
                 section, errors = None, [str(exc)]
             except Exception as exc:  # a step that threw: its section is null, the text goes to errors
                 section, errors = None, [f"{name} step failed: {type(exc).__name__}: {exc}"]
-            self.results[name] = StepResult(scrub(section, self.secrets), scrub(errors, self.secrets))  # type: ignore[arg-type]
+            self.results[name] = StepResult(redact(section, self.secrets), redact(errors, self.secrets))  # type: ignore[arg-type]
         return self.results[name].errors
 
     def run_all(self) -> None:
@@ -1114,7 +1075,7 @@ class Gate:
             evidence["runtime_logs"] = logs
         for name in API_STEPS:
             evidence[name] = self.section(name)
-        return scrub(make_document(evidence, self.errors()), self.secrets)  # type: ignore[return-value]
+        return redact(make_document(evidence, self.errors()), self.secrets)  # type: ignore[return-value]
 
 
 def summary_line(document: dict, output: str) -> str:

@@ -22,6 +22,7 @@ import json
 from dataclasses import dataclass, field
 
 from ansible_collections.gb10.dspark.plugins.module_utils._http import json_client
+from ansible_collections.gb10.dspark.plugins.module_utils._identity import show
 
 PROMPTS = 64
 MAX_TOKENS = 128
@@ -45,7 +46,7 @@ class Verdict:
     infra: bool = False  # no answer to judge: transport, a status of INFRA_STATUS or >= 500, the time bound
 
     def fail(self, what: str, actual: object, expected: object) -> None:
-        self.errors.append(f"request {self.request}: {what} is {_show(actual)}, expected {expected}")
+        self.errors.append(f"request {self.request}: {what} is {show(actual, 'quoted')}, expected {expected}")
         if what in ("transport", "answer") or (what == "HTTP status" and _no_answer_status(actual)):
             self.infra = True
 
@@ -58,10 +59,6 @@ INFRA_STATUS = (401, 403, 404, 408, 429)
 
 def _no_answer_status(status: object) -> bool:
     return status is None or int(status) >= 500 or int(status) in INFRA_STATUS
-
-
-def _show(value: object) -> str:
-    return "absent" if value is None else json.dumps(value) if isinstance(value, (str, dict, list)) else str(value)
 
 
 def _is_count(value: object) -> bool:

@@ -8,7 +8,8 @@ silently keeps its last value (so a tampered file can shadow a field), and ``NaN
 all of these and says where, as a JSON path such as ``$.production_profile.max_num_seqs``.
 
 :func:`json_kind` and :func:`json_equal` are the collection's one way to name and compare JSON
-values: by JSON type, so ``16 == 16.0`` but ``true != 1``, ``null != 0`` and ``"16" != 16``.
+values: by JSON type, so ``16 == 16.0`` but ``true != 1``, ``null != 0`` and ``"16" != 16``;
+:func:`canonical_json` is its one canonical serialization (sorted keys, no spaces).
 
 Standard library only; it runs on the ranks as well as on the control node.
 """
@@ -18,7 +19,7 @@ import json
 import math
 import re
 
-__all__ = ["StrictJSONError", "json_equal", "json_kind", "loads"]
+__all__ = ["StrictJSONError", "canonical_json", "json_equal", "json_kind", "loads"]
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -103,6 +104,12 @@ def json_equal(actual: object, expected: object) -> bool:
             json_equal(actual[k], expected[k]) for k in actual  # type: ignore[index]
         )
     return actual == expected
+
+
+def canonical_json(value: object) -> str:
+    """One canonical serialization (sorted keys, no spaces) for comparing and recording JSON.
+    Raises ``ValueError`` for a non-finite number and ``TypeError`` for what JSON cannot hold."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
 def _a(kind: str) -> str:

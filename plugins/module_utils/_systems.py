@@ -59,10 +59,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Callable
 
+from ansible_collections.gb10.dspark.plugins.module_utils._clock import utc_now
 from ansible_collections.gb10.dspark.plugins.module_utils._engine_probe import parse_metrics
 from ansible_collections.gb10.dspark.plugins.module_utils._files import write_json_atomic, write_text_atomic
 from ansible_collections.gb10.dspark.plugins.module_utils._http import open_http
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, IdentityError, Mismatch
+from ansible_collections.gb10.dspark.plugins.module_utils._secrets import redact
 from ansible_collections.gb10.dspark.plugins.module_utils._serving_guard import (
     Expect,
     Verdict,
@@ -90,6 +92,7 @@ BFCL_LANES = ("bfcl_mt", "bfcl_ast")
 QUALITY_PILLARS = ("qa", "ifeval", "humaneval", "gsm8k")
 DEFAULT_EXTERNAL_TIMEOUT = 86400.0
 NO_EXTERNAL = "no external benchmark client configured"
+SCRUBBED = "********"  # stands for the API key in the external client's output
 EXTERNAL_STATUSES = {"PASS": "PASS", "FAIL": "FAIL", "ERROR": "ERROR", "NOT_IMPLEMENTED": "NOT_IMPLEMENTED",
                      "SKIP": "NOT_IMPLEMENTED"}
 EXTERNAL_ENV_KEYS = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR")
@@ -964,11 +967,6 @@ def _finite(value: object) -> object:
     return str(value)
 
 
-def _scrub(text: str, secret: str | None, limit: int = 2000) -> str:
-    text = text[-limit:]
-    return text.replace(secret, "********") if secret else text
-
-
 def _stated_backend(entry: dict, report: dict) -> object:
     """The backend a report states for a lane: the lane's own, its summary's, else the report's."""
     summary = entry.get("summary") if isinstance(entry.get("summary"), dict) else {}
@@ -1064,7 +1062,7 @@ def lane_external(ctx: Ctx) -> list[dict]:
         with open(report_path, encoding="utf-8") as handle:
             report = json.load(handle)
     except (OSError, ValueError) as exc:
-        tail = _scrub((err or out or "").strip(), ctx.api_key, 500)
+        tail = redact((err or out or "").strip()[-500:], [ctx.api_key], SCRUBBED)
         failure = (f"report {report_path} is unreadable ({_exc_text(exc)}), expected the client's report.json; "
                    f"the client exited {rc}" + (f": {tail}" if tail else ""))
     rows = external_rows(names, report, report_path, failure)
@@ -1076,10 +1074,6 @@ def lane_external(ctx: Ctx) -> list[dict]:
 
 
 # ---- report and files -------------------------------------------------------------------------------
-def utc_now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def counts(rows: list[dict]) -> dict:
     out = {status: sum(1 for r in rows if r["status"] == status) for status in STATUSES}
     out["total"] = len(rows)

@@ -11,8 +11,8 @@ version_added: 0.1.0
 description:
   - Runs on each rank of a pair (head and worker) and gathers in one round trip everything the fleet
     audit compares with the pair's desired state. It changes nothing and needs no fact gathering.
-  - "Collects: the images the Docker engine holds (C(docker image ls)); the engine container
-    I(container) (C(docker container inspect): state, running image ID, the C(io.gb10.dspark.*)
+  - "Collects: the images the Docker engine holds (what C(docker image ls) lists); the engine container
+    I(container) (what C(docker container inspect) shows: state, running image ID, the collection's
     labels, the sha256 of its command as the runtime gate computes it, the sha256 of its non-secret
     environment); the rendered env file C(<profiles_dir>/<profile>.env) of the profile the container
     is labelled with, its sha256 and whether every C(NAME=value) line of it is in the container's
@@ -20,8 +20,10 @@ description:
     I(manifest_path); the model revision recorded in I(revision_marker) inside I(model_dir)."
   - With I(api=true) (on the head) also the OpenAI API at I(base_url) (C(/v1/models)) and a few
     C(/metrics) values.
+  - Docker is read through the engine's API on its Unix socket I(docker_host), with the same
+    standard-library client as M(gb10.dspark.image_identity); no C(docker) CLI and no Docker SDK is needed.
   - Something that is down never fails the module; it is reported. A Docker engine that does not answer
-    (or a missing C(docker) CLI) is RV(audit.docker.reachable=false), a missing file is C(present=false),
+    (or no socket at I(docker_host)) is RV(audit.docker.reachable=false), a missing file is C(present=false),
     an API that does not answer is RV(audit.api.ready=false) with its error.
   - The pair's verdict (OK, DRIFT, DOWN or UNREACHABLE) is computed from both ranks' results by
     C(pair_verdict) in the collection's C(_audit) module_utils.
@@ -40,7 +42,7 @@ options:
   profiles_dir:
     description:
       - The folder holding the rendered profiles; the env file read is C(<profiles_dir>/<profile>.env),
-        where C(<profile>) is the container's C(io.gb10.dspark.profile) label.
+        where C(<profile>) is the container's profile label.
     type: path
     default: /etc/dspark/profiles
   model_dir:
@@ -74,6 +76,11 @@ options:
     description: Seconds to wait for each HTTP request to the API.
     type: float
     default: 5.0
+  docker_host:
+    description:
+      - The Docker engine's socket, C(unix:///path) or a bare path. Other schemes (C(tcp://)) fail the module.
+    type: str
+    default: unix:///var/run/docker.sock
 attributes:
   check_mode:
     support: full
@@ -93,8 +100,10 @@ notes:
   - The env file comparison is one-way. Every entry of the file must be in the container's environment,
     which also holds the image's own variables and the API key.
   - "The module fails only for options that cannot be right (a I(revision_marker) that is not a file name,
-    I(api=true) without I(model)); such a failure reads C(rank <rank>: ...)."
-  - The C(docker) commands have no time limit of their own; bound a hung engine with the task keyword C(timeout).
+    I(api=true) without I(model), a I(docker_host) that is not a Unix socket); such a failure reads
+    C(rank <rank>: ...)."
+  - The requests to the Docker engine have no short time limit of their own; bound a hung engine with the task
+    keyword C(timeout).
   - The env file is mode 0600 and owned by root, so the module normally runs with C(become).
 seealso:
   - module: gb10.dspark.engine_probe
@@ -172,10 +181,10 @@ audit:
     container:
       description:
         - "The engine container: C(name), C(exists) (null when unknown), C(running), C(status), C(exit_code),
-          C(image_id) (the image it runs), C(labels) (only C(io.gb10.dspark.*)), C(started_at), C(finished_at),
+          C(image_id) (the image it runs), C(labels) (only the collection's), C(started_at), C(finished_at),
           C(restart_count), C(command_sha256) (sha256 of C(Path) and C(Args) space-joined, as the runtime gate's
           C(command_sha256)), C(env_sha256) (sha256 of the sorted non-secret C(NAME=value) lines, each ending in
-          a newline), C(profile) (the C(io.gb10.dspark.profile) label) and C(error)."
+          a newline), C(profile) (the profile label) and C(error)."
       returned: success
       type: dict
       sample:
@@ -259,7 +268,7 @@ audit:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils._audit import REVISION_MARKER, collect
+from ansible_collections.gb10.dspark.plugins.module_utils._audit import REVISION_MARKER, collect, open_engine
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import guarded, rank_name
 
 
@@ -276,14 +285,15 @@ def main() -> None:
             "model": {"type": "str"},
             "api_key": {"type": "str", "no_log": True},
             "timeout": {"type": "float", "default": 5.0},
+            "docker_host": {"type": "str", "default": "unix:///var/run/docker.sock"},
             "rank": {"type": "str"},
         },
         supports_check_mode=True,
     )
     p = module.params
+    rank = rank_name(p["rank"])
     audit = guarded(module, lambda: collect(
-        lambda argv: module.run_command(argv, expand_user_and_vars=False),
-        rank=rank_name(p["rank"]), docker=module.get_bin_path("docker"), container=p["container"],
+        open_engine(rank, p["docker_host"]), rank=rank, container=p["container"],
         manifest_path=p["manifest_path"], profiles_dir=p["profiles_dir"], model_dir=p["model_dir"],
         revision_marker=p["revision_marker"], api=p["api"], base_url=p["base_url"], model=p["model"],
         api_key=p["api_key"], timeout=p["timeout"]))

@@ -48,9 +48,11 @@ def ansible(*args: str, tool: str = "ansible", check: bool = True, timeout: floa
     return res
 
 
-def on_rank(rank: layout.Rank, argv: list[str], check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
-    """Run argv on a rank over the simulator's real SSH."""
-    res = subprocess.run([*sim_rank.ssh_argv(rank), shlex.join(argv)], text=True, capture_output=True, timeout=timeout, check=False)
+def on_rank(rank: layout.Rank, argv: list[str], check: bool = True, timeout: float = 60,
+            input_text: str | None = None) -> subprocess.CompletedProcess:
+    """Run argv on a rank over the simulator's real SSH (``input_text`` on its standard input)."""
+    res = subprocess.run([*sim_rank.ssh_argv(rank), shlex.join(argv)], text=True, capture_output=True, timeout=timeout,
+                         check=False, input=input_text)
     if check and res.returncode != 0:
         raise AssertionError(f"{rank.name}: {argv} exited {res.returncode}: {res.stderr}")
     return res

@@ -210,6 +210,28 @@ def test_a_second_provision_of_a_busy_pair_is_refused_by_the_lock(served, clean_
     assert not locked(served)
 
 
+@pytest.mark.fault("lock-pubsuite")
+def test_the_publication_suite_waits_for_no_one_else_s_lock(served, clean_tree):
+    """The suite swaps engines through the same locked chain as provision: a lock held by a run of
+    another control node refuses it before anything changes, and that run's lock stays."""
+    pair = served.group.removeprefix("pair_")
+    holder = {"pair": pair, "run_id": "20261203T000000Z-1", "control_host": "ops-laptop", "control_pid": 4242,
+              "control_pid_start": 1, "playbook": "Provision GB10 pairs", "user": "ops", "acquired": "2026-12-03T00:00:00Z"}
+    on_rank(served.head, ["sh", "-c", f"mkdir -p {os.path.dirname(LOCK)} && cat > {LOCK}"], check=True,
+            input_text=json.dumps(holder))
+    try:
+        before = {r.name: snapshot(r) for r in served.ranks}
+        res = playbook("pubsuite.yml", clean_tree, "--limit", served.group, "-e", "dspark_pubsuite_id=locked", check=False)
+        text = flat(res)
+        assert res.returncode != 0, res.stdout[-4000:]
+        assert (f"pair {pair}: lock {LOCK} on {served.head.name} is held by run 20261203T000000Z-1 (pid 4242 on ops-laptop"
+                in text), text[-4000:]
+        assert {r.name: snapshot(r) for r in served.ranks} == before, "a refused suite changed a rank"
+        assert json.loads(on_rank(served.head, ["cat", LOCK]).stdout) == holder, "the other run's lock was touched"
+    finally:
+        on_rank(served.head, ["rm", "-f", LOCK], check=False)
+
+
 @pytest.mark.fault("interrupted-provision", "lock-stale")
 def test_a_killed_provision_leaves_a_stale_lock_that_is_reported_and_a_rerun_converges(served, clean_tree, host_vars):
     for r in served.ranks:

@@ -3,6 +3,8 @@
 It keeps images and tags in memory, and ``POST /images/load`` reads the streamed body into a
 file and reads the archive's identity the way dockerd would (classic store: config digest).
 ``fail_load`` makes the load answer with an error line, as dockerd does for a broken archive.
+``GET /images/json`` lists the images with their tags; ``containers`` (name → inspect document)
+answers ``GET /containers/<name>/json``, 404 for any other name.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ class State:
         self.requests: list[str] = []
         self.load_bytes = 0
         self.fail_load: str | None = None
+        self.containers: dict[str, dict] = {}
 
     def resolve(self, ref: str) -> str | None:
         if ref in self.images:
@@ -65,6 +68,18 @@ class _Handler(BaseHTTPRequestHandler):
             status = [["driver-type", "io.containerd.snapshotter.v1"]] if self.state.store == "containerd" else \
                 [["Backing Filesystem", "extfs"]]
             return self._send(200, {"Driver": "overlay2", "DriverStatus": status})
+        if path == "/images/json":
+            rows = []
+            for image_id, doc in self.state.images.items():
+                tags = sorted(t for t, i in self.state.tags.items() if i == image_id)
+                rows.append({"Id": image_id, "RepoTags": tags, "RepoDigests": [], "Size": 0,
+                             "Labels": (doc.get("Config") or {}).get("Labels")})
+            return self._send(200, rows)
+        if path.startswith("/containers/") and path.endswith("/json"):
+            name = path[len("/containers/"):-len("/json")]
+            if name not in self.state.containers:
+                return self._send(404, {"message": f"No such container: {name}"})
+            return self._send(200, self.state.containers[name])
         if path.startswith("/images/") and path.endswith("/json"):
             image_id = self.state.resolve(path[len("/images/"):-len("/json")])
             if image_id is None:

@@ -1,4 +1,4 @@
-"""The fleet audit: the per-rank collector against a fake docker and a fake API, and the pair verdict."""
+"""The fleet audit: the per-rank collector against a fake Docker engine and a fake API, and the pair verdict."""
 from __future__ import annotations
 
 import copy
@@ -15,7 +15,9 @@ import pytest
 from tests.support import standin
 
 from ansible_collections.gb10.dspark.plugins.module_utils import _audit
+from ansible_collections.gb10.dspark.plugins.module_utils._docker_engine import Engine, EngineError
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError
+from ansible_collections.gb10.dspark.plugins.module_utils._labels import LABELS, PREFIX
 
 PAIR = "pair-a"
 NAMES = {"head": "spark-a0", "worker": "spark-a1"}
@@ -112,39 +114,53 @@ def inspect_doc(role: str, running: bool = True, exit_code: int = 0, env: dict |
     }]
 
 
-def image_ls(*rows: tuple[str, str, str]) -> str:
-    """``docker image ls --no-trunc --format '{{json .}}'`` lines."""
-    out = []
-    for image_id, repo, tag in rows:
-        out.append(json.dumps({"Containers": "N/A", "CreatedAt": "2026-08-30 11:02:31 +0000 UTC",
-                               "CreatedSince": "2 days ago", "Digest": "<none>", "ID": image_id,
-                               "Repository": repo, "SharedSize": "N/A", "Size": "31.2GB", "Tag": tag,
-                               "UniqueSize": "N/A", "VirtualSize": "31.2GB"}))
-    return "\n".join(out) + "\n"
+def image_rows(*rows: tuple[str, list[str]]) -> list[dict]:
+    """``GET /images/json`` records as dockerd writes them (trimmed): one per image, with all its tags."""
+    return [{"Containers": -1, "Created": 1788087751, "Id": image_id, "Labels": None, "ParentId": "",
+             "RepoDigests": [], "RepoTags": tags, "SharedSize": -1, "Size": 31200000000}
+            for image_id, tags in rows]
 
 
-DEFAULT_IMAGES = image_ls((IMAGE_ID, "dspark-r0b0tlab", "production-v026"), (IMAGE_ID, "dspark", "prod"),
-                          (OLD_IMAGE_ID, "dspark-r0b0tlab", "production-v025"), (OLD_IMAGE_ID, "<none>", "<none>"))
-IMAGE_LS = ("docker", "image", "ls", "--no-trunc", "--format", "{{json .}}")
-INSPECT = ("docker", "container", "inspect", CONTAINER)
+DEFAULT_IMAGES = image_rows((IMAGE_ID, ["dspark-r0b0tlab:production-v026", "dspark:prod"]),
+                            (OLD_IMAGE_ID, ["dspark-r0b0tlab:production-v025", "<none>:<none>"]))
+LIST_IMAGES = ("list_images",)
+INSPECT = ("inspect_container", CONTAINER)
 
 
-class FakeRun:
-    """``run(argv)`` answering from a table; records every call."""
+class FakeEngine:
+    """The two reads the audit makes of a Docker engine (``_docker_engine.Engine``), answered from
+    memory; records every call. ``down`` is what an engine that does not answer raises;
+    ``inspect_error`` what a failing inspect raises."""
 
-    def __init__(self, answers: dict):
-        self.answers = answers
-        self.calls: list[list[str]] = []
+    def __init__(self, images: list[dict] | None = None, containers: dict | None = None, down: str | None = None,
+                 inspect_error: str | None = None):
+        self.images = DEFAULT_IMAGES if images is None else images
+        self.containers = containers or {}
+        self.down = down
+        self.inspect_error = inspect_error
+        self.calls: list[tuple] = []
 
-    def __call__(self, argv: list[str]) -> tuple[int, str, str]:
-        assert isinstance(argv, list) and all(isinstance(a, str) for a in argv)
-        self.calls.append(argv)
-        return self.answers.get(tuple(argv), (127, "", f"unexpected command {argv}"))
+    def list_images(self) -> list[dict]:
+        self.calls.append(LIST_IMAGES)
+        if self.down:
+            raise EngineError(self.down)
+        return copy.deepcopy(self.images)
+
+    def inspect_container(self, name: str) -> dict | None:
+        assert isinstance(name, str)
+        self.calls.append(("inspect_container", name))
+        if self.down:
+            raise EngineError(self.down)
+        if self.inspect_error:
+            raise EngineError(self.inspect_error, 500)
+        return copy.deepcopy(self.containers.get(name))
 
 
-def docker_up(role: str, inspect: object = None, images: str = DEFAULT_IMAGES) -> FakeRun:
-    doc = inspect_doc(role) if inspect is None else inspect
-    return FakeRun({IMAGE_LS: (0, images, ""), INSPECT: (0, json.dumps(doc), "")})
+def docker_up(role: str, inspect: list[dict] | None = None, images: list[dict] | None = None) -> FakeEngine:
+    """An engine holding the images and the rank's container (``inspect``: a ``docker container
+    inspect`` answer, a list of one document)."""
+    doc = (inspect_doc(role) if inspect is None else inspect)[0]
+    return FakeEngine(images, {CONTAINER: doc})
 
 
 class FakeAPI:
@@ -227,13 +243,12 @@ def rank_files(root: Path, role: str, env: dict | None = None, revision: str = M
     return {"profiles_dir": str(profiles), "manifest_path": str(manifest), "model_dir": str(model)}
 
 
-def collect_rank(root: Path, role: str, run: FakeRun | None = None, api_url: str | None = None, **kw) -> dict:
+def collect_rank(root: Path, role: str, engine: FakeEngine | None = None, api_url: str | None = None, **kw) -> dict:
     options = rank_files(root, role)
     options.update(kw)
     if role == "head" and api_url:
         options.update(api=True, base_url=api_url, model=SERVED, api_key=API_KEY)
-    return _audit.collect(run or docker_up(role), rank=NAMES[role], docker="docker", container=CONTAINER,
-                          **options)
+    return _audit.collect(engine or docker_up(role), rank=NAMES[role], container=CONTAINER, **options)
 
 
 @pytest.fixture
@@ -256,9 +271,18 @@ def assert_no_secret(value: object) -> None:
 # collect
 # ============================================================================================
 def test_image_list_groups_tags_per_id_and_drops_none():
-    images = _audit.parse_image_list(DEFAULT_IMAGES + "not json\n\n" + json.dumps({"ID": ""}) + "\n")
+    junk = [{"Id": ""}, "not a record", {"RepoTags": ["x:y"]}]
+    images = _audit.image_list(DEFAULT_IMAGES + junk)
     assert images == [{"id": OLD_IMAGE_ID, "tags": ["dspark-r0b0tlab:production-v025"]},
                       {"id": IMAGE_ID, "tags": ["dspark-r0b0tlab:production-v026", "dspark:prod"]}]
+    # a registry port is not a tag; an untagged image is listed with no tags; nothing else is a list
+    rows = image_rows(("sha256:" + "c" * 64, ["reg.example:5000/dspark:v1", "reg.example:5000/notag", "<none>:x"]),
+                      ("sha256:" + "d" * 64, []))
+    rows.append({"Id": "sha256:" + "e" * 64, "RepoTags": None})
+    assert _audit.image_list(rows) == [{"id": "sha256:" + "c" * 64, "tags": ["reg.example:5000/dspark:v1"]},
+                                       {"id": "sha256:" + "d" * 64, "tags": []},
+                                       {"id": "sha256:" + "e" * 64, "tags": []}]
+    assert _audit.image_list(None) == [] and _audit.image_list({"Id": IMAGE_ID}) == []
 
 
 def test_env_hash_ignores_order_and_secret_names_but_not_other_values():
@@ -274,9 +298,9 @@ def test_env_hash_ignores_order_and_secret_names_but_not_other_values():
 
 
 def test_head_audit_collects_everything_in_one_call(tmp_path, api):
-    run = docker_up("head")
-    audit = collect_rank(tmp_path, "head", run=run, api_url=api.url)
-    assert run.calls == [list(IMAGE_LS), list(INSPECT)]
+    engine = docker_up("head")
+    audit = collect_rank(tmp_path, "head", engine=engine, api_url=api.url)
+    assert engine.calls == [LIST_IMAGES, INSPECT]
     assert audit["rank"] == NAMES["head"]
     assert audit["docker"] == {"reachable": True, "error": None}
     assert {"id": IMAGE_ID, "tags": ["dspark-r0b0tlab:production-v026", "dspark:prod"]} in audit["images"]
@@ -285,7 +309,7 @@ def test_head_audit_collects_everything_in_one_call(tmp_path, api):
     assert (c["exists"], c["running"], c["status"], c["exit_code"]) == (True, True, "running", 0)
     assert c["image_id"] == IMAGE_ID and c["profile"] == "production" and c["restart_count"] == 0
     assert c["started_at"] == "2026-09-01T08:12:44.318204Z"
-    assert set(c["labels"]) == {k for k in labels_for("head") if k.startswith("io.gb10.dspark.")}
+    assert set(c["labels"]) == {k for k in labels_for("head") if k.startswith(PREFIX)} == set(LABELS.values()) - {LABELS["api_key"]}
     doc = inspect_doc("head")[0]
     # the runtime gate's command_sha256: Path and Args space-joined
     assert c["command_sha256"] == hashlib.sha256(" ".join([doc["Path"], *doc["Args"]]).encode()).hexdigest()
@@ -341,9 +365,8 @@ def test_hand_edited_env_file_shows_names_never_values(tmp_path):
     edited = rank_env("worker")
     edited["NCCL_IB_GID_INDEX"] = "1"
     edited["VLLM_API_KEY"] = "sk-edited-by-hand-123456"
-    run = docker_up("worker")
     options = rank_files(tmp_path, "worker", env=edited)
-    audit = _audit.collect(run, rank=NAMES["worker"], docker="docker", **options)
+    audit = _audit.collect(docker_up("worker"), rank=NAMES["worker"], **options)
     pf = audit["profile_file"]
     assert pf["env_matches_container"] is False
     assert pf["env_differences"] == ["NCCL_IB_GID_INDEX", "VLLM_API_KEY"]
@@ -359,43 +382,48 @@ def test_env_file_comments_blank_lines_and_empty_values():
 
 
 def test_dead_docker_engine_is_reported_not_raised(tmp_path):
-    run = FakeRun({IMAGE_LS: (1, "", "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?\n")})
-    audit = _audit.collect(run, rank="spark-a1", docker="docker", **rank_files(tmp_path, "worker"))
-    assert audit["docker"]["reachable"] is False and "Cannot connect" in audit["docker"]["error"]
-    assert audit["images"] == [] and run.calls == [list(IMAGE_LS)]  # no inspect against a dead engine
+    engine = FakeEngine(down="cannot reach the Docker engine at /var/run/docker.sock: [Errno 111] Connection refused")
+    audit = _audit.collect(engine, rank="spark-a1", **rank_files(tmp_path, "worker"))
+    assert audit["docker"] == {"reachable": False, "error": engine.down}
+    assert audit["images"] == [] and engine.calls == [LIST_IMAGES]  # no inspect against a dead engine
     assert audit["container"]["exists"] is None and audit["container"]["running"] is None
     assert audit["profile_file"]["env_matches_container"] is None
     assert audit["manifest"]["sha256"] == MANIFEST_SHA256  # the files are still read
 
 
-def test_missing_docker_cli_is_an_unreachable_engine(tmp_path):
-    run = FakeRun({})
-    audit = _audit.collect(run, rank="spark-a1", docker=None, **rank_files(tmp_path, "worker"))
-    assert audit["docker"]["reachable"] is False and "not installed" in audit["docker"]["error"]
-    assert run.calls == []
+def test_no_engine_at_the_socket_is_an_unreachable_engine(tmp_path):
+    engine = _audit.open_engine("spark-a1", f"unix://{tmp_path}/docker.sock")  # nothing listens there
+    audit = _audit.collect(engine, rank="spark-a1", **rank_files(tmp_path, "worker"))
+    assert audit["docker"]["reachable"] is False and "cannot reach the Docker engine" in audit["docker"]["error"]
+    assert audit["container"]["exists"] is None and audit["container"]["error"] == "docker engine unreachable"
+
+
+def test_a_docker_host_that_is_not_a_unix_socket_is_an_unusable_option():
+    assert isinstance(_audit.open_engine("spark-a1", "/run/docker.sock"), Engine)
+    with pytest.raises(CheckError, match=r"^rank spark-a1: docker_host 'tcp://10\.0\.0\.1:2375' is not a unix socket"):
+        _audit.open_engine("spark-a1", "tcp://10.0.0.1:2375")
 
 
 def test_absent_container(tmp_path):
-    run = FakeRun({IMAGE_LS: (0, DEFAULT_IMAGES, ""),
-                   INSPECT: (1, "[]\n", "Error response from daemon: No such container: dspark_vllm\n")})
-    audit = _audit.collect(run, rank="spark-a1", docker="docker", **rank_files(tmp_path, "worker"))
+    engine = FakeEngine(containers={})
+    audit = _audit.collect(engine, rank="spark-a1", **rank_files(tmp_path, "worker"))
+    assert engine.calls == [LIST_IMAGES, INSPECT]
     c = audit["container"]
     assert (c["exists"], c["running"], c["status"], c["labels"], c["error"]) == (False, False, "absent", {}, None)
     assert audit["profile_file"]["path"] is None and "no profile label" in audit["profile_file"]["error"]
 
 
 def test_exited_container_and_inspect_error(tmp_path):
-    audit = collect_rank(tmp_path, "worker", run=docker_up("worker", inspect_doc("worker", running=False, exit_code=137)))
+    audit = collect_rank(tmp_path, "worker", engine=docker_up("worker", inspect_doc("worker", running=False, exit_code=137)))
     c = audit["container"]
     assert (c["exists"], c["running"], c["status"], c["exit_code"]) == (True, False, "exited", 137)
-    run = FakeRun({IMAGE_LS: (0, DEFAULT_IMAGES, ""), INSPECT: (1, "", "permission denied while trying to connect")})
-    c = _audit.collect(run, rank="r", docker="docker", **rank_files(tmp_path / "x", "worker"))["container"]
-    assert c["exists"] is None and "permission denied" in c["error"]
+    engine = FakeEngine(inspect_error="inspecting container dspark_vllm: HTTP 500: permission denied")
+    c = _audit.collect(engine, rank="r", **rank_files(tmp_path / "x", "worker"))["container"]
+    assert c["exists"] is None and c["error"] == "inspecting container dspark_vllm: HTTP 500: permission denied"
 
 
 def test_files_missing(tmp_path):
-    run = docker_up("worker")
-    audit = _audit.collect(run, rank="r", docker="docker", profiles_dir=str(tmp_path / "none"),
+    audit = _audit.collect(docker_up("worker"), rank="r", profiles_dir=str(tmp_path / "none"),
                            manifest_path=str(tmp_path / "none.json"), model_dir=str(tmp_path / "nomodel"))
     assert audit["manifest"] == {"path": str(tmp_path / "none.json"), "present": False, "sha256": None,
                                  "error": f"no file {tmp_path / 'none.json'}"}
@@ -427,9 +455,11 @@ def test_unreachable_api_is_reported(tmp_path):
 def test_unusable_options_fail_naming_the_rank(tmp_path, options, text):
     kwargs = rank_files(tmp_path, "head")
     kwargs.update(options)
+    engine = docker_up("head")
     with pytest.raises(CheckError) as err:
-        _audit.collect(docker_up("head"), rank="spark-a0", docker="docker", **kwargs)
+        _audit.collect(engine, rank="spark-a0", **kwargs)
     assert str(err.value).startswith("rank spark-a0: ") and text in str(err.value)
+    assert engine.calls == []  # refused before the engine is asked anything
 
 
 # ============================================================================================

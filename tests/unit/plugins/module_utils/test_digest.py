@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from ansible_collections.gb10.dspark.plugins.module_utils._digest import CHUNK, sha256_file
+from ansible_collections.gb10.dspark.plugins.module_utils._digest import CHUNK, sha256_file, sha256_text
 
 
 def test_matches_hashlib(tmp_path):
@@ -68,3 +68,19 @@ def test_chunk_must_be_positive(tmp_path, chunk):
     path.write_bytes(b"abc")
     with pytest.raises(ValueError, match="chunk"):
         sha256_file(str(path), chunk=chunk)
+
+
+@pytest.mark.parametrize("text", ["", "abc", "vllm serve --port 8888", "ü €", "bad \udcff byte"])
+def test_sha256_text_hashes_utf8_and_escaped_bytes(text):
+    assert sha256_text(text) == hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def test_sha256_text_of_a_surrogate_escaped_read_matches_the_raw_bytes():
+    raw = b"log \xff\xfe line\n"
+    assert sha256_text(raw.decode("utf-8", "surrogateescape")) == hashlib.sha256(raw).hexdigest()
+
+
+def test_the_gate_and_the_audit_hash_text_with_it():
+    from ansible_collections.gb10.dspark.plugins.module_utils import _audit, _runtime_gate
+
+    assert _runtime_gate.sha256_text is sha256_text and _audit.sha256_text is sha256_text

@@ -1,6 +1,9 @@
 """The stdlib Docker Engine client against a fake engine on a real Unix socket."""
 from __future__ import annotations
 
+import socketserver
+import threading
+
 import pytest
 
 from ansible_collections.gb10.dspark.plugins.module_utils._docker_engine import (
@@ -52,6 +55,36 @@ def test_load_error_line_raises(dockerd, tmp_path):
     dockerd.state.fail_load = "unexpected EOF"
     with pytest.raises(EngineError, match="unexpected EOF"):
         Engine(dockerd.docker_host).load(made["path"])
+
+
+def test_list_images_and_inspect_container(dockerd):
+    eng = Engine(dockerd.docker_host)
+    assert eng.list_images() == []
+    dockerd.state.images["sha256:" + "a" * 64] = {"Id": "sha256:" + "a" * 64, "Config": {"Labels": {"k": "v"}}}
+    dockerd.state.tags["dspark:prod"] = "sha256:" + "a" * 64
+    assert eng.list_images() == [{"Id": "sha256:" + "a" * 64, "RepoTags": ["dspark:prod"], "RepoDigests": [],
+                                  "Size": 0, "Labels": {"k": "v"}}]
+    assert eng.inspect_container("dspark_vllm") is None  # 404: no such container
+    dockerd.state.containers["dspark_vllm"] = {"Id": "c0ffee", "Name": "/dspark_vllm", "State": {"Running": True}}
+    assert eng.inspect_container("dspark_vllm")["State"] == {"Running": True}
+    assert dockerd.state.requests == ["GET /images/json"] * 2 + ["GET /containers/dspark_vllm/json"] * 2
+
+
+def test_an_engine_answering_garbage_is_an_engine_error(tmp_path):
+    class Garbage(socketserver.BaseRequestHandler):
+        def handle(self):
+            self.request.recv(65536)
+            self.request.sendall(b"not http at all\r\n\r\n")
+
+    path = str(tmp_path / "g.sock")
+    with socketserver.UnixStreamServer(path, Garbage) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            with pytest.raises(EngineError, match="cannot reach the Docker engine"):
+                Engine(f"unix://{path}", timeout=5).list_images()
+        finally:
+            server.shutdown()
 
 
 def test_unreachable_engine(tmp_path):

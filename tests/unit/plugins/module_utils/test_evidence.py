@@ -393,7 +393,7 @@ def test_the_inspect_rule_applies_to_every_kind():
     # issue 21: one rule for everything the pack writes (this test used to require other kinds be left alone)
     doc = {"Env": ["A_TOKEN=x"], "Args": ["--api-key", "k"]}
     redacted = {"Env": ["A_TOKEN=<redacted>"], "Args": ["--api-key", "<redacted>"]}
-    assert ev.redact_inspect(doc) == redacted
+    assert ev.redact_document(doc) == redacted
     entry = ev.load_artifact({"name": "x.json", "kind": "other", "content": doc}, [])
     assert json.loads(entry.data) == redacted and entry.redacted
 

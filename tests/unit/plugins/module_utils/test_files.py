@@ -105,3 +105,45 @@ def test_make_parents_never_chmods_through_a_symlink_swapped_in_after_mkdir(tmp_
 def test_make_parents_default_mode_is_unchanged_for_other_callers(tmp_path):
     rg.make_parents(str(tmp_path / "x" / "y"))
     assert os.stat(tmp_path / "x").st_mode & 0o777 == 0o755 and os.stat(tmp_path / "x" / "y").st_mode & 0o777 == 0o755
+
+
+# ---- fsync_dir and read_limited: the one copy of each, shared -----------------------------------
+def test_fsync_dir_opens_fsyncs_and_closes_the_directory(tmp_path, monkeypatch):
+    synced, closed = [], []
+    real_fsync, real_close = os.fsync, os.close
+    monkeypatch.setattr(rg.os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real_fsync(fd)))
+    monkeypatch.setattr(rg.os, "close", lambda fd: (closed.append(fd), real_close(fd)))
+    rg.fsync_dir(str(tmp_path))
+    assert synced == [str(tmp_path)] and len(closed) == 1
+
+
+def test_fsync_dir_of_a_missing_directory_raises(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        rg.fsync_dir(str(tmp_path / "absent"))
+
+
+def test_the_atomic_writer_fsyncs_the_directory_through_fsync_dir(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr(rg, "fsync_dir", seen.append)
+    rg.write_text_atomic(str(tmp_path / "f.txt"), "x")
+    assert seen == [str(tmp_path)]
+
+
+def test_read_limited_reads_up_to_the_limit(tmp_path):
+    path = tmp_path / "marker"
+    path.write_bytes(b"abcd")
+    assert rg.read_limited(str(path), 4) == b"abcd"
+    assert rg.read_limited(str(path), 100) == b"abcd"
+    with pytest.raises(ValueError, match=r"^larger than 3 bytes$"):
+        rg.read_limited(str(path), 3)
+    with pytest.raises(FileNotFoundError):
+        rg.read_limited(str(tmp_path / "absent"), 3)
+
+
+def test_the_one_copy_of_each_helper_is_shared():
+    from ansible_collections.gb10.dspark.plugins.module_utils import _audit, _evidence, _model_checkpoint
+
+    assert _evidence.fsync_dir is rg.fsync_dir
+    assert _audit.read_limited is rg.read_limited and _model_checkpoint.read_limited is rg.read_limited
+    assert not hasattr(_evidence, "_fsync_dir") and not hasattr(_audit, "_read_limited")
+    assert not hasattr(_model_checkpoint, "_read_limited")

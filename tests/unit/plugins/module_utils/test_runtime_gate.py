@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.gb10.dspark.plugins.module_utils import _runtime_gate as rg
+from ansible_collections.gb10.dspark.plugins.module_utils import _secrets
 
 REPO = Path(__file__).resolve().parents[4]
 COLLECTIONS = REPO / "collections"
@@ -1163,10 +1164,14 @@ def test_no_api_key_reaches_the_document():
         expected.encode()).hexdigest()
 
 
-def test_scrub_reaches_keys_and_nested_values():
-    assert rg.scrub({f"k{SECRET}": [SECRET, ("x", f"a{SECRET}b")], "n": 1}, [SECRET, ""]) == {
+def test_the_gate_scrubs_with_the_collections_one_redaction():
+    assert rg.redact is _secrets.redact and rg.REDACTED == _secrets.REDACTED == "<redacted>"
+    assert rg.redact({f"k{SECRET}": [SECRET, ("x", f"a{SECRET}b")], "n": 1}, [SECRET, ""]) == {
         f"k{rg.REDACTED}": [rg.REDACTED, ["x", f"a{rg.REDACTED}b"]], "n": 1}
-    assert rg.scrub({"a": "b"}, []) == {"a": "b"}
+    assert rg.redact({"a": "b"}, []) == {"a": "b"}
+    # the scrub reaches every string of a failure document, errors included
+    doc = rg.failure_document([f"boom {SECRET}"], secrets=[SECRET])
+    assert SECRET not in json.dumps(doc) and doc["errors"] == [f"boom {rg.REDACTED}"]
 
 
 def test_failure_document_and_summary_line():

@@ -8,6 +8,7 @@ import pytest
 
 from ansible_collections.gb10.dspark.plugins.module_utils._strict_json import (
     StrictJSONError,
+    canonical_json,
     json_equal,
     json_kind,
     loads,
@@ -166,3 +167,24 @@ def test_json_equal_holds_for_equal_json_values_both_ways(a, b):
 ])
 def test_json_equal_fails_across_types_and_values_both_ways(a, b):
     assert not json_equal(a, b) and not json_equal(b, a)
+
+
+@pytest.mark.parametrize("value, text", [
+    ({"b": 1, "a": [True, None, 0.5, "x"]}, '{"a":[true,null,0.5,"x"],"b":1}'),
+    ([], "[]"), ("s", '"s"'), (16, "16"), (("t",), '["t"]'),
+])
+def test_canonical_json_sorts_keys_without_spaces(value, text):
+    assert canonical_json(value) == text
+
+
+def test_canonical_json_refuses_what_json_cannot_hold_exactly():
+    with pytest.raises(ValueError):
+        canonical_json({"a": float("nan")})
+    with pytest.raises(TypeError):
+        canonical_json({"a": {1, 2}})
+
+
+def test_the_gate_records_with_canonical_json():
+    from ansible_collections.gb10.dspark.plugins.module_utils import _runtime_gate
+
+    assert _runtime_gate.canonical_json is canonical_json

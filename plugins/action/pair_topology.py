@@ -1,0 +1,57 @@
+# Copyright (c) gb10.dspark contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The pair's topology, worked out once from the play's hosts: runs on the control node only."""
+from __future__ import annotations
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.gb10.dspark.plugins.module_utils._identity import failure
+from ansible_collections.gb10.dspark.plugins.module_utils._pair import topology
+
+# what each play host contributes, read once per host
+_HOST_KEYS = {"pair": "dspark_pair", "rank": "dspark_rank", "fabric_ip": "dspark_fabric_ip"}
+
+
+def _rank(value):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return value
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("partial_ok",))
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        partial_ok = bool(self._task.args.get("partial_ok", False))
+        me = task_vars.get("inventory_hostname")
+        hostvars = task_vars.get("hostvars") or {}
+        records = []
+        for name in task_vars.get("ansible_play_hosts_all") or [me]:
+            hv = hostvars[name]
+            record = {"name": name}
+            for key, var in _HOST_KEYS.items():
+                record[key] = hv.get(var)
+            record["rank"] = _rank(record["rank"])
+            records.append(record)
+        groups = task_vars.get("groups") or {}
+        facts, problems = topology(records, {g: list(groups.get(g) or []) for g in ("dspark_heads", "dspark_workers")},
+                                   partial_ok=partial_ok)
+        result["changed"] = False
+        result["mismatches"] = [m.as_dict() for m in problems]
+        if problems:
+            result.update(failed=True, **failure(problems))
+            return result
+        mine = facts[me]
+        result["ansible_facts"] = {
+            "dspark_pair_head": mine["head"],
+            "dspark_pair_worker": mine["worker"],
+            "dspark_pair_members": mine["members"],
+            "dspark_pair_head_fabric_ip": mine["head_fabric_ip"],
+        }
+        result["msg"] = (f"pair {mine['pair']}: head {mine['head'] or 'not in the play'}, "
+                         f"worker {mine['worker'] or 'not in the play'}")
+        return result
