@@ -10,14 +10,12 @@ from ansible_collections.gb10.dspark.plugins.module_utils._http import json_clie
 TIMEOUT = 10.0
 
 
-def _no_docker(argv):
-    raise AssertionError(f"the audit ran {argv} although docker was given as not installed")
-
-
-def test_audit_reads_the_heads_api_and_counters(real, lane_model):
-    """collect(api=True) on a rank without docker: the API section is ready with the served model, its window
-    and KV size; the metrics section has both token counters; docker is reported unreachable, not failed."""
-    audit = A.collect(_no_docker, rank="head", docker=None, model_dir=str(lane_model), api=True, base_url=real.url,
+def test_audit_reads_the_heads_api_and_counters(real, lane_model, tmp_path):
+    """collect(api=True) on a rank whose Docker engine does not answer: the API section is ready with the served
+    model, its window and KV size; the metrics section has both token counters; docker is reported unreachable,
+    not failed."""
+    engine = A.open_engine("head", f"unix://{tmp_path}/no-dockerd.sock")
+    audit = A.collect(engine, rank="head", model_dir=str(lane_model), api=True, base_url=real.url,
                       model=real.model, timeout=TIMEOUT)
     assert audit["docker"]["reachable"] is False
     api = audit["api"]
