@@ -65,16 +65,18 @@ def test_a_limit_that_splits_a_pair_is_refused(sim, clean_tree):
 
 
 @pytest.mark.fault("inventory-pairs")
-def test_a_pair_with_two_heads_is_refused_by_the_profile_check_and_nothing_changes(sim, clean_tree, host_vars, tmp_path):
-    # The audit has no preflight, so the profile role's pair index is what refuses two heads there.
+def test_a_pair_with_two_heads_is_refused_by_the_topology_check_and_nothing_changes(sim, clean_tree, host_vars, tmp_path):
+    # The audit has no preflight, so the pair_topology action it opens with is what refuses two heads there.
     pair = sim[1]
     host_vars(pair.worker, {"dspark_rank": 0})
     before = {r.name: snapshot(r) for r in pair.ranks}
     res = playbook("audit.yml", clean_tree, "--limit", pair.group, "-e", f"dspark_audit_report_dir={tmp_path}", check=False)
     text = flat(res)
     assert res.returncode != 0, text[-4000:]
-    assert (f"rank {pair.head.name}: the heads (dspark_rank 0) of pair sim{pair.index:02d} in this play have fabric "
-            f"addresses ['{pair.head.fabric_ip}', '{pair.worker.fabric_ip}'], expected exactly one dspark_fabric_ip") in text, text[-4000:]
+    assert (f"head of pair sim{pair.index:02d}: head hosts is 2 ({pair.head.name}, {pair.worker.name}), "
+            "expected exactly one") in text, text[-4000:]
+    # The worker's inventory group disagrees with its new rank, and the message names that rank.
+    assert f"rank {pair.worker.name}: inventory groups is dspark_workers, expected dspark_heads only" in text, text[-4000:]
     assert {r.name: snapshot(r) for r in pair.ranks} == before, "a refused audit changed a rank"
 
 
