@@ -232,11 +232,12 @@ class Entry:
     name: str
     kind: str
     required: bool = False
-    state: str = "present"  # present | missing | absent
+    state: str = "present"  # present | missing | absent | not_in_run | stale
     data: bytes | None = None
     document: object = None
     is_json: bool = False  # written through write_json_atomic from ``document``
     source_sha256: str | None = None
+    recorded_sha256: str | None = None  # what the run recorded, when the file holds something else now
     redacted: bool = False
 
     @property
@@ -250,7 +251,7 @@ class Entry:
     def as_dict(self) -> dict:
         return {"name": self.name, "kind": self.kind, "required": self.required, "state": self.state,
                 "bytes": self.size, "sha256": self.sha256, "source_sha256": self.source_sha256,
-                "redacted": self.redacted}
+                "recorded_sha256": self.recorded_sha256, "redacted": self.redacted}
 
 
 def _as_json_document(name: str, document: object, prefixes: list[Prefix],
@@ -299,6 +300,9 @@ def load_artifact(spec: dict, prefixes: list[Prefix], secrets: list[str] | None 
     entry = Entry(name=name, kind=kind, required=bool(spec.get("required")))
     if kind not in KINDS:
         raise IdentityError(_mismatch(f"artifact {name} kind", kind, "one of " + ", ".join(KINDS)))
+    if spec.get("not_in_run"):
+        entry.state = "not_in_run"
+        return entry
     src, content = spec.get("src"), spec.get("content")
     if (src is None) == (content is None):
         raise IdentityError(_mismatch(f"artifact {name}", "given both src and content" if src is not None
@@ -326,6 +330,11 @@ def load_artifact(spec: dict, prefixes: list[Prefix], secrets: list[str] | None 
         raise CheckError(RANK, f"artifact {name}: cannot read its source {src}: {exc.strerror or exc}") from exc
     if entry.source_sha256 != hashlib.sha256(raw).hexdigest():
         raise CheckError(RANK, f"artifact {name}: its source {src} changed while it was read")
+    recorded = spec.get("sha256")
+    if recorded and entry.source_sha256 != recorded:
+        # rewritten after this run recorded it (by a later run): not this run's file, left out
+        entry.state, entry.recorded_sha256 = "stale", recorded
+        return entry
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -339,16 +348,17 @@ def load_artifact(spec: dict, prefixes: list[Prefix], secrets: list[str] | None 
 
 
 # --------------------------------------------------------------------------------------------
-# discovery: what a pair's evidence folder holds, and the facts its own files state
+# the run's own results: what the producing roles recorded, and the facts those files state
 # --------------------------------------------------------------------------------------------
-PAIR_FILES = (  # name in the pair folder, kind, required
-    ("readiness.json", "readiness", True),
-    ("runtime-gate.json", "gate", True),
-    ("runtime-gate-config.json", "other", False),
-    ("serving-guard.json", "guard", False),
-    ("systems.json", "systems", False),
-    ("systems.md", "other", False),
+# A pack never looks for files by name: every result file comes from this run's list
+# (dspark_evidence_run_files, built by gb10.dspark.evidence_record as each role writes its file),
+# and is taken only while it still holds the bytes the run recorded.
+RUN_REQUIRED = (  # what every pack must hold from its own run: name used when it is absent, kind
+    ("readiness.json", "readiness"),
+    ("runtime-gate.json", "gate"),
+    ("wrapper-tree.json", "tree"),
 )
+REQUIRED_RUN_KINDS = tuple(kind for _unused, kind in RUN_REQUIRED) + ("niah",)
 _DEPTH_ROW = re.compile(r"depth-\d+\.json")
 
 
@@ -360,26 +370,123 @@ def _read_json(path: str) -> object:
         return None
 
 
-def latest_niah_run(pair_dir: str) -> str | None:
-    """The NIAH run folder (``niah/<run key>``) whose summary was written last, if any."""
-    root = os.path.join(pair_dir, "niah")
+def check_run_file(item: object) -> list[Mismatch]:
+    """One entry of the run's list: a safe pack name, a known kind, an absolute source path and the
+    sha256 the run recorded."""
+    if not isinstance(item, dict):
+        return [_mismatch("run file", type(item).__name__, "a mapping with name, src, kind and sha256")]
+    name = item.get("name")
+    problems = []
+    why = name_problems(name)
+    if why:
+        problems.append(_mismatch(f"run file name {name!r}", why, "a relative path inside the pack"))
+    if item.get("kind") not in KINDS:
+        problems.append(_mismatch(f"run file {name} kind", item.get("kind"), "one of " + ", ".join(KINDS)))
+    src = item.get("src")
+    if not isinstance(src, str) or not os.path.isabs(src):
+        problems.append(_mismatch(f"run file {name} src", repr(src), "an absolute path on the control node"))
+    digest = item.get("sha256")
+    if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
+        problems.append(_mismatch(f"run file {name} sha256", repr(digest), "64 lowercase hex digits"))
+    return problems
+
+
+def record_run_files(existing: object, files: list[dict],
+                     checksum=sha256_file) -> tuple[list[dict], list[dict], list[str]]:
+    """The run's list with ``files`` (name, src, kind) added, each with the sha256 of its bytes now.
+
+    A file recorded again under the same pack name replaces the earlier entry (the second gate of a
+    NIAH run replaces the first). A source that does not exist is not recorded and is returned in the
+    third list; it never enters a pack. Returns (the new list sorted by name, the entries recorded,
+    the names not found)."""
+    current = {}
+    problems = []
+    for item in existing if isinstance(existing, list) else ([] if existing in (None, "") else [existing]):
+        found = check_run_file(item)
+        if found:
+            problems += found
+            continue
+        current[item["name"]] = {k: item[k] for k in ("name", "src", "kind", "sha256")}
+    recorded, missing = [], []
+    for item in expand_folders(files):
+        spec = dict(item) if isinstance(item, dict) else item
+        if isinstance(spec, dict):
+            spec["sha256"] = "0" * 64  # checked for shape below, then replaced by the real digest
+        found = check_run_file(spec)
+        if found:
+            problems += found
+            continue
+        if not os.path.isfile(spec["src"]):
+            missing.append(spec["name"])
+            continue
+        try:
+            spec["sha256"] = checksum(spec["src"])
+        except OSError as exc:
+            raise CheckError(RANK, f"run file {spec['name']}: cannot read {spec['src']}: {exc.strerror or exc}") from exc
+        entry = {k: spec[k] for k in ("name", "src", "kind", "sha256")}
+        current[entry["name"]] = entry
+        recorded.append(entry)
+    if problems:
+        raise IdentityError(problems)
+    return [current[n] for n in sorted(current)], recorded, missing
+
+
+def expand_folders(files: list) -> list:
+    """A ``niah_run`` entry (a NIAH run folder on the control node, named by its folder in the pack)
+    stands for the folder's summary, depth rows and other JSON files, each with its own kind."""
+    out = []
+    for item in files:
+        if not (isinstance(item, dict) and item.get("kind") == "niah_run"):
+            out.append(item)
+            continue
+        src, name = item.get("src"), item.get("name")
+        if not isinstance(src, str) or not os.path.isabs(src) or name_problems(name):
+            raise IdentityError(_mismatch(f"run folder {name!r}", repr(src),
+                                          "an absolute folder path on the control node and a safe pack name"))
+        try:
+            children = sorted(os.listdir(src))
+        except OSError:
+            children = []  # nothing there: nothing recorded
+        for child in children:
+            kind = niah_kind(child)
+            if kind and os.path.isfile(os.path.join(src, child)):
+                out.append({"name": f"{name}/{child}", "src": os.path.join(src, child), "kind": kind})
+    return out
+
+
+def _recorded_json(item: dict) -> object:
+    """The JSON document of a run file, only while it holds the bytes the run recorded."""
     try:
-        runs = [os.path.join(root, d) for d in os.listdir(root)]
+        with open(item["src"], "rb") as handle:
+            raw = handle.read()
     except OSError:
         return None
-    done = [(os.stat(os.path.join(r, "niah.json")).st_mtime, r) for r in runs
-            if os.path.isfile(os.path.join(r, "niah.json"))]
-    return max(done)[1] if done else None
+    if hashlib.sha256(raw).hexdigest() != item["sha256"]:
+        return None
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
 
 
-def discover(pair_dir: str, tree_record: str | None = None) -> tuple[list[dict], dict]:
-    """Artifacts and facts from a pair's evidence folder on the control node: readiness, the runtime
-    gate, the serving guard, the latest NIAH run (summary, rows, what served it) and the wrapper-tree
-    record. Facts come from those files' own contents; nothing is assumed. A client kind is a fact
-    only where a file states it (the guard's or NIAH's ``client_kind``); the systems rows carry theirs
-    and are read from the pack itself (:func:`client_kind_sources`)."""
-    artifacts = [{"name": name, "src": os.path.join(pair_dir, name), "kind": kind, "required": required}
-                 for name, kind, required in PAIR_FILES]
+def from_run(run_files: list[dict] | None) -> tuple[list[dict], dict]:
+    """Artifacts and facts from this run's own result files (see :func:`record_run_files`): the
+    engine's readiness record, the runtime gate, the serving guard, the systems lanes, the NIAH run
+    (summary, rows, what served it) and the wrapper-tree record. Nothing else is read. Each artifact
+    carries the sha256 the run recorded, so a file rewritten since (by a later run) is left out
+    (:func:`load_artifact` marks it ``stale``). A required result the run did not produce is an
+    artifact in state ``not_in_run``. Facts come from the files' own contents; nothing is assumed. A
+    client kind is a fact only where a file states it (the guard's or NIAH's ``client_kind``); the
+    systems rows carry theirs and are read from the pack itself (:func:`client_kind_sources`)."""
+    items = list(run_files or [])
+    problems = [m for item in items for m in check_run_file(item)]
+    if problems:
+        raise IdentityError(problems)
+    artifacts = [{"name": i["name"], "src": i["src"], "kind": i["kind"], "sha256": i["sha256"],
+                  "required": i["kind"] in REQUIRED_RUN_KINDS} for i in sorted(items, key=lambda i: i["name"])]
+    for name, kind in RUN_REQUIRED:
+        if not any(i["kind"] == kind for i in items):
+            artifacts.append({"name": name, "kind": kind, "required": True, "not_in_run": True})
     facts: dict = {}
     kinds: list[str] = []
     clients: dict[str, list[str]] = {}
@@ -388,68 +495,65 @@ def discover(pair_dir: str, tree_record: str | None = None) -> tuple[list[dict],
         kind = context.get("client_kind") if isinstance(context, dict) else None
         if isinstance(kind, str) and kind:
             clients.setdefault(kind, []).append(source)
-    readiness = _read_json(os.path.join(pair_dir, "readiness.json"))
-    gate = _read_json(os.path.join(pair_dir, "runtime-gate.json"))
-    if isinstance(readiness, dict):
-        facts["profile"] = {"name": readiness.get("profile"), "sha256": readiness.get("profile_sha256"),
-                            "experimental": readiness.get("experimental"),
-                            "departures": readiness.get("departures") or [],
-                            "fabric_env": readiness.get("fabric_env")}
-    if isinstance(gate, dict):
-        implementation = (gate.get("evidence") or {}).get("expected_cudagraph_implementation")
-        if implementation in IMPLEMENTATIONS:
-            kinds.append(implementation)
-            facts.setdefault("profile", {})["cudagraph_implementation"] = implementation
-    guard = _read_json(os.path.join(pair_dir, "serving-guard.json"))
-    if isinstance(guard, dict):
-        facts["guard_infra_errors"] = guard.get("infra_failures")
-        facts["guard_model_failures"] = guard.get("contract_failures")
-        implementation = (guard.get("context") or {}).get("cudagraph_implementation")
-        if implementation in IMPLEMENTATIONS:
-            kinds.append(implementation)
-        stated(guard.get("context"), "serving-guard.json")
-    systems = _read_json(os.path.join(pair_dir, "systems.json"))
-    if isinstance(systems, dict):
-        counts = systems.get("counts") or {}
-        facts["systems_infra_errors"] = counts.get("ERROR")
-        facts["systems_model_failures"] = counts.get("FAIL")
-        facts["systems_not_implemented"] = counts.get("NOT_IMPLEMENTED")
-        implementation = (systems.get("context") or {}).get("cudagraph_implementation")
-        if implementation in IMPLEMENTATIONS:
-            kinds.append(implementation)
-    run = latest_niah_run(pair_dir)
-    if run:
-        rel = os.path.relpath(run, pair_dir)
-        for name in sorted(os.listdir(run)):
-            if name == "niah.json":
-                kind = "niah"
-            elif _DEPTH_ROW.fullmatch(name):
-                kind = "niah_row"
-            elif name.endswith(".json"):
-                kind = "other"
-            else:
-                continue
-            artifacts.append({"name": f"{rel}/{name}", "src": os.path.join(run, name), "kind": kind,
-                              "required": name == "niah.json"})
-        summary = _read_json(os.path.join(run, "niah.json"))
-        if isinstance(summary, dict):
-            facts["niah_infra_errors"] = summary.get("infra_error_count")
-            facts["niah_model_failures"] = summary.get("fail_count")
-        context = _read_json(os.path.join(run, "context.json"))
-        implementation = (context if isinstance(context, dict) else {}).get("cudagraph_implementation")
-        if implementation in IMPLEMENTATIONS:
-            kinds.append(implementation)
-        stated(context, f"{rel}/context.json")
+
+    def implementation_of(document: object, *path: str) -> None:
+        for key in path:
+            document = document.get(key) if isinstance(document, dict) else None
+        if document in IMPLEMENTATIONS:
+            kinds.append(document)
+
+    for item in sorted(items, key=lambda i: i["name"]):
+        document = _recorded_json(item)
+        if not isinstance(document, dict):
+            continue
+        kind, name = item["kind"], item["name"]
+        if kind == "readiness":
+            facts.setdefault("profile", {}).update(
+                {"name": document.get("profile"), "sha256": document.get("profile_sha256"),
+                 "experimental": document.get("experimental"), "departures": document.get("departures") or [],
+                 "fabric_env": document.get("fabric_env")})
+        elif kind == "gate":
+            # the sha256 of the runtime manifest the head's engine runs with, as the gate measured it
+            identity = ((document.get("evidence") or {}).get("runtime_identity") or {}).get("head") or {}
+            if isinstance(identity, dict) and identity.get("runtime_audit_manifest_sha256"):
+                facts["manifest_sha256"] = identity["runtime_audit_manifest_sha256"]
+            implementation = (document.get("evidence") or {}).get("expected_cudagraph_implementation")
+            if implementation in IMPLEMENTATIONS:
+                kinds.append(implementation)
+                facts.setdefault("profile", {})["cudagraph_implementation"] = implementation
+        elif kind == "guard":
+            facts["guard_infra_errors"] = document.get("infra_failures")
+            facts["guard_model_failures"] = document.get("contract_failures")
+            implementation_of(document, "context", "cudagraph_implementation")
+            stated(document.get("context"), name)
+        elif kind == "systems":
+            counts = document.get("counts") or {}
+            facts["systems_infra_errors"] = counts.get("ERROR")
+            facts["systems_model_failures"] = counts.get("FAIL")
+            facts["systems_not_implemented"] = counts.get("NOT_IMPLEMENTED")
+            implementation_of(document, "context", "cudagraph_implementation")
+        elif kind == "niah":
+            facts["niah_infra_errors"] = document.get("infra_error_count")
+            facts["niah_model_failures"] = document.get("fail_count")
+        elif kind == "tree":
+            facts["tree"] = {"dirty": document.get("dirty"), "allow_dirty": document.get("allowed_dirty"),
+                             "commit": document.get("revision")}
+        elif kind == "other" and name.startswith("niah/") and name.endswith("/context.json"):
+            implementation_of(document, "cudagraph_implementation")
+            stated(document, name)
     facts["row_kinds"] = sorted(set(kinds))
     if clients:
         facts["client_kinds"] = clients
-    if tree_record:
-        artifacts.append({"name": "wrapper-tree.json", "src": tree_record, "kind": "tree", "required": True})
-        tree = _read_json(tree_record)
-        if isinstance(tree, dict):
-            facts["tree"] = {"dirty": tree.get("dirty"), "allow_dirty": tree.get("allowed_dirty"),
-                             "commit": tree.get("revision")}
     return artifacts, facts
+
+
+def niah_kind(name: str) -> str | None:
+    """The pack kind of a file of a NIAH run folder: the summary, a depth row, other JSON, or None."""
+    if name == "niah.json":
+        return "niah"
+    if _DEPTH_ROW.fullmatch(name):
+        return "niah_row"
+    return "other" if name.endswith(".json") else None
 
 
 def merge_facts(found: dict, given: dict | None) -> dict:
@@ -623,6 +727,12 @@ def publication_reasons(facts: dict, entries: list[Entry]) -> tuple[list[str], d
     for entry in entries:
         if entry.state == "missing":
             reasons.append(f"required artifact {entry.name} ({entry.kind}) is missing")
+        elif entry.state == "not_in_run":
+            reasons.append(f"required artifact {entry.name} ({entry.kind}) was not produced by this run "
+                           "(a pack holds only its own run's results)")
+        elif entry.state == "stale":
+            reasons.append(f"artifact {entry.name} ({entry.kind}) was rewritten after this run recorded it "
+                           f"(sha256 {entry.recorded_sha256} recorded, {entry.source_sha256} found); left out")
     return reasons, {"gate": gate, "guard": guard, "niah": niah, "systems": systems, "row_kinds": kinds,
                      "client_kinds": sorted(clients)}
 

@@ -116,7 +116,9 @@ options:
           and C(runtime_manifest_sha256) are recorded.
         type: dict
       manifest_sha256:
-        description: The sha256 of the runtime manifest the run used.
+        description:
+          - The sha256 of the runtime manifest the run used.
+          - When not given, the one the runtime gate of this run measured on the head (O(run_files)).
         type: str
       profile:
         description: The profile the run served, as resolved by M(gb10.dspark.profile_resolve).
@@ -205,24 +207,25 @@ options:
             C({\"vllm-bench\": [\"bench/vllm-serve.json\"]})."
           - The rows of every C(systems) artifact in the pack add their own C(client_kind) to it.
         type: dict
-  pair_dir:
+  run_files:
     description:
-      - The pair's evidence folder on the control node. When set, its results are added to the
-        pack - C(readiness.json) and C(runtime-gate.json) (required), C(runtime-gate-config.json),
-        C(serving-guard.json), and the latest NIAH run under C(niah/<run key>/) (summary, rows,
-        C(context.json)) - and the facts are read from those files - the profile (name, sha256,
-        experimental, departures) from readiness, the CUDA-graph implementation of each result
-        (gate, guard context, NIAH context), infra and model failure counts of the guard and NIAH,
-        the systems lanes' counts (errors, failures, NOT_IMPLEMENTED rows), and the client kind the guard's
-        or NIAH's context states (C(client_kind)), when it states one.
+      - This run's own result files, as M(gb10.dspark.evidence_record) listed them while the producing
+        roles wrote them (the C(dspark_evidence_run_files) fact) - each with its name in the pack, its
+        path on the control node, its kind and the sha256 the run recorded. Only these files are read:
+        the pack never looks for results by file name, so a file an earlier run left in the pair's
+        folder can never enter it.
+      - A file that no longer holds the recorded bytes (a later run rewrote it) is left out, in state
+        C(stale), and makes the pack invalid for publication. A required result the run did not produce
+        - C(readiness.json), C(runtime-gate.json), C(wrapper-tree.json) - is listed in state
+        C(not_in_run) and makes the pack invalid for publication too.
+      - The facts are read from these files - the profile (name, sha256, experimental, departures) from
+        readiness, the CUDA-graph implementation of each result (gate, guard context, NIAH context),
+        infra and model failure counts of the guard and NIAH, the systems lanes' counts (errors,
+        failures, NOT_IMPLEMENTED rows), the wrapper tree (dirty, allowed dirty, revision), and the
+        client kind the guard's or NIAH's context states (C(client_kind)), when it states one.
       - Facts given in I(facts) win over the ones read from the files.
-    type: path
-  tree_record:
-    description:
-      - The wrapper-tree record (C(wrapper-tree.json), written by M(gb10.dspark.wrapper_tree));
-        added as a required artifact, and the source of C(facts.tree) (dirty, allowed dirty, revision).
-      - Only used with I(pair_dir).
-    type: path
+    type: list
+    elements: dict
   secrets:
     description:
       - Values that must never appear in the pack (API keys, tokens). Not logged. Empty strings are ignored.
@@ -388,7 +391,10 @@ artifacts:
       returned: always
       sample: true
     state:
-      description: C(present), C(missing) (a required source does not exist) or C(absent) (an optional one).
+      description:
+        - C(present), C(missing) (a required source does not exist), C(absent) (an optional one),
+          C(not_in_run) (a required result this run did not produce) or C(stale) (a run file rewritten
+          after the run recorded it; left out).
       type: str
       returned: always
       sample: present
@@ -407,6 +413,11 @@ artifacts:
       type: str
       returned: always
       sample: 0a6d83961dd3c1ac88b59b2dc327aa48f434346648f6b96df89dda901c5176b1
+    recorded_sha256:
+      description: For a C(stale) artifact, the sha256 the run recorded (RV(artifacts[].source_sha256) is what the file holds now); null otherwise.
+      type: str
+      returned: always
+      sample: null
     redacted:
       description: Whether redaction changed the content.
       type: bool
@@ -461,7 +472,7 @@ diff:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gb10.dspark.plugins.module_utils._evidence import (
-    IMPLEMENTATIONS, KINDS, SECRET_VALUE_MIN, discover, merge_facts, plan_pack, write_pack,
+    IMPLEMENTATIONS, KINDS, SECRET_VALUE_MIN, from_run, merge_facts, plan_pack, write_pack,
 )
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import guarded
 
@@ -518,8 +529,7 @@ def main() -> None:
                     "client_kinds": {"type": "dict"},
                 },
             },
-            "pair_dir": {"type": "path"},
-            "tree_record": {"type": "path"},
+            "run_files": {"type": "list", "elements": "dict"},
             "secrets": {"type": "list", "elements": "str", "default": [], "no_log": True},
             "secret_env": {"type": "list", "elements": "str", "default": [], "no_log": True},
             "redact_prefixes": {
@@ -536,8 +546,8 @@ def main() -> None:
 
     def build():
         artifacts, facts = list(p["artifacts"]), p["facts"]
-        if p["pair_dir"]:
-            found, derived = discover(p["pair_dir"], p["tree_record"])
+        if p["run_files"] is not None:
+            found, derived = from_run(p["run_files"])
             artifacts += found
             facts = merge_facts(derived, facts)
         plan = plan_pack(p["dest"], p["pair"], p["run_id"], p["playbook"], artifacts, facts=facts,

@@ -39,15 +39,27 @@ def index_rows(pack: Path) -> dict[str, str]:
     return rows
 
 
-@pytest.mark.fault("secret-evidence-extra-env")
+@pytest.mark.fault("secret-evidence-extra-env", "evidence-earlier-result")
 def test_pack_lists_every_file_with_its_checksum_and_leaks_nothing(sim, clean_tree, host_vars):
     pair = sim[0]
     for rank in (pair.head, pair.worker):
         host_vars(rank, {"dspark_api_key": KEY, "dspark_engine_extra_env": {"DB_PASSWD": EXTRA_SECRET}})
+    # a failing guard report an earlier run left in the pair's folder: not this run's, so not in the pack
+    planted = Path(site()["dspark_evidence_dir"]) / f"sim{pair.index:02d}" / "serving-guard.json"
+    planted.parent.mkdir(parents=True, exist_ok=True)
+    kept = planted.read_bytes() if planted.exists() else None
+    planted.write_text(json.dumps({"status": "FAIL", "infra_failures": 3, "contract_failures": 5}) + "\n")
     before = runs(pair)
-    playbook("provision.yml", clean_tree, "--limit", pair.group)
+    try:
+        playbook("provision.yml", clean_tree, "--limit", pair.group)
+    finally:
+        if kept is None:
+            planted.unlink(missing_ok=True)
+        else:
+            planted.write_bytes(kept)
     pack = newest_pack(pair, before)
     files = sorted(str(p.relative_to(pack)) for p in pack.rglob("*") if p.is_file())
+    assert "serving-guard.json" not in files
     assert {"pin.json", "readiness.json", "runtime-gate.json", "wrapper-tree.json", "inspect/head.json",
             "inspect/worker.json", "profiles/head/production.env", "profiles/worker/production.compilation-config.json",
             "SHA256SUMS", "index.md", "index.json"} <= set(files)
@@ -68,6 +80,7 @@ def test_pack_lists_every_file_with_its_checksum_and_leaks_nothing(sim, clean_tr
     assert "DB_PASSWD=<redacted>" in (pack / "profiles" / "head" / "production.env").read_text()
     index = json.loads((pack / "index.json").read_text())
     assert index["invalid_for_publish"] is False, index["reasons"]
+    assert index["results"]["guard"]["ran"] is False, index["results"]
 
 
 def test_dirty_tree_and_experimental_profile_are_invalid_for_publication(sim, clean_tree, tmp_path):
