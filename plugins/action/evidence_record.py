@@ -31,7 +31,8 @@ class ActionModule(ActionBase):
         except CheckError as exc:
             result.update(failed=True, msg=str(exc))
             return result
-        result.update(changed=False, recorded=recorded, missing=missing, ansible_facts={FACT: run_files})
+        result.update(changed=False, recorded=recorded, missing=missing, mismatches=[],
+                      ansible_facts={FACT: run_files})
         result["msg"] = (f"recorded {', '.join(r['name'] for r in recorded) or 'nothing'}"
                          + (f"; not written by this run: {', '.join(missing)}" if missing else ""))
         return result

@@ -318,6 +318,10 @@ def load_artifact(spec: dict, prefixes: list[Prefix], secrets: list[str] | None 
                                           "a dict, a list or a string"))
         return entry
     if not os.path.exists(src):
+        if spec.get("sha256"):
+            # the run recorded it, and it is gone since: as untrustworthy as a rewritten one
+            entry.state, entry.recorded_sha256 = "stale", spec["sha256"]
+            return entry
         entry.state = "missing" if entry.required else "absent"
         return entry
     if os.path.isdir(src):
@@ -731,8 +735,9 @@ def publication_reasons(facts: dict, entries: list[Entry]) -> tuple[list[str], d
             reasons.append(f"required artifact {entry.name} ({entry.kind}) was not produced by this run "
                            "(a pack holds only its own run's results)")
         elif entry.state == "stale":
+            found = entry.source_sha256 or "the file is gone"
             reasons.append(f"artifact {entry.name} ({entry.kind}) was rewritten after this run recorded it "
-                           f"(sha256 {entry.recorded_sha256} recorded, {entry.source_sha256} found); left out")
+                           f"(sha256 {entry.recorded_sha256} recorded, {found} found); left out")
     return reasons, {"gate": gate, "guard": guard, "niah": niah, "systems": systems, "row_kinds": kinds,
                      "client_kinds": sorted(clients)}
 

@@ -211,7 +211,7 @@ options:
     description:
       - This run's own result files, as M(gb10.dspark.evidence_record) listed them while the producing
         roles wrote them (the C(dspark_evidence_run_files) fact) - each with its name in the pack, its
-        path on the control node, its kind and the sha256 the run recorded. Only these files are read:
+        path on the control node, its kind and the sha256 the run recorded. Only these files are read -
         the pack never looks for results by file name, so a file an earlier run left in the pair's
         folder can never enter it.
       - A file that no longer holds the recorded bytes (a later run rewrote it) is left out, in state

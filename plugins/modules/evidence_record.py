@@ -43,7 +43,7 @@ options:
         description:
           - The pack kind (C(readiness), C(gate), C(guard), C(systems), C(tree), C(other), ...).
           - C(niah_run) records a NIAH run folder - its C(niah.json) summary (C(niah)), C(depth-N.json)
-            rows (C(niah_row)) and other JSON files (C(other)) - under RV(recorded[].name) C(<name>/<file>).
+            rows (C(niah_row)) and other JSON files (C(other)), each recorded as C(<name>/<file>).
         type: str
         required: true
 attributes:
@@ -108,6 +108,11 @@ missing:
   type: list
   elements: str
   sample: []
+mismatches:
+  description: Every problem found in the given files or the run's list (name, kind, path), each with rank, item, expected, actual and message; empty on success.
+  returned: always
+  type: list
+  elements: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule

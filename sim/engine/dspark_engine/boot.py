@@ -87,8 +87,12 @@ class Boot:
                     api.uvicorn(line)
             if self.engine and self.cfg.is_head:
                 self.engine.broadcast({"type": "shutdown"})
-        for link in self.engine.peers if self.engine else []:
-            link.closing = True
+        links = self.engine.peers if self.engine else []
+        for link in links:  # after the last message (error or shutdown): a clean close, never a reset
+            link.finish()
+        deadline = time.monotonic() + 1.0
+        for link in links:
+            link.wait_ended(max(0.0, deadline - time.monotonic()))
         logs.flush()
         os._exit(code)
 

@@ -80,8 +80,10 @@ class PeerLink:
         self.interval, self.timeout = interval, timeout
         self.on_message, self.on_lost = on_message, on_lost
         self.closing = False
+        self.draining = False
         self._lost = False
         self._lock = threading.Lock()
+        self._ended = threading.Event()
 
     def start(self):
         for target, name in ((self._receive, "rx"), (self._heartbeat, "hb")):
@@ -97,14 +99,34 @@ class PeerLink:
         self.closing = True
         self.channel.close()
 
+    def finish(self):
+        """Close the sending side after the last message; the receiver keeps reading (and dropping)
+        what the peer still sends until it closes too (:meth:`wait_ended`). A socket closed with
+        unread data is reset, and a reset can destroy the last message before the peer reads it
+        (the "error" a failing head sends its worker)."""
+        self.draining = True
+        try:
+            self.channel.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            self._ended.set()
+
+    def wait_ended(self, timeout):
+        return self._ended.wait(timeout)
+
     def _lose(self, reason):
         with self._lock:
-            if self.closing or self._lost:
+            if self.closing or self.draining or self._lost:
                 return
             self._lost = True
         self.on_lost(self, reason)
 
     def _receive(self):
+        try:
+            self._receive_loop()
+        finally:
+            self._ended.set()
+
+    def _receive_loop(self):
         last = time.monotonic()
         while not self.closing:
             try:
@@ -119,11 +141,11 @@ class PeerLink:
                     return
                 continue
             last = now
-            if msg["type"] != "heartbeat":
+            if msg["type"] != "heartbeat" and not self.draining:
                 self.on_message(self, msg)
 
     def _heartbeat(self):
-        while not self.closing:
+        while not (self.closing or self.draining):
             self.send({"type": "heartbeat"})
             time.sleep(self.interval)
 

@@ -546,78 +546,129 @@ def test_sha256sums_format():
 
 
 # --------------------------------------------------------------------------------------------
-# discovery from a pair's evidence folder
+# this run's own result files: record_run_files (as gb10.dspark.evidence_record builds the list)
+# and from_run (what the pack takes from it)
 # --------------------------------------------------------------------------------------------
+NIAH_KEY = "long-1m-111111111111"
+NIAH_DIR = f"niah/{NIAH_KEY}"
+TREE_REVISION = "9cef5c53d9e5b9ed8fb1b7ff8024f2a4b5aa540c"
+
+
 def _put(path: Path, doc: object) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc))
     return path
 
 
-def pair_folder(root: Path, guard_impl: str = "regular", dirty: bool = False) -> tuple[Path, Path]:
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _record(run_files: list[dict], *files: tuple[str, Path, str]) -> list[dict]:
+    """``run_files`` with each (name, src, kind) recorded, as the producing role would."""
+    new, recorded, missing = ev.record_run_files(run_files, [{"name": n, "src": str(s), "kind": k} for n, s, k in files])
+    assert missing == [] and [r["name"] for r in recorded] == [n for n, _s, _k in files]
+    return new
+
+
+def pair_folder(root: Path, guard_impl: str = "regular", dirty: bool = False, guard: bool = True,
+                niah_client: str | None = "openai_portable") -> tuple[Path, list[dict]]:
+    """A pair's evidence folder holding this run's results next to an earlier run's NIAH folder, and
+    this run's list of the files it wrote (the earlier run's files are never on it)."""
     pair = root / "evidence" / "sim01"
     _put(pair / "readiness.json", {"profile": "long-1m", "profile_sha256": "ab" * 32, "experimental": False,
                                    "departures": [], "kv_cache_size_tokens": 1253231,
                                    "fabric_env": {"head": {"NCCL_IB_GID_INDEX": "1"},
                                                   "worker": {"NCCL_IB_GID_INDEX": "3"}}})
     _put(pair / "runtime-gate.json", {"status": "PASS", "errors": [],
-                                      "evidence": {"expected_cudagraph_implementation": "regular"}})
+                                      "evidence": {"expected_cudagraph_implementation": "regular",
+                                                   "runtime_identity": {"head": {
+                                                       "runtime_audit_manifest_sha256": MANIFEST}}}})
     _put(pair / "serving-guard.json", {"status": "FAIL", "infra_failures": 2, "contract_failures": 1,
                                        "context": {"cudagraph_implementation": guard_impl}})
-    old = pair / "niah" / "long-1m-000000000000"
-    _put(old / "niah.json", {"status": "FAIL"})
-    os.utime(old / "niah.json", (1_000_000, 1_000_000))
-    new = pair / "niah" / "long-1m-111111111111"
+    old = pair / "niah" / "long-1m-000000000000"  # an earlier run's NIAH folder: not this run's result
+    _put(old / "niah.json", {"status": "FAIL", "infra_error_count": 7, "fail_count": 7})
+    _put(old / "context.json", {"cudagraph_implementation": "breakable", "client_kind": "vllm-bench"})
+    new = pair / "niah" / NIAH_KEY
     _put(new / "niah.json", {"status": "ERROR", "infra_error_count": 1, "fail_count": 0})
     _put(new / "depth-262128.json", {"status": "PASS"})
     _put(new / "depth-524256.json", {"status": "ERROR"})
-    _put(new / "context.json", {"cudagraph_implementation": "regular"})
+    context = {"cudagraph_implementation": "regular"}
+    if niah_client:
+        context["client_kind"] = niah_client
+    _put(new / "context.json", context)
     (new / ".lock").write_text("")
     tree = _put(root / "evidence" / "wrapper-tree.json", {"dirty": dirty, "allowed_dirty": dirty,
-                                                          "revision": "9cef5c53d9e5b9ed8fb1b7ff8024f2a4b5aa540c"})
-    return pair, tree
+                                                          "revision": TREE_REVISION})
+    files = [("readiness.json", pair / "readiness.json", "readiness"),
+             ("runtime-gate.json", pair / "runtime-gate.json", "gate")]
+    if guard:
+        files.append(("serving-guard.json", pair / "serving-guard.json", "guard"))
+    files.append(("wrapper-tree.json", tree, "tree"))
+    run_files, recorded, missing = ev.record_run_files(
+        [], [{"name": n, "src": str(s), "kind": k} for n, s, k in files]
+        + [{"name": NIAH_DIR, "src": str(new), "kind": "niah_run"}])
+    assert missing == [] and len(recorded) == len(run_files)
+    return pair, run_files
 
 
-def test_discover_takes_the_pair_files_and_only_the_latest_niah_run(tmp_path):
-    pair, tree = pair_folder(tmp_path)
-    artifacts, facts = ev.discover(str(pair), str(tree))
+def pack_of_run(root: Path, run_files: list[dict], run_id: str = "r1", **given) -> ev.Plan:
+    """The plan of a pack of ``run_files``, with the pin (which no run file states) and ``given`` facts."""
+    artifacts, facts = ev.from_run(run_files)
+    facts = ev.merge_facts(facts, {"pin": clean_facts()["pin"], **given})
+    return ev.plan_pack(str(root / "pack"), "sim01", run_id, "pubsuite", artifacts, facts=facts, now=NOW)
+
+
+def test_the_run_list_gives_exactly_its_files_with_their_recorded_sha256_and_the_facts_they_state(tmp_path):
+    pair, run_files = pair_folder(tmp_path)
+    assert [f["name"] for f in run_files] == sorted(f["name"] for f in run_files)
+    artifacts, facts = ev.from_run(run_files)
     names = {a["name"]: (a["kind"], a["required"]) for a in artifacts}
-    assert names["readiness.json"] == ("readiness", True) and names["runtime-gate.json"] == ("gate", True)
-    assert names["serving-guard.json"] == ("guard", False)
-    assert names["niah/long-1m-111111111111/niah.json"] == ("niah", True)
-    assert names["niah/long-1m-111111111111/depth-524256.json"] == ("niah_row", False)
-    assert names["niah/long-1m-111111111111/context.json"] == ("other", False)
-    assert names["wrapper-tree.json"] == ("tree", True)
-    assert not any("000000000000" in n or n.endswith(".lock") for n in names)
+    assert names == {
+        "readiness.json": ("readiness", True),
+        "runtime-gate.json": ("gate", True),
+        "serving-guard.json": ("guard", False),
+        f"{NIAH_DIR}/context.json": ("other", False),
+        f"{NIAH_DIR}/depth-262128.json": ("niah_row", False),
+        f"{NIAH_DIR}/depth-524256.json": ("niah_row", False),
+        f"{NIAH_DIR}/niah.json": ("niah", True),
+        "wrapper-tree.json": ("tree", True),
+    }
+    for artifact in artifacts:
+        assert not artifact.get("not_in_run")
+        assert artifact["sha256"] == _sha(Path(artifact["src"])), artifact["name"]
     assert facts["profile"] == {"name": "long-1m", "sha256": "ab" * 32, "experimental": False, "departures": [],
                                 "cudagraph_implementation": "regular",
                                 "fabric_env": {"head": {"NCCL_IB_GID_INDEX": "1"},
                                                "worker": {"NCCL_IB_GID_INDEX": "3"}}}
     assert (facts["guard_infra_errors"], facts["guard_model_failures"]) == (2, 1)
-    assert (facts["niah_infra_errors"], facts["niah_model_failures"]) == (1, 0)
-    assert facts["row_kinds"] == ["regular"]
-    assert facts["tree"] == {"dirty": False, "allow_dirty": False, "commit": "9cef5c53d9e5b9ed8fb1b7ff8024f2a4b5aa540c"}
+    assert (facts["niah_infra_errors"], facts["niah_model_failures"]) == (1, 0)  # not the earlier run's 7 and 7
+    assert facts["row_kinds"] == ["regular"]  # the earlier run's breakable context is not read
+    assert facts["client_kinds"] == {"openai_portable": [f"{NIAH_DIR}/context.json"]}
+    assert facts["tree"] == {"dirty": False, "allow_dirty": False, "commit": TREE_REVISION}
+    assert facts["manifest_sha256"] == MANIFEST
+    p = pack_of_run(tmp_path, run_files)
+    assert not any("000000000000" in e.name or e.name.endswith(".lock") for e in p.entries)
+    assert {e.name for e in p.entries} == set(names)
 
 
-def test_discovered_breakable_guard_and_dirty_tree_are_publication_reasons(tmp_path):
-    pair, tree = pair_folder(tmp_path, guard_impl="breakable", dirty=True)
-    artifacts, facts = ev.discover(str(pair), str(tree))
+def test_breakable_guard_and_dirty_tree_of_the_run_are_publication_reasons(tmp_path):
+    _pair, run_files = pair_folder(tmp_path, guard_impl="breakable", dirty=True)
+    _artifacts, facts = ev.from_run(run_files)
     assert facts["row_kinds"] == ["breakable", "regular"]
-    facts = ev.merge_facts(facts, {"pin": clean_facts()["pin"], "manifest_sha256": MANIFEST})
-    plan = ev.plan_pack(str(tmp_path / "pack"), "sim01", "20260805T120003Z", "niah", artifacts, facts=facts, now=NOW)
+    plan = pack_of_run(tmp_path, run_files, run_id="20260805T120003Z")
     text = " | ".join(plan.reasons)
     assert plan.invalid_for_publish
     assert "mix CUDA-graph implementations: breakable, regular" in text
-    assert "wrapper tree at 9cef5c53d9e5b9ed8fb1b7ff8024f2a4b5aa540c is dirty (allowed by allow_dirty)" in text
+    assert f"wrapper tree at {TREE_REVISION} is dirty (allowed by allow_dirty)" in text
     assert "serving guard counted 2 infra error(s)" in text and "NIAH counted 1 infra error(s)" in text
+    assert "serving guard status is FAIL, expected PASS" in text and "NIAH status is ERROR, expected PASS" in text
 
 
 def test_the_site_fabric_settings_reach_the_index_and_are_no_reason(tmp_path):
     """Ranks on different RoCE GID indexes (site cabling) are recorded, and publishable for that."""
-    pair, tree = pair_folder(tmp_path)
-    artifacts, facts = ev.discover(str(pair), str(tree))
-    facts = ev.merge_facts(facts, {"pin": clean_facts()["pin"], "manifest_sha256": MANIFEST})
-    plan = ev.plan_pack(str(tmp_path / "pack"), "sim01", "r3", "provision", artifacts, facts=facts, now=NOW)
+    _pair, run_files = pair_folder(tmp_path)
+    plan = pack_of_run(tmp_path, run_files, run_id="r3")
     assert plan.index["fabric_env"] == {"head": {"NCCL_IB_GID_INDEX": "1"}, "worker": {"NCCL_IB_GID_INDEX": "3"}}
     assert not any("fabric" in r or "GID" in r for r in plan.reasons)
     md = next(e for e in plan.generated if e.name == "index.md").data.decode()
@@ -633,38 +684,129 @@ def test_merge_facts_given_values_win_and_none_keeps_the_found(tmp_path):
     assert found["profile"]["experimental"] is False  # the found facts are not changed in place
 
 
-def test_an_empty_pair_folder_marks_the_required_results_missing(tmp_path):
-    pair = tmp_path / "sim02"
-    pair.mkdir()
-    artifacts, facts = ev.discover(str(pair))
+def test_a_file_left_in_the_pair_folder_but_not_recorded_never_enters_the_pack(tmp_path):
+    pair, run_files = pair_folder(tmp_path, guard=False)  # an earlier run's FAIL guard is still in the folder
+    _put(pair / "systems.json", {"status": "ERROR", "counts": {"ERROR": 3, "FAIL": 1},
+                                 "context": {"cudagraph_implementation": "breakable"}})
+    artifacts, facts = ev.from_run(run_files)
+    assert not any(a["name"] in ("serving-guard.json", "systems.json") or "000000000000" in a["name"]
+                   for a in artifacts)
+    assert not any(k.startswith(("guard_", "systems_")) for k in facts)
+    plan = pack_of_run(tmp_path, run_files)
+    assert "serving-guard.json" not in {e.name for e in plan.entries} and "serving-guard.json" not in plan.files()
+    assert not any("serving guard" in r or "systems" in r for r in plan.reasons), plan.reasons
+    assert plan.index["results"]["guard"]["ran"] is False and plan.index["results"]["systems"]["ran"] is False
+    # the same guard, recorded by this run, is judged
+    recorded = _record(run_files, ("serving-guard.json", pair / "serving-guard.json", "guard"))
+    judged = pack_of_run(tmp_path / "b", recorded)
+    assert "serving guard status is FAIL, expected PASS" in judged.reasons
+    assert "serving guard counted 2 infra error(s); publishable rows need 0" in judged.reasons
+
+
+def test_a_recorded_file_rewritten_afterwards_is_stale_and_left_out(tmp_path):
+    pair, run_files = pair_folder(tmp_path)
+    guard = pair / "serving-guard.json"
+    recorded = _sha(guard)
+    _put(guard, {"status": "PASS", "infra_failures": 0, "contract_failures": 0,  # a later run's guard
+                 "context": {"cudagraph_implementation": "breakable", "client_kind": "vllm-bench"}})
+    found = _sha(guard)
+    artifacts, facts = ev.from_run(run_files)
+    assert next(a for a in artifacts if a["name"] == "serving-guard.json")["sha256"] == recorded
+    assert "guard_infra_errors" not in facts and "guard_model_failures" not in facts
+    assert facts["row_kinds"] == ["regular"] and "vllm-bench" not in facts["client_kinds"]
+    plan = pack_of_run(tmp_path, run_files)
+    entry = next(e for e in plan.entries if e.name == "serving-guard.json")
+    assert (entry.state, entry.recorded_sha256, entry.source_sha256) == ("stale", recorded, found)
+    assert entry.data is None and entry.sha256 is None
+    assert "serving-guard.json" not in plan.files()
+    assert (f"artifact serving-guard.json (guard) was rewritten after this run recorded it (sha256 {recorded} "
+            f"recorded, {found} found); left out") in plan.reasons
+    assert plan.invalid_for_publish
+    assert not any("serving guard" in r for r in plan.reasons)  # neither the later PASS nor the recorded FAIL
+    listed = next(a for a in plan.index["artifacts"] if a["name"] == "serving-guard.json")
+    assert (listed["state"], listed["recorded_sha256"], listed["sha256"]) == ("stale", recorded, None)
+    ev.write_pack(plan)
+    dest = Path(plan.dest)
+    assert not (dest / "serving-guard.json").exists()
+    assert "serving-guard.json" not in (dest / "SHA256SUMS").read_text()
+
+
+def test_a_stale_niah_summary_leaves_the_niah_result_missing(tmp_path):
+    pair, run_files = pair_folder(tmp_path)
+    _put(pair / "niah" / NIAH_KEY / "niah.json", {"status": "PASS", "infra_error_count": 0, "fail_count": 0})
+    _artifacts, facts = ev.from_run(run_files)
+    assert "niah_infra_errors" not in facts
+    plan = pack_of_run(tmp_path, run_files)
+    entry = next(e for e in plan.entries if e.name == f"{NIAH_DIR}/niah.json")
+    assert entry.state == "stale" and entry.required
+    assert "NIAH result is missing from the pack" in plan.reasons
+    assert any(r.startswith(f"artifact {NIAH_DIR}/niah.json (niah) was rewritten after this run recorded it")
+               for r in plan.reasons)
+
+
+def test_a_run_without_gate_readiness_or_tree_has_them_not_in_run(tmp_path):
+    artifacts, facts = ev.from_run([])
     assert facts == {"row_kinds": []}
-    plan = ev.plan_pack(str(tmp_path / "pack"), "sim02", "r1", "evidence",
+    assert artifacts == [{"name": name, "kind": kind, "required": True, "not_in_run": True}
+                         for name, kind in (("readiness.json", "readiness"), ("runtime-gate.json", "gate"),
+                                            ("wrapper-tree.json", "tree"))]
+    guard = _put(tmp_path / "evidence" / "sim02" / "serving-guard.json", {"status": "PASS", "infra_failures": 0})
+    run_files = _record([], ("serving-guard.json", guard, "guard"))
+    artifacts, facts = ev.from_run(run_files)
+    plan = ev.plan_pack(str(tmp_path / "pack"), "sim02", "r1", "guard",
                         artifacts + [{"name": "pin.json", "content": clean_facts()["pin"], "kind": "pin"}],
-                        facts=clean_facts(profile=None, tree=None), now=NOW)
-    text = " | ".join(plan.reasons)
-    assert "required artifact readiness.json (readiness) is missing" in text
-    assert "required artifact runtime-gate.json (gate) is missing" in text
+                        facts=ev.merge_facts(facts, {"pin": clean_facts()["pin"]}), now=NOW)
+    states = {e.name: e.state for e in plan.entries}
+    assert states == {"pin.json": "present", "serving-guard.json": "present", "readiness.json": "not_in_run",
+                      "runtime-gate.json": "not_in_run", "wrapper-tree.json": "not_in_run"}
+    for name, kind in (("readiness.json", "readiness"), ("runtime-gate.json", "gate"), ("wrapper-tree.json", "tree")):
+        assert (f"required artifact {name} ({kind}) was not produced by this run (a pack holds only its own run's "
+                "results)") in plan.reasons
+        assert name not in plan.files()
+    assert "runtime gate result is missing from the pack" in plan.reasons
+    assert plan.invalid_for_publish and plan.index["invalid_for_publish"] is True
+    md = plan.generated[1].data.decode()
+    assert "| `runtime-gate.json` | gate | not_in_run | not_in_run | not_in_run |" in md
 
 
-def test_discovered_systems_lanes_with_error_rows_are_a_reason(tmp_path):
-    pair, tree = pair_folder(tmp_path)
+def test_the_manifest_sha256_fact_comes_from_the_recorded_gate(tmp_path):
+    pair, run_files = pair_folder(tmp_path)
+    plan = pack_of_run(tmp_path, run_files)
+    assert plan.index["manifest_sha256"] == MANIFEST
+    assert not any("runtime manifest" in r for r in plan.reasons)
+    other = "0" * 64
+    pinned = ev.merge_facts(ev.from_run(run_files)[1], {"pin": dict(clean_facts()["pin"], runtime_manifest_sha256=other)})
+    reasons, _results = ev.publication_reasons(pinned, [])
+    assert f"runtime manifest sha256 is {MANIFEST}, pinned {other}" in reasons
+    # a gate that measured none, or a gate rewritten since it was recorded, states no manifest
+    _put(pair / "runtime-gate.json", {"status": "PASS", "errors": [],
+                                      "evidence": {"expected_cudagraph_implementation": "regular"}})
+    assert "manifest_sha256" not in ev.from_run(run_files)[1]
+    plan = pack_of_run(tmp_path / "b", _record(run_files, ("runtime-gate.json", pair / "runtime-gate.json", "gate")))
+    assert plan.index["manifest_sha256"] is None
+    assert "runtime manifest sha256 is not recorded (facts.manifest_sha256)" in plan.reasons
+
+
+def test_systems_lanes_of_the_run_with_error_rows_are_a_reason(tmp_path):
+    pair, run_files = pair_folder(tmp_path)
     _put(pair / "systems.json", {"status": "ERROR", "counts": {"PASS": 4, "ERROR": 2, "FAIL": 0, "NOT_IMPLEMENTED": 2},
                                  "context": {"cudagraph_implementation": "regular"}})
     (pair / "systems.md").write_text("| lane | status |\n")
-    artifacts, facts = ev.discover(str(pair), str(tree))
+    run_files = _record(run_files, ("systems.json", pair / "systems.json", "systems"),
+                        ("systems.md", pair / "systems.md", "other"))
+    artifacts, facts = ev.from_run(run_files)
     kinds = {a["name"]: a["kind"] for a in artifacts}
     assert kinds["systems.json"] == "systems" and kinds["systems.md"] == "other"
-    assert facts["systems_infra_errors"] == 2
-    facts = ev.merge_facts(facts, {"pin": clean_facts()["pin"], "manifest_sha256": MANIFEST})
-    plan = ev.plan_pack(str(tmp_path / "pack"), "sim01", "r2", "pubsuite", artifacts, facts=facts, now=NOW)
+    assert (facts["systems_infra_errors"], facts["systems_model_failures"], facts["systems_not_implemented"]) == (2, 0, 2)
+    plan = pack_of_run(tmp_path, run_files, run_id="r2")
     text = " | ".join(plan.reasons)
     assert "systems lanes status is ERROR, expected PASS" in text
     assert "systems lanes counted 2 infra error(s)" in text
     assert plan.index["results"]["systems"]["status"] == "ERROR"
 
 
-def test_discovered_client_kinds_from_systems_and_guard_are_judged_together(tmp_path):
-    pair, tree = pair_folder(tmp_path)
+def test_client_kinds_of_the_systems_rows_guard_and_niah_are_judged_together(tmp_path):
+    pair, run_files = pair_folder(tmp_path)
     guard = json.loads((pair / "serving-guard.json").read_text())
     guard["context"]["client_kind"] = "vllm-bench"  # a guard that says who measured it
     _put(pair / "serving-guard.json", guard)
@@ -673,28 +815,131 @@ def test_discovered_client_kinds_from_systems_and_guard_are_judged_together(tmp_
     doc["counts"]["NOT_IMPLEMENTED"] = 2
     doc["context"] = {"cudagraph_implementation": "regular"}
     _put(pair / "systems.json", doc)
-    artifacts, facts = ev.discover(str(pair), str(tree))
-    assert facts["client_kinds"] == {"vllm-bench": ["serving-guard.json"]}
+    run_files = _record(run_files, ("serving-guard.json", pair / "serving-guard.json", "guard"),  # recorded again
+                        ("systems.json", pair / "systems.json", "systems"))
+    _artifacts, facts = ev.from_run(run_files)
+    assert facts["client_kinds"] == {"openai_portable": [f"{NIAH_DIR}/context.json"],
+                                     "vllm-bench": ["serving-guard.json"]}
     assert facts["systems_not_implemented"] == 2
-    facts = ev.merge_facts(facts, {"pin": clean_facts()["pin"], "manifest_sha256": MANIFEST})
-    plan = ev.plan_pack(str(tmp_path / "pack"), "sim01", "r3", "pubsuite", artifacts, facts=facts, now=NOW)
-    assert ("result rows mix client kinds: openai_portable (systems.json rows latency) and vllm-bench "
-            "(serving-guard.json); vllm-bench and openai_portable rows are never published together") in plan.reasons
+    plan = pack_of_run(tmp_path, run_files, run_id="r3")
+    assert (f"result rows mix client kinds: openai_portable ({NIAH_DIR}/context.json; systems.json rows latency) "
+            "and vllm-bench (serving-guard.json); vllm-bench and openai_portable rows are never published "
+            "together") in plan.reasons
+    assert not any("rewritten" in r for r in plan.reasons)  # the guard recorded again is not stale
     assert plan.index["results"]["systems"]["not_implemented"] == 2
     md = plan.generated[1].data.decode()
     assert "Systems rows NOT_IMPLEMENTED (not measured, no score, not failures): 2" in md
 
 
-def test_discovered_systems_lanes_of_one_kind_add_no_reason(tmp_path):
-    pair, tree = pair_folder(tmp_path)
+def test_systems_lanes_of_one_client_kind_add_no_reason(tmp_path):
+    pair, run_files = pair_folder(tmp_path, niah_client=None)
     _put(pair / "systems.json", dict(_systems_doc(("canary", None, "PASS", "openai_portable")),
                                      context={"cudagraph_implementation": "regular"}))
-    artifacts, facts = ev.discover(str(pair), str(tree))
+    run_files = _record(run_files, ("systems.json", pair / "systems.json", "systems"))
+    _artifacts, facts = ev.from_run(run_files)
     assert "client_kinds" not in facts  # neither the guard nor NIAH states one here
-    facts = ev.merge_facts(facts, {"pin": clean_facts()["pin"], "manifest_sha256": MANIFEST})
-    plan = ev.plan_pack(str(tmp_path / "pack"), "sim01", "r4", "pubsuite", artifacts, facts=facts, now=NOW)
+    plan = pack_of_run(tmp_path, run_files, run_id="r4")
     assert not any("client kinds" in r for r in plan.reasons)
     assert plan.index["results"]["client_kinds"] == ["openai_portable"]
+
+
+def test_recording_a_name_again_keeps_the_later_file(tmp_path):
+    first = _put(tmp_path / "gate-1" / "runtime-gate.json", {"status": "FAIL"})
+    second = _put(tmp_path / "gate-2" / "runtime-gate.json", {"status": "PASS"})
+    guard = _put(tmp_path / "serving-guard.json", {"status": "PASS"})
+    run_files = _record([], ("runtime-gate.json", first, "gate"), ("serving-guard.json", guard, "guard"))
+    new, recorded, missing = ev.record_run_files(run_files, [{"name": "runtime-gate.json", "src": str(second),
+                                                              "kind": "gate"}])
+    gate = {"name": "runtime-gate.json", "src": str(second), "kind": "gate", "sha256": _sha(second)}
+    assert recorded == [gate] and missing == []
+    assert new == [gate, {"name": "serving-guard.json", "src": str(guard), "kind": "guard", "sha256": _sha(guard)}]
+    assert run_files[0]["src"] == str(first)  # the given list is not changed in place
+    # twice in one call: the later one wins too
+    new, recorded, _missing = ev.record_run_files([], [{"name": "g.json", "src": str(first), "kind": "gate"},
+                                                       {"name": "g.json", "src": str(second), "kind": "gate"}])
+    assert [f["src"] for f in new] == [str(second)]
+    plan = pack_of_run(tmp_path, new)
+    assert plan.index["results"]["gate"]["status"] == "PASS"
+
+
+def test_a_missing_source_is_returned_and_not_recorded(tmp_path):
+    guard = _put(tmp_path / "serving-guard.json", {"status": "PASS"})
+    new, recorded, missing = ev.record_run_files(None, [
+        {"name": "systems.json", "src": str(tmp_path / "nope" / "systems.json"), "kind": "systems"},
+        {"name": "serving-guard.json", "src": str(guard), "kind": "guard"},
+        {"name": "readiness.json", "src": str(tmp_path), "kind": "readiness"},  # a folder is no result file
+    ])
+    assert missing == ["systems.json", "readiness.json"]
+    assert [r["name"] for r in recorded] == [f["name"] for f in new] == ["serving-guard.json"]
+    assert new[0]["sha256"] == _sha(guard)
+
+
+@pytest.mark.parametrize("item, message", [
+    ({"name": "/etc/guard.json", "kind": "guard"},
+     "run file name '/etc/guard.json' is an absolute path, expected a relative path inside the pack"),
+    ({"name": "../guard.json", "kind": "guard"},
+     "run file name '../guard.json' is a path with an empty, '.' or '..' component"),
+    ({"name": "niah/../../guard.json", "kind": "guard"}, "run file name 'niah/../../guard.json' is a path with"),
+    ({"name": "guard.json", "kind": "bogus"}, "run file guard.json kind is bogus, expected one of pin, manifest"),
+    ({"name": "guard.json", "kind": None}, "run file guard.json kind is absent, expected one of"),
+    ({"name": "guard.json", "kind": "guard", "src": "evidence/guard.json"},
+     "run file guard.json src is 'evidence/guard.json', expected an absolute path on the control node"),
+])
+def test_a_bad_run_file_is_refused_naming_it(tmp_path, item, message):
+    src = _put(tmp_path / "guard.json", {"status": "PASS"})
+    good = {"name": "readiness.json", "src": str(src), "kind": "readiness"}
+    with pytest.raises(IdentityError) as info:
+        ev.record_run_files([], [good, {"src": str(src), **item}])
+    assert message in str(info.value)
+    assert len(info.value.mismatches) == 1
+    with pytest.raises(IdentityError) as info:  # nor is it taken from a list given to the pack
+        ev.from_run([dict({"src": str(src), **item}, sha256=_sha(src))])
+    assert message in str(info.value)
+
+
+def test_every_bad_entry_is_named_at_once_and_a_bad_list_entry_is_refused(tmp_path):
+    src = _put(tmp_path / "guard.json", {"status": "PASS"})
+    with pytest.raises(IdentityError) as info:
+        ev.record_run_files([{"name": "g.json", "src": str(src), "kind": "guard", "sha256": "abc"}],
+                            [{"name": "/abs.json", "src": str(src), "kind": "guard"},
+                             {"name": "x.json", "src": "rel", "kind": "nope"}, "not a mapping"])
+    text = str(info.value)
+    assert "run file g.json sha256 is 'abc', expected 64 lowercase hex digits" in text
+    assert "run file name '/abs.json' is an absolute path" in text
+    assert "run file x.json kind is nope" in text and "run file x.json src is 'rel'" in text
+    assert "run file is str, expected a mapping with name, src, kind and sha256" in text
+    assert len(info.value.mismatches) == 5
+    with pytest.raises(IdentityError, match="run folder 'niah/k'"):
+        ev.record_run_files([], [{"name": "niah/k", "src": "niah/k", "kind": "niah_run"}])
+    with pytest.raises(IdentityError, match="run folder '../k'"):
+        ev.record_run_files([], [{"name": "../k", "src": str(tmp_path), "kind": "niah_run"}])
+
+
+def test_a_niah_run_folder_is_recorded_file_by_file(tmp_path):
+    run = tmp_path / "niah" / NIAH_KEY
+    _put(run / "niah.json", {"status": "PASS", "infra_error_count": 0, "fail_count": 0})
+    _put(run / "depth-25.json", {"status": "PASS"})
+    _put(run / "context.json", {"cudagraph_implementation": "regular"})
+    (run / "notes.txt").write_text("not JSON\n")
+    (run / ".lock").write_text("")
+    (run / "depth-25.json.tmp").write_text("{}")
+    (run / "rows.json").mkdir()  # a folder is not a file of the run
+    guard = _put(tmp_path / "serving-guard.json", {"status": "PASS"})
+    new, recorded, missing = ev.record_run_files([], [{"name": NIAH_DIR, "src": str(run), "kind": "niah_run"},
+                                                      {"name": "serving-guard.json", "src": str(guard),
+                                                       "kind": "guard"}])
+    assert missing == []
+    assert [(r["name"], r["kind"]) for r in recorded] == [
+        (f"{NIAH_DIR}/context.json", "other"), (f"{NIAH_DIR}/depth-25.json", "niah_row"),
+        (f"{NIAH_DIR}/niah.json", "niah"), ("serving-guard.json", "guard")]
+    for entry in new:
+        assert entry["sha256"] == _sha(Path(entry["src"]))
+    assert new[0]["src"] == str(run / "context.json")
+    required = {a["name"]: a["required"] for a in ev.from_run(new)[0] if not a.get("not_in_run")}
+    assert required == {f"{NIAH_DIR}/context.json": False, f"{NIAH_DIR}/depth-25.json": False,
+                        f"{NIAH_DIR}/niah.json": True, "serving-guard.json": False}
+    assert [ev.niah_kind(n) for n in ("niah.json", "depth-25.json", "context.json", "depth-x.json", "notes.txt")] == \
+        ["niah", "niah_row", "other", "other", None]
 
 
 # --- one redaction rule for every file of the pack (issue 21) -------------------------------------------
@@ -866,3 +1111,18 @@ def test_a_pair_or_run_id_that_could_leave_the_pack_folder_is_refused(tmp_path, 
                      [{"name": "a.json", "content": "{}"}])
     assert item in str(err.value) and "1 to 64 letters" in str(err.value)
     assert not (tmp_path / "pack").exists()
+
+
+def test_a_recorded_file_removed_afterwards_is_stale_not_silently_absent(tmp_path):
+    guard = tmp_path / "serving-guard.json"
+    guard.write_text('{"status": "FAIL"}\n')
+    files = [{"name": "serving-guard.json", "src": str(guard), "kind": "guard"}]
+    run_files, _unused, _missing = ev.record_run_files([], files)
+    guard.unlink()
+    artifacts, _facts = ev.from_run(run_files)
+    spec = next(a for a in artifacts if a["name"] == "serving-guard.json")
+    entry = ev.load_artifact(spec, [])
+    assert entry.state == "stale" and entry.data is None
+    reasons, _results = ev.publication_reasons({}, [entry])
+    assert any("serving-guard.json (guard) was rewritten after this run recorded it" in r and "the file is gone" in r
+               for r in reasons), reasons

@@ -176,3 +176,37 @@ def test_one_client_kind_keeps_the_pack_publishable(tmp_path, run_dir, run_modul
     a["facts"]["client_kinds"] = {"openai_portable": ["serving-guard.json"]}
     result = run_module(evidence_pack, a)
     assert result["failed"] is False and result["invalid_for_publish"] is False, result["reasons"]
+
+
+def _recorded(name: str, src: Path, kind: str) -> dict:
+    return {"name": name, "src": str(src), "kind": kind, "sha256": hashlib.sha256(src.read_bytes()).hexdigest()}
+
+
+def test_a_run_file_rewritten_after_it_was_recorded_is_stale_and_makes_the_pack_invalid(tmp_path, run_dir, run_module):
+    (run_dir / "readiness.json").write_text(json.dumps({"profile": "production", "experimental": False}))
+    (run_dir / "wrapper-tree.json").write_text(json.dumps({"dirty": False, "allowed_dirty": False,
+                                                           "revision": "4d9a358"}))
+    guard = run_dir / "serving-guard.json"
+    guard.write_text(json.dumps({"status": "FAIL", "infra_failures": 0, "contract_failures": 3}))
+    run_files = [_recorded("runtime-gate.json", run_dir / "runtime-gate.json", "gate"),
+                 _recorded("readiness.json", run_dir / "readiness.json", "readiness"),
+                 _recorded("serving-guard.json", guard, "guard"),
+                 _recorded("wrapper-tree.json", run_dir / "wrapper-tree.json", "tree")]
+    recorded = run_files[2]["sha256"]
+    guard.write_text(json.dumps({"status": "PASS", "infra_failures": 0, "contract_failures": 0}))  # a later run
+    found = hashlib.sha256(guard.read_bytes()).hexdigest()
+    a = args(tmp_path, run_dir, run_files=run_files)
+    a["artifacts"] = [x for x in a["artifacts"] if x["kind"] not in ("gate", "readiness")]  # the run list has them
+    result = run_module(evidence_pack, a)
+    assert result["failed"] is False, result.get("msg")
+    states = {x["name"]: x["state"] for x in result["artifacts"]}
+    assert states == {"inspect/worker.json": "present", "pin.json": "present", "readiness.json": "present",
+                      "runtime-gate.json": "present", "serving-guard.json": "stale", "wrapper-tree.json": "present"}
+    stale = next(x for x in result["artifacts"] if x["name"] == "serving-guard.json")
+    assert (stale["recorded_sha256"], stale["source_sha256"], stale["sha256"]) == (recorded, found, None)
+    assert result["invalid_for_publish"] is True
+    assert result["reasons"] == [f"artifact serving-guard.json (guard) was rewritten after this run recorded it "
+                                 f"(sha256 {recorded} recorded, {found} found); left out"]
+    assert "serving-guard.json" not in result["files"]
+    assert not (Path(result["dest"]) / "serving-guard.json").exists()
+    assert "not valid for publication" in ansible_warnings.get_warning_messages()[0]
