@@ -23,6 +23,7 @@ for _p in (ROOT, ROOT / "sim"):
         sys.path.insert(0, str(_p))
 
 import _report  # noqa: E402  (bench/_report.py, beside this file)
+from dspark_sim import drive  # noqa: E402  (sim/dspark_sim/drive.py: the simulator's CLI, SSH, Ansible env)
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -37,12 +38,12 @@ class BenchError(RuntimeError):
 
 def tool(name: str) -> str:
     """An executable of the virtualenv running this script (ansible, ansible-playbook)."""
-    return str(Path(sys.executable).with_name(name))
+    return drive.tool(name)
 
 
 def ansible_env(**extra: str) -> dict:
-    return dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
-                ANSIBLE_NOCOLOR="1", **extra)
+    """The simulator's Ansible environment; ANSIBLE_NOCOLOR too, as the ``-o`` and recap parsers read plain text."""
+    return drive.ansible_env(ANSIBLE_NOCOLOR="1", **extra)
 
 
 # ---- peak memory of a module's process --------------------------------------------------------
@@ -199,9 +200,7 @@ def playbook(name: str, *extra: str, extra_vars: dict | None = None, junit_dir: 
 # ---- the simulator ---------------------------------------------------------------------------
 def sim_cli(*args: str, timeout: float = 1800) -> str:
     """``python -m dspark_sim <args>``; its stdout. A failure is a BenchError."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "sim"))
-    res = subprocess.run([sys.executable, "-m", "dspark_sim", *args], env=env, text=True, capture_output=True,
-                         timeout=timeout, check=False)
+    res = drive.cli(*args, timeout=timeout)
     if res.returncode != 0:
         raise BenchError(f"dspark_sim {' '.join(args)} exited {res.returncode}:\n{res.stdout}\n{res.stderr}")
     return res.stdout
@@ -209,10 +208,7 @@ def sim_cli(*args: str, timeout: float = 1800) -> str:
 
 def on_rank(rank, argv: list[str], check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run argv on a simulated rank (a ``dspark_sim.layout.Rank``) over the simulator's SSH."""
-    from dspark_sim import rank as sim_rank
-
-    res = subprocess.run([*sim_rank.ssh_argv(rank), shlex.join(argv)], text=True, capture_output=True,
-                         timeout=timeout, check=False)
+    res = drive.run_on(rank, argv, timeout=timeout)
     if check and res.returncode != 0:
         raise BenchError(f"{rank.name}: `{shlex.join(argv)}` exited {res.returncode}: {res.stderr.strip()[-500:]}")
     return res

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
-import shlex
 import subprocess
 import sys
 import time
@@ -14,8 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "sim"))
 
-from dspark_sim import layout  # noqa: E402
-from dspark_sim import rank as sim_rank  # noqa: E402
+from dspark_sim import drive, layout  # noqa: E402  (drive: the simulator's CLI, SSH and Ansible env)
 
 INVENTORY = ROOT / "inventories" / "sim"
 PAIRS = 2
@@ -29,9 +26,7 @@ def site() -> dict:
 
 
 def sim_cli(*args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "sim"))
-    res = subprocess.run([sys.executable, "-m", "dspark_sim", *args], env=env, text=True,
-                         capture_output=True, timeout=timeout, check=False)
+    res = drive.cli(*args, timeout=timeout)
     if check and res.returncode != 0:
         raise AssertionError(f"dspark_sim {' '.join(args)} exited {res.returncode}:\n{res.stdout}\n{res.stderr}")
     return res
@@ -39,10 +34,8 @@ def sim_cli(*args: str, check: bool = True, timeout: float = 600) -> subprocess.
 
 def ansible(*args: str, tool: str = "ansible", check: bool = True, timeout: float = 900,
             env: dict | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0", **(env or {}))
-    exe = str(Path(sys.executable).with_name(tool))
-    res = subprocess.run([exe, "-i", str(INVENTORY), *args], cwd=ROOT, env=env, text=True,
-                         capture_output=True, timeout=timeout, check=False)
+    res = subprocess.run([drive.tool(tool), "-i", str(INVENTORY), *args], cwd=ROOT, env=drive.ansible_env(**(env or {})),
+                         text=True, capture_output=True, timeout=timeout, check=False)
     if check and res.returncode != 0:
         raise AssertionError(f"{tool} {' '.join(args)} exited {res.returncode}:\n{res.stdout[-6000:]}\n{res.stderr[-3000:]}")
     return res
@@ -51,8 +44,7 @@ def ansible(*args: str, tool: str = "ansible", check: bool = True, timeout: floa
 def on_rank(rank: layout.Rank, argv: list[str], check: bool = True, timeout: float = 60,
             input_text: str | None = None) -> subprocess.CompletedProcess:
     """Run argv on a rank over the simulator's real SSH (``input_text`` on its standard input)."""
-    res = subprocess.run([*sim_rank.ssh_argv(rank), shlex.join(argv)], text=True, capture_output=True, timeout=timeout,
-                         check=False, input=input_text)
+    res = drive.run_on(rank, argv, timeout=timeout, input_text=input_text)
     if check and res.returncode != 0:
         raise AssertionError(f"{rank.name}: {argv} exited {res.returncode}: {res.stderr}")
     return res
