@@ -43,6 +43,7 @@ from ansible_collections.gb10.dspark.plugins.module_utils._files import read_lim
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, Mismatch
 from ansible_collections.gb10.dspark.plugins.module_utils._labels import LABELS
 from ansible_collections.gb10.dspark.plugins.module_utils._secrets import is_secret_name, redact, secret_env_values
+from ansible_collections.gb10.dspark.plugins.module_utils._site import SITE_DEFAULTS, local_api_url
 
 # FAILED: the audit itself failed for the pair before it could be judged (a bad inventory value, a
 # task error); the pair is reported with the reason, never left out of the report.
@@ -290,10 +291,10 @@ def open_engine(rank: str, docker_host: str) -> Engine:
         raise CheckError(rank, str(exc)) from exc
 
 
-def collect(engine: Engine, *, rank: str, container: str = "dspark_vllm",
+def collect(engine: Engine, *, rank: str, container: str = SITE_DEFAULTS["container_name"],
             manifest_path: str = "/etc/dspark/runtime-manifest.json", profiles_dir: str = "/etc/dspark/profiles",
             model_dir: str, revision_marker: str = REVISION_MARKER, api: bool = False,
-            base_url: str = "http://127.0.0.1:8888", model: str | None = None, api_key: str | None = None,
+            base_url: str = local_api_url(), model: str | None = None, api_key: str | None = None,
             timeout: float = 5.0) -> dict:
     """Everything the fleet audit needs from one rank. ``engine`` is the rank's Docker engine
     (:class:`_docker_engine.Engine`, or any object with its ``list_images`` and

@@ -19,13 +19,14 @@ from typing import Callable
 
 from ansible_collections.gb10.dspark.plugins.module_utils._http import open_http
 from ansible_collections.gb10.dspark.plugins.module_utils._labels import PREFIX as LABEL_PREFIX
+from ansible_collections.gb10.dspark.plugins.module_utils._site import SITE_DEFAULTS, local_api_url
 
 Run = Callable[[list[str]], tuple[int, str, str]]
 
 # The probe's options (gb10.dspark.engine_probe; gb10.dspark.pair_ready passes them through).
 ARGUMENT_SPEC = {
-    "container": {"type": "str", "default": "dspark_vllm"},
-    "base_url": {"type": "str", "default": "http://127.0.0.1:8888"},
+    "container": {"type": "str", "default": SITE_DEFAULTS["container_name"]},
+    "base_url": {"type": "str", "default": local_api_url()},
     "model": {"type": "str", "required": True},
     "worker": {"type": "str"},
     "ssh_options": {"type": "list", "elements": "str", "default": ["-o", "BatchMode=yes", "-o", "ConnectTimeout=10"]},

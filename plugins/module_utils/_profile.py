@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import IdentityError, Mismatch
 from ansible_collections.gb10.dspark.plugins.module_utils._secrets import is_secret_name
+from ansible_collections.gb10.dspark.plugins.module_utils._site import SITE_DEFAULTS
 
 KV_CACHE_DTYPE = "nvfp4_ds_mla"
 RUNTIME_LANE = "native-v026"
@@ -738,8 +739,8 @@ RESOLVE_ARGUMENT_SPEC = {
     "eth_if": {"type": "str", "required": True},
     "ib_hca": {"type": "str", "required": True},
     "head_fabric_ip": {"type": "str", "required": True},
-    "master_port": {"type": "int", "default": 25000},
-    "api_port": {"type": "int", "default": 8888},
+    "master_port": {"type": "int", "default": SITE_DEFAULTS["master_port"]},
+    "api_port": {"type": "int", "default": SITE_DEFAULTS["api_port"]},
     "served_model_name": {"type": "str", "required": True},
     "extra_env": {"type": "dict", "default": {}},
     "fabric_env": {"type": "dict", "default": dict(DEFAULT_FABRIC_ENV)},

@@ -72,6 +72,7 @@ from ansible_collections.gb10.dspark.plugins.module_utils._serving_guard import 
     check_completion,
     check_stream,
 )
+from ansible_collections.gb10.dspark.plugins.module_utils._site import local_api_url
 
 # call(method, path, body or None, timeout) -> (status, parsed body); see _http.json_client.
 Call = Callable[[str, str, "dict | None", float], tuple]
@@ -148,7 +149,7 @@ class Settings:
 
     model: str
     output_dir: str
-    base_url: str = "http://127.0.0.1:8888"
+    base_url: str = local_api_url()
     lanes: tuple[str, ...] = LANES
     latency_reps: int = 5
     latency_max_tokens: int = 128

@@ -109,7 +109,9 @@ missing:
   elements: str
   sample: []
 mismatches:
-  description: Every problem found in the given files or the run's list (name, kind, path), each with rank, item, expected, actual and message; empty on success.
+  description:
+    - Every problem found in the given files or the run's list (name, kind, path), each with rank,
+      item, expected, actual and message; empty on success.
   returned: always
   type: list
   elements: dict

@@ -252,6 +252,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gb10.dspark.plugins.module_utils import _niah
 from ansible_collections.gb10.dspark.plugins.module_utils._http import json_client
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import guarded, rank_name
+from ansible_collections.gb10.dspark.plugins.module_utils._site import local_api_url
 
 
 def main() -> None:
@@ -259,7 +260,7 @@ def main() -> None:
         argument_spec={
             "rank": {"type": "str"},
             "state": {"type": "str", "choices": ["run", "status"], "default": "run"},
-            "base_url": {"type": "str", "default": "http://127.0.0.1:8888"},
+            "base_url": {"type": "str", "default": local_api_url()},
             "model": {"type": "str"},
             "api_key": {"type": "str", "no_log": True},
             "output_dir": {"type": "path", "required": True},

@@ -270,18 +270,19 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gb10.dspark.plugins.module_utils._audit import REVISION_MARKER, collect, open_engine
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import guarded, rank_name
+from ansible_collections.gb10.dspark.plugins.module_utils._site import SITE_DEFAULTS, local_api_url
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "container": {"type": "str", "default": "dspark_vllm"},
+            "container": {"type": "str", "default": SITE_DEFAULTS["container_name"]},
             "manifest_path": {"type": "path", "default": "/etc/dspark/runtime-manifest.json"},
             "profiles_dir": {"type": "path", "default": "/etc/dspark/profiles"},
             "model_dir": {"type": "path", "required": True},
             "revision_marker": {"type": "str", "default": REVISION_MARKER},
             "api": {"type": "bool", "default": False},
-            "base_url": {"type": "str", "default": "http://127.0.0.1:8888"},
+            "base_url": {"type": "str", "default": local_api_url()},
             "model": {"type": "str"},
             "api_key": {"type": "str", "no_log": True},
             "timeout": {"type": "float", "default": 5.0},

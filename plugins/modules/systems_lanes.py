@@ -354,12 +354,13 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gb10.dspark.plugins.module_utils import _systems
 from ansible_collections.gb10.dspark.plugins.module_utils._http import json_client
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import guarded
+from ansible_collections.gb10.dspark.plugins.module_utils._site import local_api_url
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "base_url": {"type": "str", "default": "http://127.0.0.1:8888"},
+            "base_url": {"type": "str", "default": local_api_url()},
             "model": {"type": "str", "required": True},
             "api_key": {"type": "str", "no_log": True},
             "output_dir": {"type": "path", "required": True},
