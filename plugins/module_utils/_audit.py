@@ -9,6 +9,10 @@ non-secret environment), the rendered profile env file of the labelled profile a
 container still runs with it, the runtime manifest's sha256, the model revision marker and, on
 the head, the OpenAI API and a few ``/metrics`` values. It reads Docker through the engine's
 socket (``_docker_engine.Engine``), the same client as the identity modules. It only reads.
+With ``runtime`` it also gathers, in the same call, what the runtime gate reads of the rank (the
+raw container and image inspect records, PID 1 environment entries, the manifest's sha256 inside
+the container and the log tail), each piece as ``docker`` would have answered it
+(:func:`runtime_state`).
 Nothing that is down makes it fail: a dead engine is ``docker.reachable false``, a missing file
 is ``present false``.
 
@@ -31,6 +35,7 @@ import re
 from collections.abc import Iterable
 
 from ansible_collections.gb10.dspark.plugins.module_utils._container_command import command_string
+from ansible_collections.gb10.dspark.plugins.module_utils._container_reads import pid1_env_argv, sha256_argv
 from ansible_collections.gb10.dspark.plugins.module_utils._digest import sha256_file, sha256_text
 from ansible_collections.gb10.dspark.plugins.module_utils._docker_engine import Engine, EngineError
 from ansible_collections.gb10.dspark.plugins.module_utils._engine_probe import (
@@ -42,7 +47,12 @@ from ansible_collections.gb10.dspark.plugins.module_utils._engine_probe import (
 from ansible_collections.gb10.dspark.plugins.module_utils._files import read_limited
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, Mismatch
 from ansible_collections.gb10.dspark.plugins.module_utils._labels import LABELS
-from ansible_collections.gb10.dspark.plugins.module_utils._secrets import is_secret_name, redact, secret_env_values
+from ansible_collections.gb10.dspark.plugins.module_utils._secrets import (
+    REDACTED,
+    is_secret_name,
+    redact,
+    secret_env_values,
+)
 from ansible_collections.gb10.dspark.plugins.module_utils._site import SITE_DEFAULTS, local_api_url
 
 # FAILED: the audit itself failed for the pair before it could be judged (a bad inventory value, a
@@ -72,6 +82,9 @@ _ERROR_LIMIT = 300
 
 DESIRED_REQUIRED = ("image_id", "manifest_sha256", "model_revision", "profile", "profile_sha256", "served_model")
 AUDIT_KEYS = ("rank", "docker", "images", "container", "profile_file", "manifest", "model", "api", "metrics")
+RUNTIME_KEYS = ("log_tail", "env_prefixes")
+RC_FAILED = 1  # what the docker CLI exits with when the engine refuses or fails a command
+RC_NO_CONTAINER = 125  # ... and when there is no such container
 
 
 # ============================================================================================
@@ -134,12 +147,19 @@ def _empty_container(name: str, exists: bool | None, error: str | None) -> dict:
 
 def read_container(engine: Engine, name: str) -> tuple[dict, list[str] | None]:
     """(the ``container`` section, the container's Env list or None when unknown)."""
+    section, env, _doc, _error = _read_container(engine, name)
+    return section, env
+
+
+def _read_container(engine: Engine, name: str) -> tuple[dict, list[str] | None, dict | None, str | None]:
+    """(section, Env or None, the raw inspect record or None, the engine's error or None): one inspect."""
     try:
         doc = engine.inspect_container(name)
     except EngineError as exc:
-        return _empty_container(name, None, _excerpt(str(exc)) or "the Docker engine did not answer"), None
+        error = _excerpt(str(exc)) or "the Docker engine did not answer"
+        return _empty_container(name, None, error), None, None, error
     if doc is None:
-        return _empty_container(name, False, None), None
+        return _empty_container(name, False, None), None, None, None
     state = container_state(json.dumps([doc]))  # the fields as the probe reads `docker container inspect`
     config = doc.get("Config") if isinstance(doc.get("Config"), dict) else {}
     env = [e for e in (config.get("Env") or []) if isinstance(e, str)]
@@ -160,7 +180,7 @@ def read_container(engine: Engine, name: str) -> tuple[dict, list[str] | None]:
         "profile": labels.get(LABEL_PROFILE),
         "error": None,
     }
-    return section, env
+    return section, env, doc, None
 
 
 # ============================================================================================
@@ -280,6 +300,110 @@ def metrics_state(base_url: str, timeout: float, api_key: str | None) -> dict:
 
 
 # ============================================================================================
+# what the runtime gate reads of the rank
+# ============================================================================================
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
+
+
+def _failed(rc: int, message: str) -> dict:
+    return {"rc": rc, "stdout": "", "stderr": message}
+
+
+def _engine_failure(exc: EngineError) -> dict:
+    """A piece the engine refused, as the docker CLI would have failed it."""
+    return _failed(RC_NO_CONTAINER if exc.status == 404 else RC_FAILED, str(exc) or "the Docker engine did not answer")
+
+
+def _exec_piece(engine: Engine, container: str, argv: list[str]) -> dict:
+    try:
+        rc, out, err = engine.exec_run(container, argv)
+    except EngineError as exc:
+        return _engine_failure(exc)
+    return {"rc": rc, "stdout": _text(out), "stderr": _text(err)}
+
+
+def _without_secret_env(doc: dict) -> dict:
+    """The inspect record with the value of every secret-looking ``Config.Env`` entry replaced by
+    ``<redacted>``, however short (``redact`` scrubs only values of SCRUB_MIN characters and more)."""
+    config = doc.get("Config")
+    if not isinstance(config, dict) or not isinstance(config.get("Env"), list):
+        return doc
+    env = [f"{_env_name(e)}={REDACTED}" if isinstance(e, str) and "=" in e and is_secret_name(_env_name(e)) else e
+           for e in config["Env"]]
+    return {**doc, "Config": {**config, "Env": env}}
+
+
+def check_runtime(rank: str, runtime: object) -> dict:
+    """The ``runtime`` option: ``log_tail`` (a whole number >= 0) and ``env_prefixes`` (a list of
+    non-empty strings); CheckError otherwise."""
+    if not isinstance(runtime, dict):
+        raise CheckError(rank, f"runtime must be a mapping, not {type(runtime).__name__}")
+    unknown = sorted(set(runtime) - set(RUNTIME_KEYS))
+    if unknown:
+        raise CheckError(rank, f"runtime has unknown keys: {', '.join(map(str, unknown))}")
+    tail = runtime.get("log_tail", 20000)
+    if isinstance(tail, bool) or not isinstance(tail, int) or tail < 0:
+        raise CheckError(rank, f"runtime.log_tail must be a whole number >= 0, not {tail!r}")
+    prefixes = runtime.get("env_prefixes")
+    if not isinstance(prefixes, list) or not all(isinstance(p, str) and p for p in prefixes):
+        raise CheckError(rank, f"runtime.env_prefixes must be a list of non-empty strings, not {prefixes!r}")
+    return {"log_tail": tail, "env_prefixes": list(prefixes)}
+
+
+def runtime_state(engine: Engine, container: str, doc: dict | None, inspect_error: str | None,
+                  reachable: bool, runtime: dict, manifest_path: str) -> dict:
+    """What the runtime gate reads of the rank, each piece as ``docker`` answers it.
+
+    ``doc``/``inspect_error``: the one container inspect the audit made (None/None: no such
+    container). ``container`` and ``image`` are the engine's raw inspect records (None when they
+    could not be read; then ``errors`` says why, under the same key). ``pid1_env`` (the PID 1
+    environment entries starting with one of ``env_prefixes``, printed as a JSON list),
+    ``manifest_sha256`` (the sha256 of ``manifest_path`` inside the container) and ``logs`` (the
+    last ``log_tail`` lines) are ``{rc, stdout, stderr}`` as ``docker exec`` / ``docker logs``
+    would exit and print: rc 125 when there is no such container, 1 when the engine refused or
+    failed, never an exception."""
+    errors: dict[str, str] = {}
+    out: dict = {"container": None, "image": None, "pid1_env": None, "manifest_sha256": None, "logs": None,
+                 "errors": errors}
+    if not reachable:
+        errors["container"] = "docker engine unreachable"
+        for key in ("pid1_env", "manifest_sha256", "logs"):
+            out[key] = _failed(RC_FAILED, "docker engine unreachable")
+        return out
+    if doc is None:
+        missing = inspect_error is None
+        errors["container"] = f"No such container: {container}" if missing else inspect_error  # type: ignore[assignment]
+        if missing:
+            for key in ("pid1_env", "manifest_sha256", "logs"):
+                out[key] = _failed(RC_NO_CONTAINER, f"Error: No such container: {container}")
+            return out
+    else:
+        out["container"] = _without_secret_env(doc)
+        image_id = doc.get("Image")
+        if not isinstance(image_id, str) or not image_id:
+            errors["image"] = f"container {container} names no image"
+        else:
+            try:
+                out["image"] = engine.inspect_image(image_id)
+            except EngineError as exc:
+                errors["image"] = str(exc) or "the Docker engine did not answer"
+            else:
+                if out["image"] is None:
+                    errors["image"] = f"No such image: {image_id}"
+    out["pid1_env"] = _exec_piece(engine, container, pid1_env_argv(runtime["env_prefixes"]))
+    out["manifest_sha256"] = _exec_piece(engine, container, sha256_argv(manifest_path))
+    config = doc.get("Config") if doc is not None and isinstance(doc.get("Config"), dict) else {}
+    try:
+        stdout, stderr = engine.logs(container, runtime["log_tail"], tty=config.get("Tty") is True)
+    except EngineError as exc:
+        out["logs"] = _engine_failure(exc)
+    else:
+        out["logs"] = {"rc": 0, "stdout": _text(stdout), "stderr": _text(stderr)}
+    return out
+
+
+# ============================================================================================
 # the rank's audit
 # ============================================================================================
 def open_engine(rank: str, docker_host: str) -> Engine:
@@ -293,20 +417,29 @@ def open_engine(rank: str, docker_host: str) -> Engine:
 
 def collect(engine: Engine, *, rank: str, container: str = SITE_DEFAULTS["container_name"],
             manifest_path: str = "/etc/dspark/runtime-manifest.json", profiles_dir: str = "/etc/dspark/profiles",
-            model_dir: str, revision_marker: str = REVISION_MARKER, api: bool = False,
+            model_dir: str | None = None, revision_marker: str = REVISION_MARKER, api: bool = False,
             base_url: str = local_api_url(), model: str | None = None, api_key: str | None = None,
-            timeout: float = 5.0) -> dict:
+            timeout: float = 5.0, runtime: dict | None = None) -> dict:
     """Everything the fleet audit needs from one rank. ``engine`` is the rank's Docker engine
     (:class:`_docker_engine.Engine`, or any object with its ``list_images`` and
-    ``inspect_container``); one that does not answer reads as unreachable. Raises CheckError only
-    for unusable options, before the engine is asked anything."""
+    ``inspect_container``, and with ``runtime`` also ``inspect_image``, ``exec_run`` and
+    ``logs``); one that does not answer reads as unreachable. Raises CheckError only for unusable
+    options, before the engine is asked anything.
+
+    ``model_dir`` None: the model is not read (``model`` is None). ``runtime``
+    (``{log_tail, env_prefixes}``): also ``runtime``, what the runtime gate reads
+    (:func:`runtime_state`; the manifest hashed inside the container is ``manifest_path``)."""
     check_marker_name(rank, revision_marker)
     if api and not model:
         raise CheckError(rank, "model (the served model name) is required when api is true")
+    if runtime is not None:
+        runtime = check_runtime(rank, runtime)
     env: list[str] | None = None
+    doc: dict | None = None
+    inspect_error: str | None = None
     docker_section, images = read_images(engine)
     if docker_section["reachable"]:
-        container_section, env = read_container(engine, container)
+        container_section, env, doc, inspect_error = _read_container(engine, container)
     else:
         container_section = _empty_container(container, None, "docker engine unreachable")
     audit = {
@@ -316,10 +449,13 @@ def collect(engine: Engine, *, rank: str, container: str = SITE_DEFAULTS["contai
         "container": container_section,
         "profile_file": profile_file_state(profiles_dir, container_section["profile"], env),
         "manifest": manifest_state(manifest_path),
-        "model": model_state(model_dir, revision_marker),
+        "model": None if model_dir is None else model_state(model_dir, revision_marker),
         "api": None,
         "metrics": None,
     }
+    if runtime is not None:
+        audit["runtime"] = runtime_state(engine, container, doc, inspect_error, docker_section["reachable"],
+                                         runtime, manifest_path)
     if api:
         audit["api"] = api_state(base_url, model, timeout, api_key)  # type: ignore[arg-type]
         audit["metrics"] = metrics_state(base_url, timeout, api_key)

@@ -6,6 +6,9 @@ The identity modules run on the ranks with the system Python, which has no Docke
 client speaks the few endpoints they need. Bodies are streamed in both directions, so an image
 archive of 30 GB and more is sent in fixed-size chunks and never held in memory. It never
 pulls and never builds: there is no method for either.
+
+:meth:`Engine.exec_run` and :meth:`Engine.logs` answer what ``docker exec`` and ``docker logs``
+print; both read Docker's multiplexed stream (:func:`demux`).
 """
 from __future__ import annotations
 
@@ -13,11 +16,16 @@ import http.client
 import json
 import os
 import socket
+import time
 from typing import Callable, Iterator
 from urllib.parse import quote, urlencode
 
 CHUNK = 1 << 20  # bytes per read and per send
 API_PREFIX = "/v1.41"  # Docker 20.10; newer engines accept it (minimum is 1.24)
+EXEC_MAX_BYTES = 16 << 20  # stdout + stderr kept of one exec; the rest is read and dropped
+_JSON_HEADERS = {"Content-Type": "application/json"}
+_FRAME_HEADER = 8
+_EXIT_CODE_POLLS = 50  # GET /exec/{id}/json until it no longer runs: at most 50 × 0.1 s after the output ended
 
 
 class EngineError(Exception):
@@ -139,6 +147,82 @@ class Engine:
             raise EngineError(f"inspecting container {name}: expected a mapping, got {type(doc).__name__}")
         return doc
 
+    def logs(self, container: str, tail: int, tty: bool = False) -> tuple[bytes, bytes]:
+        """(stdout, stderr) of the last ``tail`` lines of the container's log, as ``docker logs --tail``
+        prints them. ``tty``: the container runs with a TTY, so its log is one raw stream (all of it
+        stdout); else the log is Docker's multiplexed stream (:func:`demux`)."""
+        if isinstance(tail, bool) or not isinstance(tail, int) or tail < 0:
+            raise ValueError(f"tail must be a whole number >= 0, not {tail!r}")
+        path = f"/containers/{quote(container, safe='')}/logs"
+        status, data = self._request("GET", path, {"stdout": 1, "stderr": 1, "tail": tail})
+        if status != 200:
+            raise EngineError(f"reading the logs of container {container}: HTTP {status}: {_error_text(data)}", status)
+        return (data, b"") if tty else demux(data)
+
+    # -- exec (runs a command in a container; changes nothing the engine keeps but the exec record)
+    def exec_run(self, container: str, argv: list[str], max_bytes: int = EXEC_MAX_BYTES) -> tuple[int, bytes, bytes]:
+        """Run ``argv`` in the running container ``container`` as ``docker exec`` would (no TTY, no
+        stdin); (exit code, stdout, stderr). At most ``max_bytes`` of output are kept (stdout first
+        as it comes); the rest is read and dropped, and stderr ends with a line saying so.
+
+        :class:`EngineError` when it cannot run: status 404 (no such container), 409 (the
+        container is not running or paused), or any other engine error."""
+        if not argv or not all(isinstance(a, str) for a in argv):
+            raise ValueError(f"argv must be a non-empty list of strings, not {argv!r}")
+        body = json.dumps({"AttachStdout": True, "AttachStderr": True, "Tty": False, "Cmd": list(argv)}).encode()
+        status, data = self._request("POST", f"/containers/{quote(container, safe='')}/exec", body=body,
+                                     headers=_JSON_HEADERS)
+        if status != 201:
+            raise EngineError(f"exec in container {container}: HTTP {status}: {_error_text(data)}", status)
+        try:
+            exec_id = json.loads(data)["Id"]
+        except (ValueError, TypeError, KeyError) as exc:
+            raise EngineError(f"exec in container {container}: the engine's answer names no exec ID: "
+                              f"{_error_text(data)}", status) from exc
+        if not isinstance(exec_id, str) or not exec_id or "/" in exec_id:
+            raise EngineError(f"exec in container {container}: the engine's answer names no exec ID", status)
+        frames = _Demux(max_bytes)
+        self._exec_start(container, exec_id, frames)
+        out, err = frames.finish()
+        rc = self._exec_exit_code(container, exec_id)
+        if frames.dropped:
+            err += (f"\n[gb10.dspark: output cut at {max_bytes} bytes; {frames.dropped} more bytes were not "
+                    f"returned]\n").encode()
+        return rc, out, err
+
+    def _exec_start(self, container: str, exec_id: str, frames: _Demux) -> None:
+        body = json.dumps({"Detach": False, "Tty": False}).encode()
+        conn = self._conn()
+        try:
+            conn.request("POST", f"{API_PREFIX}/exec/{exec_id}/start", body=body, headers=_JSON_HEADERS)
+            resp = conn.getresponse()
+            if resp.status != 200:
+                data = resp.read()
+                raise EngineError(f"exec in container {container}: starting it: HTTP {resp.status}: "
+                                  f"{_error_text(data)}", resp.status)
+            while True:
+                chunk = resp.read1(CHUNK) if hasattr(resp, "read1") else resp.read(CHUNK)
+                if not chunk:
+                    break
+                frames.feed(chunk)
+        except (OSError, http.client.HTTPException) as exc:
+            raise EngineError(f"exec in container {container}: reading its output from the Docker engine at "
+                              f"{self.socket_path}: {exc}") from exc
+        finally:
+            conn.close()
+
+    def _exec_exit_code(self, container: str, exec_id: str) -> int:
+        for attempt in range(_EXIT_CODE_POLLS):
+            doc = self._json("GET", f"/exec/{exec_id}/json")
+            if not isinstance(doc, dict):
+                raise EngineError(f"exec in container {container}: inspecting it: expected a mapping")
+            code = doc.get("ExitCode")
+            if not doc.get("Running") and isinstance(code, int) and not isinstance(code, bool):
+                return code
+            if attempt + 1 < _EXIT_CODE_POLLS:
+                time.sleep(0.1)
+        raise EngineError(f"exec in container {container}: no exit code: still running after its output ended")
+
     # -- writes -----------------------------------------------------------------------------
     def load(self, path: str, progress: Callable[[int, int], None] | None = None) -> list[dict]:
         """Stream the archive at ``path`` into ``POST /images/load``; return the engine's
@@ -178,6 +262,60 @@ class Engine:
 
     def remove_image(self, image: str) -> None:
         self._json("DELETE", f"/images/{quote(image, safe='/:@')}", {"noprune": "false"}, ok=(200,))
+
+
+class _Demux:
+    """Docker's multiplexed stream, fed in pieces: frames of an 8-byte header (byte 0: the stream,
+    0 stdin / 1 stdout / 2 stderr / 3 the engine's own error; bytes 1-3 zero; bytes 4-7 the
+    payload's length, big-endian) and the payload. Keeps at most ``max_bytes`` of payload (None:
+    all) and counts what it drops."""
+
+    def __init__(self, max_bytes: int | None = None):
+        self.max_bytes = max_bytes
+        self._buf = bytearray()
+        self._out = (bytearray(), bytearray())
+        self.kept = 0
+        self.dropped = 0
+
+    def feed(self, data: bytes) -> None:
+        self._buf += data
+        start = 0
+        while len(self._buf) - start >= _FRAME_HEADER:
+            header = self._buf[start:start + _FRAME_HEADER]
+            if header[0] > 3 or any(header[1:4]):
+                raise EngineError(f"not a multiplexed Docker stream: frame header {bytes(header)!r}")
+            size = int.from_bytes(header[4:8], "big")
+            end = start + _FRAME_HEADER + size
+            if len(self._buf) < end:
+                break
+            self._add(header[0], bytes(self._buf[start + _FRAME_HEADER:end]))
+            start = end
+        del self._buf[:start]
+
+    def _add(self, stream: int, payload: bytes) -> None:
+        if stream == 3:
+            raise EngineError("the Docker engine reported: " + payload.decode("utf-8", "replace").strip())
+        if self.max_bytes is not None:
+            room = max(self.max_bytes - self.kept, 0)
+            if len(payload) > room:
+                self.dropped += len(payload) - room
+                payload = payload[:room]
+        self.kept += len(payload)
+        self._out[1 if stream == 2 else 0].extend(payload)
+
+    def finish(self) -> tuple[bytes, bytes]:
+        if self._buf:
+            raise EngineError(f"truncated multiplexed Docker stream: {len(self._buf)} bytes of an incomplete frame")
+        return bytes(self._out[0]), bytes(self._out[1])
+
+
+def demux(data: bytes) -> tuple[bytes, bytes]:
+    """(stdout, stderr) of a whole multiplexed Docker stream (``docker logs`` and ``docker exec``
+    of a container without TTY). :class:`EngineError` for a truncated frame, a frame that is not
+    one, or the engine's own error frame."""
+    frames = _Demux()
+    frames.feed(data)
+    return frames.finish()
 
 
 def loaded_references(lines: list[dict]) -> tuple[list[str], list[str]]:

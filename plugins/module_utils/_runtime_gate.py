@@ -31,6 +31,14 @@ from dataclasses import dataclass
 
 from ansible_collections.gb10.dspark.plugins.module_utils import _pin
 from ansible_collections.gb10.dspark.plugins.module_utils._container_command import command_string
+# PYTHON and the two codes are re-exported: the gate's tests and callers name them from here.
+from ansible_collections.gb10.dspark.plugins.module_utils._container_reads import (  # noqa: F401  # pylint: disable=unused-import
+    PID1_ENV_CODE,
+    PYTHON,
+    SHA256_CODE,
+    pid1_env_argv,
+    sha256_argv,
+)
 from ansible_collections.gb10.dspark.plugins.module_utils._digest import sha256_text
 # Re-exported: the gate's test suite (roles/gate/files/runtime_gate) writes the document with it.
 from ansible_collections.gb10.dspark.plugins.module_utils._files import write_json_atomic  # noqa: F401  # pylint: disable=unused-import
@@ -129,17 +137,6 @@ RETRIEVAL_REPEAT = 900
 RETRIEVAL_NEEDLE = "R0B0TLAB-DSVF-NVFP4-7319"
 RETRIEVAL_QUESTION = "Reply with the secret code only."
 NO_THINKING = {"thinking": False}
-
-# --- what runs inside the engine container (argv-safe: the code is one argv element) ----------
-PYTHON = "/usr/bin/python3"
-# Prints, as JSON, only the PID 1 environment entries that start with one of argv[1:]: the rest
-# of the environment (which may hold VLLM_API_KEY) never leaves the container.
-PID1_ENV_CODE = ("import json,sys;"
-                 "p=tuple(a.encode() for a in sys.argv[1:]);"
-                 "e=open('/proc/1/environ','rb').read().split(b'\\0');"
-                 "print(json.dumps([x.decode('utf-8','replace') for x in e if x.startswith(p)]))")
-SHA256_CODE = ("import hashlib,sys;"
-               "print(hashlib.sha256(open(sys.argv[1],'rb').read()).hexdigest())")
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _SHELLS = frozenset({"bash", "sh", "dash"})
@@ -654,7 +651,7 @@ def collect_identity(rank: str, run: Run, config: dict) -> tuple[dict, list[str]
         else:
             errors += assess_image(rank, image, config, identity)
     try:
-        answer = _run(run, ["docker", "exec", name, PYTHON, "-c", PID1_ENV_CODE, LEGACY_SELECTOR, MULTI_STREAM],
+        answer = _run(run, ["docker", "exec", name, *pid1_env_argv([LEGACY_SELECTOR, MULTI_STREAM])],
                       "reading the PID 1 environment")
         legacy, multi = pid1_env_entries(parse_pid1_answer(answer))
     except GateError as exc:
@@ -664,7 +661,7 @@ def collect_identity(rank: str, run: Run, config: dict) -> tuple[dict, list[str]
         identity["dsv4_multi_stream_pid1_entries"] = multi
         errors += pid1_errors(rank, legacy, multi)
     try:
-        answer = _run(run, ["docker", "exec", name, PYTHON, "-c", SHA256_CODE, config["manifest_path"]],
+        answer = _run(run, ["docker", "exec", name, *sha256_argv(config["manifest_path"])],
                       "hashing the runtime audit manifest")
         identity["runtime_audit_manifest_sha256"] = parse_sha256_answer(answer)
     except GateError as exc:
@@ -824,6 +821,50 @@ def collect_logs(rank: str, run: Run, config: dict) -> tuple[dict, list[str]]:
     if rc != 0:
         raise GateError(f"{rank} docker logs failed (exit {rc}): {_excerpt((err or out).strip()) or 'no output'}")
     return assess_logs(rank, join_logs(out, err), config)
+
+
+def recorded_run(runtime: Mapping, container: str) -> Run:
+    """``run(argv)`` answering the gate's reads of one rank from that rank's record - the
+    ``runtime`` section of one ``gb10.dspark.rank_audit`` call, the fleet audit's own collector -
+    as the docker CLI answered them: the container and image inspect, the two reads inside the
+    container (PID 1 environment, manifest sha256) and the log tail. A read the record does not
+    hold fails (exit 127); a rank whose call failed (``errors.call``) fails every read with that
+    reason. The checks themselves are :func:`collect_identity` and :func:`collect_logs`."""
+    errors = runtime.get("errors") if isinstance(runtime.get("errors"), Mapping) else {}
+    unread = errors.get("call")
+
+    def piece(key: str) -> tuple[int, str, str]:
+        got = runtime.get(key)
+        if not isinstance(got, Mapping):
+            return 1, "", str(unread or f"the rank's record has no {key}")
+        rc = got.get("rc")
+        return (rc if isinstance(rc, int) and not isinstance(rc, bool) else 1,
+                str(got.get("stdout") or ""), str(got.get("stderr") or ""))
+
+    def run(argv: list[str]) -> tuple[int, str, str]:
+        if unread:
+            return 1, "", str(unread)
+        if argv == ["docker", "container", "inspect", container]:
+            found = runtime.get("container")
+            if isinstance(found, Mapping):
+                return 0, json.dumps([found]), ""
+            return 1, "", str(errors.get("container") or f"Error: No such container: {container}")
+        if argv[:3] == ["docker", "image", "inspect"] and len(argv) == 4:
+            image = runtime.get("image")
+            if isinstance(image, Mapping) and image.get("Id") == argv[3]:
+                return 0, json.dumps([image]), ""
+            return 1, "", str(errors.get("image") or f"Error: No such image: {argv[3]}")
+        if argv[:3] == ["docker", "exec", container]:
+            inner = argv[3:]
+            if inner[:3] == [PYTHON, "-c", PID1_ENV_CODE]:
+                return piece("pid1_env")
+            if inner[:3] == [PYTHON, "-c", SHA256_CODE]:
+                return piece("manifest_sha256")
+        if argv[:3] == ["docker", "logs", "--tail"] and argv[4:] == [container]:
+            return piece("logs")
+        return 127, "", f"the rank's record does not answer {shlex.join(argv)}"
+
+    return run
 
 
 # ============================================================================================

@@ -20,6 +20,10 @@ description:
     I(manifest_path); the model revision recorded in I(revision_marker) inside I(model_dir)."
   - With I(api=true) (on the head) also the OpenAI API at I(base_url) (C(/v1/models)) and a few
     C(/metrics) values.
+  - "With I(runtime) also what the runtime gate reads of the rank, in the same call (RV(audit.runtime)):
+    the raw container and image inspect records, the PID 1 environment entries starting with one of
+    I(runtime.env_prefixes), the sha256 of I(manifest_path) inside the container and the last
+    I(runtime.log_tail) log lines, each as C(docker exec) / C(docker logs) would exit and print."
   - Docker is read through the engine's API on its Unix socket I(docker_host), with the same
     standard-library client as M(gb10.dspark.image_identity); no C(docker) CLI and no Docker SDK is needed.
   - Something that is down never fails the module; it is reported. A Docker engine that does not answer
@@ -46,9 +50,10 @@ options:
     type: path
     default: /etc/dspark/profiles
   model_dir:
-    description: The model checkpoint directory on the rank.
+    description:
+      - The model checkpoint directory on the rank.
+      - Omitted, the model is not read and RV(audit.model) is null.
     type: path
-    required: true
   revision_marker:
     description:
       - The file inside I(model_dir) that records the model revision (the pin's C(model_revision_marker)).
@@ -81,6 +86,23 @@ options:
       - The Docker engine's socket, C(unix:///path) or a bare path. Other schemes (C(tcp://)) fail the module.
     type: str
     default: unix:///var/run/docker.sock
+  runtime:
+    description:
+      - Also read what the runtime gate checks on the rank (RV(audit.runtime)); omitted, nothing of it is read.
+      - The file hashed inside the container is I(manifest_path), the path the module also reads on the rank for RV(audit.manifest).
+    type: dict
+    suboptions:
+      log_tail:
+        description: How many of the container's last log lines to return (C(docker logs --tail)).
+        type: int
+        default: 20000
+      env_prefixes:
+        description:
+          - Return the entries of the container's PID 1 environment that start with one of these
+            (for example C(VLLM_USE_BREAKABLE_CUDAGRAPH=)); the rest of it never leaves the container.
+        type: list
+        elements: str
+        required: true
 attributes:
   check_mode:
     support: full
@@ -232,7 +254,9 @@ audit:
       sample: {"path": "/etc/dspark/runtime-manifest.json", "present": true,
                "sha256": "0c1d2e3f4a5b6c7d8e9f00112233445566778899aabbccddeeff001122334455", "error": null}
     model:
-      description: The model directory (C(dir), C(present), C(marker), C(revision) (the marker's stripped content), C(error)).
+      description:
+        - The model directory (C(dir), C(present), C(marker), C(revision) (the marker's stripped content), C(error)).
+        - Null when I(model_dir) is omitted.
       returned: success
       type: dict
       sample: {"dir": "/models/DeepSeek-V4-Flash", "present": true, "marker": ".r0b0tlab-model-revision",
@@ -264,6 +288,47 @@ audit:
       returned: success
       type: dict
       sample: {"generation_tokens_total": 48213, "prompt_tokens_total": 913377, "error": null}
+    runtime:
+      description:
+        - What the runtime gate reads of the rank, each piece as the C(docker) CLI would have answered it.
+        - Secret values are scrubbed as everywhere in the result; secret-looking C(Config.Env) entries of
+          RV(audit.runtime.container) read C(NAME=<redacted>).
+      returned: when I(runtime) is given
+      type: dict
+      contains:
+        container:
+          description: The engine's raw container inspect record (what C(docker container inspect) lists); null when it could not be read.
+          returned: when I(runtime) is given
+          type: dict
+          sample: {"Id": "c0ffee", "Image": "sha256:7f3c9a0d5be14e2a8c61f0b3d9e4a7c25186f0e3b7d2c9a41e5f8b06c3d7a912"}
+        image:
+          description: The engine's raw inspect record of the container's image (C(docker image inspect)); null when it could not be read.
+          returned: when I(runtime) is given
+          type: dict
+          sample: {"Id": "sha256:7f3c9a0d5be14e2a8c61f0b3d9e4a7c25186f0e3b7d2c9a41e5f8b06c3d7a912", "Architecture": "arm64"}
+        pid1_env:
+          description:
+            - "C(rc), C(stdout), C(stderr) of the in-container command printing, as a JSON list, the PID 1
+              environment entries that start with one of I(runtime.env_prefixes)."
+            - C(rc) is 125 when there is no such container and 1 when the engine refused or failed the command.
+          returned: when I(runtime) is given
+          type: dict
+          sample: {"rc": 0, "stdout": "[\"VLLM_DSV4_ENABLE_MULTI_STREAM=0\"]\n", "stderr": ""}
+        manifest_sha256:
+          description: C(rc), C(stdout) (the sha256 in hex and a newline), C(stderr) of hashing I(manifest_path) inside the container.
+          returned: when I(runtime) is given
+          type: dict
+          sample: {"rc": 0, "stdout": "0c1d2e3f4a5b6c7d8e9f00112233445566778899aabbccddeeff001122334455\n", "stderr": ""}
+        logs:
+          description: C(rc), C(stdout), C(stderr) of C(docker logs --tail) I(runtime.log_tail).
+          returned: when I(runtime) is given
+          type: dict
+          sample: {"rc": 0, "stdout": "INFO 09-01 08:12:50 [api_server.py:1] vLLM API server version 0.26.0\n", "stderr": ""}
+        errors:
+          description: Why RV(audit.runtime.container) or RV(audit.runtime.image) is null, under the same key; empty when both were read.
+          returned: when I(runtime) is given
+          type: dict
+          sample: {}
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -279,7 +344,7 @@ def main() -> None:
             "container": {"type": "str", "default": SITE_DEFAULTS["container_name"]},
             "manifest_path": {"type": "path", "default": "/etc/dspark/runtime-manifest.json"},
             "profiles_dir": {"type": "path", "default": "/etc/dspark/profiles"},
-            "model_dir": {"type": "path", "required": True},
+            "model_dir": {"type": "path"},
             "revision_marker": {"type": "str", "default": REVISION_MARKER},
             "api": {"type": "bool", "default": False},
             "base_url": {"type": "str", "default": local_api_url()},
@@ -288,6 +353,10 @@ def main() -> None:
             "timeout": {"type": "float", "default": 5.0},
             "docker_host": {"type": "str", "default": "unix:///var/run/docker.sock"},
             "rank": {"type": "str"},
+            "runtime": {"type": "dict", "options": {
+                "log_tail": {"type": "int", "default": 20000},
+                "env_prefixes": {"type": "list", "elements": "str", "required": True},
+            }},
         },
         supports_check_mode=True,
     )
@@ -297,7 +366,7 @@ def main() -> None:
         open_engine(rank, p["docker_host"]), rank=rank, container=p["container"],
         manifest_path=p["manifest_path"], profiles_dir=p["profiles_dir"], model_dir=p["model_dir"],
         revision_marker=p["revision_marker"], api=p["api"], base_url=p["base_url"], model=p["model"],
-        api_key=p["api_key"], timeout=p["timeout"]))
+        api_key=p["api_key"], timeout=p["timeout"], runtime=p["runtime"]))
     module.exit_json(changed=False, audit=audit)
 
 

@@ -6,9 +6,10 @@ Run on the control node by the gate role, once per pair:
 
     python -m pytest <this dir> -q -p no:cacheprovider --gate-config <pair>/runtime-gate-config.json
 
-This file only moves bytes: it reaches the two ranks through testinfra's ansible backend (the
-inventory's own ssh settings), the head's API through urllib, and hands both to
-``_runtime_gate.Gate``, where every decision is made. The API key is read from the file that the
+This file only moves bytes: it reads each rank once, through testinfra's ansible backend (the
+inventory's own ssh settings) and the fleet audit's own collector (``gb10.dspark.rank_audit`` with
+its ``runtime`` section), the head's API through urllib, and hands both to ``_runtime_gate.Gate``,
+where every decision is made. The API key is read from the file that the
 environment variable ``DSPARK_GATE_API_KEY_FILE`` names (mode 0600, in a private folder the role
 removes afterwards), never from argv or the environment itself, whose values Ansible writes onto
 the suite's ``/bin/sh -c`` command line; it is sent only as ``Authorization: Bearer``.
@@ -21,7 +22,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import shlex
 import sys
 import urllib.error
 import urllib.parse
@@ -93,22 +93,53 @@ def make_fetch(base_url: str, api_key: str | None):
     return fetch
 
 
-def make_run(hostname: str, inventory: str, timeout: int):
-    """``run(argv)`` on an inventory host, through testinfra's ansible backend, bounded by ``timeout``."""
-    host = None
+def read_rank(hostname: str, inventory: str, config: dict, prefixes: list[str]) -> dict:
+    """One rank as the fleet audit reads it: one ``gb10.dspark.rank_audit`` call through testinfra's
+    ansible backend (the inventory's own ssh settings), with its ``runtime`` section - the engine
+    container, its image, the PID 1 entries of ``prefixes``, the manifest's sha256 inside the
+    container and the log tail. A call that fails is a record of that failure, never an exception."""
+    import testinfra
+    from testinfra.modules.ansible import AnsibleException
 
-    def run(argv: list[str]) -> tuple[int, str, str]:
-        nonlocal host
-        if host is None:
-            import testinfra
+    spec = f"ansible://{hostname}?ansible_inventory={urllib.parse.quote(inventory, safe='/')}"
+    args = {"rank": hostname, "container": config["container"], "manifest_path": config["manifest_path"],
+            "runtime": {"log_tail": config["log_tail"], "env_prefixes": list(prefixes)}}
+    try:
+        result = testinfra.get_host(spec).ansible("gb10.dspark.rank_audit", json.dumps(args), check=False)
+    except AnsibleException as exc:
+        result = exc.result if isinstance(exc.result, dict) else {"failed": True, "msg": str(exc)}
+    except Exception as exc:  # the call itself broke (ansible missing, ssh refused): the rank is unread
+        result = {"failed": True, "msg": f"{type(exc).__name__}: {exc}"}
+    runtime = (result.get("audit") or {}).get("runtime") if isinstance(result, dict) else None
+    if result.get("failed") or not isinstance(runtime, dict):
+        why = str(result.get("msg") or "no runtime section in the answer").strip()
+        return {"errors": {"call": f"gb10.dspark.rank_audit on {hostname} failed: {why}"}}
+    return runtime
 
-            spec = f"ansible://{hostname}?ansible_inventory={urllib.parse.quote(inventory, safe='/')}"
-            host = testinfra.get_host(spec)
-        result = host.run(shlex.join(["timeout", str(timeout), *argv]))
-        return (result.rc, result.stdout_bytes.decode("utf-8", "surrogateescape"),
-                result.stderr_bytes.decode("utf-8", "surrogateescape"))
 
-    return run
+def make_runners(rg, config: dict) -> dict:
+    """``run(argv)`` per rank, answering the gate's reads from that rank's one-call record. Both
+    ranks are read at once, in two threads, bounded by the config's command timeout."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    prefixes = [rg.LEGACY_SELECTOR, rg.MULTI_STREAM]
+    pool = ThreadPoolExecutor(max_workers=len(rg.RANKS))
+    futures = {rank: pool.submit(read_rank, config[rank], config["inventory"], config, prefixes)
+               for rank in rg.RANKS}
+    pool.shutdown(wait=False)
+    records: dict = {}
+
+    def runner(rank: str):
+        def run(argv: list[str]) -> tuple[int, str, str]:
+            if rank not in records:
+                try:
+                    records[rank] = futures[rank].result(timeout=config["command_timeout"])
+                except Exception as exc:  # timed out or broke: every read of the rank fails with the reason
+                    records[rank] = {"errors": {"call": f"reading {config[rank]} failed: {type(exc).__name__} {exc}"}}
+            return rg.recorded_run(records[rank], config["container"])(argv)
+        return run
+
+    return {rank: runner(rank) for rank in rg.RANKS}
 
 
 def read_api_key(path: str | None) -> str | None:
@@ -156,9 +187,7 @@ class GateState:
         bindir = os.path.dirname(sys.executable)
         if os.path.exists(os.path.join(bindir, "ansible-inventory")):
             os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
-        runners = {rank: make_run(config[rank], config["inventory"], config["command_timeout"])
-                   for rank in rg.RANKS}
-        self.gate = rg.Gate(config, runners, make_fetch(config["base_url"], self.api_key),
+        self.gate = rg.Gate(config, make_runners(rg, config), make_fetch(config["base_url"], self.api_key),
                             secrets=[self.api_key] if self.api_key else [])
 
     def document(self, exitstatus: int) -> dict:

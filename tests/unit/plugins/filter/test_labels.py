@@ -3,15 +3,14 @@ rendered by Ansible itself, before and after the table."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gb10.dspark.plugins.filter.labels import FilterModule
-from tests.unit.plugins.conftest import COLLECTIONS, REPO
+from tests.unit.plugins._templar import render
+from tests.unit.plugins.conftest import REPO
 
 FILTERS = FilterModule().filters()
 VALUES = {
@@ -93,31 +92,6 @@ FORMER_ENGINE_LABELS = {
                                " if __dspark_engine_has_key else 'none' }}"),
 }
 
-_RENDER = r"""
-import json, sys
-from ansible.plugins.loader import init_plugin_loader
-init_plugin_loader([sys.argv[1]])
-from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar, trust_as_template
-jobs = json.load(sys.stdin)
-out = []
-for variables, template in jobs:
-    # variables from vars files are trusted templates, as in a play
-    variables = {k: trust_as_template(v) if isinstance(v, str) else v for k, v in variables.items()}
-    templar = Templar(loader=DataLoader(), variables=variables)
-    out.append(templar.template(trust_as_template(template) if isinstance(template, str)
-                                else {k: trust_as_template(v) for k, v in template.items()}))
-print(json.dumps(out))
-"""
-
-
-def render(jobs: list) -> list:
-    """Render each (variables, template) with Ansible's templar in a separate interpreter (the
-    collection loader it installs is process-wide)."""
-    proc = subprocess.run([sys.executable, "-c", _RENDER, str(COLLECTIONS)], input=json.dumps(jobs),
-                          capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
 
 
 def engine_vars(experimental: object, api_key: str | None) -> dict:

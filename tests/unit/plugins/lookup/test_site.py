@@ -4,8 +4,6 @@ expressions rendered by Ansible itself, before (``dspark_<term> | default(<value
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 import yaml
@@ -13,7 +11,8 @@ from ansible.errors import AnsibleLookupError
 
 from ansible_collections.gb10.dspark.plugins.lookup import site as site_lookup
 from ansible_collections.gb10.dspark.plugins.module_utils import _site
-from tests.unit.plugins.conftest import COLLECTIONS, REPO
+from tests.unit.plugins._templar import render
+from tests.unit.plugins.conftest import REPO
 
 SITE_VARS = {"dspark_container_name": "engine_b", "dspark_api_port": 9999, "dspark_master_port": 26000,
              "dspark_served_model_name": "other-model"}
@@ -94,33 +93,6 @@ def test_the_documentation():
 
 
 # ---- through Ansible's templar, with the collection's plugins ------------------------------
-_RENDER = r"""
-import json, sys
-from ansible.plugins.loader import init_plugin_loader
-init_plugin_loader([sys.argv[1]])
-from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar, trust_as_template
-jobs = json.load(sys.stdin)
-out = []
-for variables, template in jobs:
-    # variables from vars files are trusted templates, as in a play
-    variables = {k: trust_as_template(v) if isinstance(v, str) else v for k, v in variables.items()}
-    templar = Templar(loader=DataLoader(), variables=variables)
-    try:
-        out.append({"value": templar.template(trust_as_template(template))})
-    except Exception as exc:
-        out.append({"error": type(exc).__name__, "message": str(exc)})
-print(json.dumps(out))
-"""
-
-
-def render(jobs: list) -> list:
-    """Render each (variables, template) with Ansible's templar in a separate interpreter (the
-    collection loader it installs is process-wide)."""
-    proc = subprocess.run([sys.executable, "-c", _RENDER, str(COLLECTIONS)], input=json.dumps(jobs),
-                          capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
 
 
 def test_the_lookup_through_ansible():
@@ -137,7 +109,7 @@ def test_the_lookup_through_ansible():
         [base, "http://127.0.0.1:{{ lookup('gb10.dspark.site', 'api_port') }}"],
         [base, "{{ lookup('gb10.dspark.site', 'apiport') }}"],
     ]
-    out = render(jobs)
+    out = render(jobs, catch=True)
     assert out[0] == {"value": 8888}
     assert out[1] == {"value": "dspark_vllm"}
     assert out[2] == {"value": 9001}
@@ -197,7 +169,7 @@ def test_the_roles_site_settings_render_as_before():
         for host in ({"inventory_hostname": "spark-a"}, {"inventory_hostname": "spark-a", "ansible_host": "10.0.0.1"}):
             for _rel, text in expressions:
                 jobs += [[dict(variables, **host), former(text)], [dict(variables, **host), text]]
-    out = render(jobs)
+    out = render(jobs, catch=True)
     for i in range(0, len(out), 2):
         assert "value" in out[i], (jobs[i], out[i])
         assert out[i + 1] == out[i], (jobs[i + 1][1], jobs[i][0])

@@ -15,6 +15,7 @@ import pytest
 from tests.support import standin
 
 from ansible_collections.gb10.dspark.plugins.module_utils import _audit
+from ansible_collections.gb10.dspark.plugins.module_utils import _container_reads as cr
 from ansible_collections.gb10.dspark.plugins.module_utils._docker_engine import Engine, EngineError
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError
 from ansible_collections.gb10.dspark.plugins.module_utils._labels import LABELS, PREFIX
@@ -749,3 +750,169 @@ def test_an_unreachable_rank_is_named_by_the_inventory_name_given(pair_audits):
     assert result["verdict"] == "UNREACHABLE"
     assert result["reasons"] == ["rank sim09-worker: host is unreachable, expected reachable (No route to host)"]
     assert result["ranks"]["worker"]["rank"] == "sim09-worker"
+
+
+# ============================================================================================
+# collect(runtime=...): what the runtime gate reads, in the same call
+# ============================================================================================
+RUNTIME = {"log_tail": 500, "env_prefixes": ["VLLM_USE_BREAKABLE_CUDAGRAPH=", "VLLM_DSV4_ENABLE_MULTI_STREAM="]}
+IN_CONTAINER_MANIFEST = "/opt/dspark/runtime-manifest.json"
+IMAGE_DOC = {"Id": IMAGE_ID, "Architecture": "arm64", "Config": {"Labels": {"io.r0b0tlab.model.revision": MODEL_REVISION}}}
+
+
+class RuntimeEngine(FakeEngine):
+    """FakeEngine plus the reads of ``runtime``: ``inspect_image``, ``exec_run`` and ``logs``;
+    ``fail`` maps a method name to the EngineError it raises."""
+
+    def __init__(self, *args, fail: dict | None = None, logs: tuple[bytes, bytes] = (b"", b""), **kw):
+        super().__init__(*args, **kw)
+        self.fail = fail or {}
+        self.log_answer = logs
+        self.image_docs = {IMAGE_ID: IMAGE_DOC}
+
+    def _maybe_fail(self, method: str) -> None:
+        if method in self.fail:
+            raise self.fail[method]
+
+    def inspect_image(self, ref: str) -> dict | None:
+        self.calls.append(("inspect_image", ref))
+        self._maybe_fail("inspect_image")
+        return copy.deepcopy(self.image_docs.get(ref))
+
+    def exec_run(self, container: str, argv: list[str]) -> tuple[int, bytes, bytes]:
+        self.calls.append(("exec_run", container, list(argv)))
+        self._maybe_fail("exec_run")
+        if argv[2] == cr.PID1_ENV_CODE:
+            return 0, b'["VLLM_DSV4_ENABLE_MULTI_STREAM=0"]\n', b""
+        return 0, (MANIFEST_SHA256 + "\n").encode(), b""
+
+    def logs(self, container: str, tail: int, tty: bool = False) -> tuple[bytes, bytes]:
+        self.calls.append(("logs", container, tail, tty))
+        self._maybe_fail("logs")
+        return self.log_answer
+
+
+def runtime_engine(role: str = "worker", **kw) -> RuntimeEngine:
+    return RuntimeEngine(containers={CONTAINER: inspect_doc(role)[0]}, **kw)
+
+
+def collect_runtime(engine: RuntimeEngine, tmp_path: Path, **kw) -> dict:
+    options = rank_files(tmp_path, "worker")
+    options.update(manifest_path=IN_CONTAINER_MANIFEST, runtime=dict(RUNTIME))
+    options.update(kw)
+    return _audit.collect(engine, rank=NAMES["worker"], container=CONTAINER, **options)
+
+
+def test_runtime_reads_every_piece_with_one_inspect(tmp_path):
+    engine = runtime_engine(logs=(b"INFO up\n", b"WARNING \xc3\xa9 \xff\n"))  # not UTF-8 at the end
+    audit = collect_runtime(engine, tmp_path)
+    rt = audit["runtime"]
+    assert set(rt) == {"container", "image", "pid1_env", "manifest_sha256", "logs", "errors"}
+    assert engine.calls == [
+        LIST_IMAGES, INSPECT, ("inspect_image", IMAGE_ID),
+        ("exec_run", CONTAINER, cr.pid1_env_argv(RUNTIME["env_prefixes"])),
+        ("exec_run", CONTAINER, cr.sha256_argv(IN_CONTAINER_MANIFEST)),
+        ("logs", CONTAINER, 500, False),
+    ]  # the container is inspected once, for both sections
+    doc = inspect_doc("worker")[0]
+    assert rt["container"]["Id"] == doc["Id"] and rt["container"]["Args"] == doc["Args"]
+    assert rt["container"]["State"] == doc["State"] and rt["container"]["Config"]["Labels"] == doc["Config"]["Labels"]
+    assert rt["image"] == IMAGE_DOC and rt["errors"] == {}
+    assert rt["pid1_env"] == {"rc": 0, "stdout": '["VLLM_DSV4_ENABLE_MULTI_STREAM=0"]\n', "stderr": ""}
+    assert rt["manifest_sha256"] == {"rc": 0, "stdout": MANIFEST_SHA256 + "\n", "stderr": ""}
+    assert rt["logs"] == {"rc": 0, "stdout": "INFO up\n", "stderr": "WARNING \u00e9 \ufffd\n"}
+    json.dumps(audit, allow_nan=False).encode("utf-8")  # JSON-safe: no surrogates
+    assert audit["container"]["exists"] is True and audit["model"]["revision"] == MODEL_REVISION
+
+
+def test_runtime_secrets_in_the_container_env_and_logs_are_redacted(tmp_path):
+    env = dict(rank_env("worker"), MY_PASSWORD="short")  # shorter than SCRUB_MIN: only the Env rewrite hides it
+    engine = RuntimeEngine(containers={CONTAINER: inspect_doc("worker", env=env)[0]},
+                           logs=(f"using key {API_KEY}\n".encode(), f"HF_TOKEN={HF_TOKEN}\n".encode()))
+    audit = collect_runtime(engine, tmp_path)
+    assert_no_secret(audit)
+    env_out = audit["runtime"]["container"]["Config"]["Env"]
+    assert "VLLM_API_KEY=<redacted>" in env_out and "HF_TOKEN=<redacted>" in env_out
+    assert "MY_PASSWORD=<redacted>" in env_out and "MY_PASSWORD=short" not in json.dumps(audit)
+    assert "NCCL_NET=IB" in env_out  # the rest is kept as the engine answered
+    assert audit["runtime"]["logs"]["stdout"] == "using key <redacted>\n"
+    assert HF_TOKEN not in audit["runtime"]["logs"]["stderr"]
+    # the container section is computed from the engine's record, before the runtime copy is rewritten
+    assert audit["container"]["env_sha256"] == _audit.env_sha256(inspect_doc("worker", env=env)[0]["Config"]["Env"])
+
+
+def test_runtime_of_a_missing_container(tmp_path):
+    engine = RuntimeEngine(containers={})
+    rt = collect_runtime(engine, tmp_path)["runtime"]
+    assert engine.calls == [LIST_IMAGES, INSPECT]  # nothing more is asked of a container that is not there
+    missing = {"rc": 125, "stdout": "", "stderr": f"Error: No such container: {CONTAINER}"}
+    assert rt == {"container": None, "image": None, "pid1_env": missing, "manifest_sha256": missing, "logs": missing,
+                  "errors": {"container": f"No such container: {CONTAINER}"}}
+
+
+def test_runtime_pieces_that_fail_are_reported_like_the_cli(tmp_path):
+    engine = runtime_engine(fail={
+        "exec_run": EngineError("exec in container dspark_vllm: HTTP 409: container is not running", 409),
+        "logs": EngineError("reading the logs of container dspark_vllm: HTTP 404: No such container", 404),
+        "inspect_image": EngineError("inspecting image x: HTTP 500: boom", 500)})
+    rt = collect_runtime(engine, tmp_path)["runtime"]
+    assert rt["container"] is not None and rt["image"] is None
+    assert rt["errors"] == {"image": "inspecting image x: HTTP 500: boom"}
+    not_running = {"rc": 1, "stdout": "", "stderr": "exec in container dspark_vllm: HTTP 409: container is not running"}
+    assert rt["pid1_env"] == not_running and rt["manifest_sha256"] == not_running
+    assert rt["logs"] == {"rc": 125, "stdout": "",
+                          "stderr": "reading the logs of container dspark_vllm: HTTP 404: No such container"}
+
+
+def test_runtime_image_gone_and_inspect_error(tmp_path):
+    engine = runtime_engine()
+    engine.image_docs = {}
+    rt = collect_runtime(engine, tmp_path)["runtime"]
+    assert rt["image"] is None and rt["errors"] == {"image": f"No such image: {IMAGE_ID}"}
+    engine = RuntimeEngine(inspect_error="inspecting container dspark_vllm: HTTP 500: permission denied")
+    rt = collect_runtime(engine, tmp_path / "x")["runtime"]
+    assert rt["container"] is None and rt["image"] is None
+    assert rt["errors"] == {"container": "inspecting container dspark_vllm: HTTP 500: permission denied"}
+    assert rt["pid1_env"]["rc"] == 0 and rt["logs"]["rc"] == 0  # still tried: the engine may answer those
+    assert ("logs", CONTAINER, 500, False) in engine.calls
+
+
+def test_runtime_tty_container_logs_are_read_raw(tmp_path):
+    doc = inspect_doc("worker")[0]
+    doc["Config"]["Tty"] = True
+    engine = RuntimeEngine(containers={CONTAINER: doc})
+    collect_runtime(engine, tmp_path)
+    assert ("logs", CONTAINER, 500, True) in engine.calls
+
+
+def test_runtime_against_a_dead_engine(tmp_path):
+    engine = RuntimeEngine(down="cannot reach the Docker engine at /var/run/docker.sock: refused")
+    rt = collect_runtime(engine, tmp_path)["runtime"]
+    assert engine.calls == [LIST_IMAGES]
+    down = {"rc": 1, "stdout": "", "stderr": "docker engine unreachable"}
+    assert rt == {"container": None, "image": None, "pid1_env": down, "manifest_sha256": down, "logs": down,
+                  "errors": {"container": "docker engine unreachable"}}
+
+
+def test_without_runtime_or_model_dir(tmp_path):
+    options = rank_files(tmp_path, "worker")
+    del options["model_dir"]
+    engine = runtime_engine()
+    audit = _audit.collect(engine, rank="r", container=CONTAINER, **options)
+    assert audit["model"] is None and "runtime" not in audit
+    assert engine.calls == [LIST_IMAGES, INSPECT]
+
+
+@pytest.mark.parametrize("runtime, text", [
+    ([], "runtime must be a mapping"),
+    ({"log_tail": 5}, "runtime.env_prefixes must be a list of non-empty strings"),
+    ({"log_tail": -1, "env_prefixes": ["A="]}, "runtime.log_tail must be a whole number >= 0"),
+    ({"log_tail": True, "env_prefixes": ["A="]}, "runtime.log_tail must be a whole number >= 0"),
+    ({"env_prefixes": [""]}, "runtime.env_prefixes must be a list of non-empty strings"),
+    ({"env_prefixes": ["A="], "extra": 1}, "runtime has unknown keys: extra"),
+])
+def test_unusable_runtime_fails_before_the_engine_is_asked(tmp_path, runtime, text):
+    engine = runtime_engine()
+    with pytest.raises(CheckError, match=re.escape(text)):
+        collect_runtime(engine, tmp_path, runtime=runtime)
+    assert engine.calls == []

@@ -1,6 +1,7 @@
 """The stdlib Docker Engine client against a fake engine on a real Unix socket."""
 from __future__ import annotations
 
+import json
 import socketserver
 import threading
 
@@ -9,11 +10,12 @@ import pytest
 from ansible_collections.gb10.dspark.plugins.module_utils._docker_engine import (
     Engine,
     EngineError,
+    demux,
     loaded_references,
     socket_path_of,
     split_tag,
 )
-from tests.support import synthetic_archive
+from tests.support import fake_dockerd, synthetic_archive
 from tests.support.fake_dockerd import FakeDockerd
 
 
@@ -112,3 +114,153 @@ def test_split_tag(ref, expected):
 def test_loaded_references_reads_both_line_kinds():
     lines = [{"stream": "Loaded image ID: sha256:abc\n"}, {"stream": "Loaded image: a:b\n"}, {"status": "x"}]
     assert loaded_references(lines) == (["sha256:abc"], ["a:b"])
+
+
+# ============================================================================================
+# exec and logs: Docker's multiplexed stream
+# ============================================================================================
+def frame(stream: int, payload: bytes) -> bytes:
+    return bytes([stream, 0, 0, 0]) + len(payload).to_bytes(4, "big") + payload
+
+
+def test_demux_splits_the_streams_in_order():
+    data = frame(1, b"out 1\n") + frame(2, b"err 1\n") + frame(1, b"out 2\n") + frame(1, b"") + frame(2, b"err 2")
+    assert demux(data) == (b"out 1\nout 2\n", b"err 1\nerr 2")
+    assert demux(b"") == (b"", b"")
+    assert demux(frame(0, b"stdin echo")) == (b"stdin echo", b"")
+
+
+@pytest.mark.parametrize("data, text", [
+    (frame(1, b"whole") + b"\x01\x00\x00", "truncated multiplexed Docker stream: 3 bytes"),
+    (frame(1, b"whole")[:-2], "truncated multiplexed Docker stream"),
+    (b"plain log text, no frames\n", "not a multiplexed Docker stream"),
+    (frame(3, b"exec failed: oops\n"), "the Docker engine reported: exec failed: oops"),
+])
+def test_demux_refuses_a_broken_stream(data, text):
+    with pytest.raises(EngineError, match=text):
+        demux(data)
+
+
+class _ExecHandler(fake_dockerd._Handler):
+    """FakeDockerd's handler plus ``POST /containers/<n>/exec``, ``POST /exec/<id>/start``,
+    ``GET /exec/<id>/json`` and ``GET /containers/<n>/logs``, answered from ``state.exec``."""
+
+    def _body(self) -> dict:
+        return json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"null")
+
+    def do_POST(self):  # noqa: N802 - http.server's name
+        path, _query = self._path()
+        ex = self.state.exec
+        if path.startswith("/containers/") and path.endswith("/exec"):
+            self.state.requests.append(f"POST {path}")
+            ex["create"].append(self._body())
+            name = path[len("/containers/"):-len("/exec")]
+            if name not in self.state.containers:
+                return self._send(404, {"message": f"No such container: {name}"})
+            if not self.state.containers[name].get("State", {}).get("Running"):
+                return self._send(409, {"message": f"container {name} is not running"})
+            return self._send(201, {"Id": "e1"})
+        if path == "/exec/e1/start":
+            self.state.requests.append(f"POST {path}")
+            ex["start"].append(self._body())
+            self.send_response(200)
+            self.send_header("Content-Type", "application/vnd.docker.raw-stream")
+            self.end_headers()
+            data = ex["output"]
+            for i in range(0, len(data), 7):  # in odd pieces: frames cross the reads
+                self.wfile.write(data[i:i + 7])
+            self.wfile.flush()
+            self.close_connection = True
+            return None
+        return super().do_POST()
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        path, query = self._path()
+        ex = self.state.exec
+        if path == "/exec/e1/json":
+            self.state.requests.append(f"GET {path}")
+            running = ex["running_polls"] > 0
+            ex["running_polls"] -= 1
+            return self._send(200, {"ID": "e1", "Running": running, "ExitCode": None if running else ex["rc"]})
+        if path.startswith("/containers/") and path.endswith("/logs"):
+            self.state.requests.append(f"GET {path}?{'&'.join(f'{k}={v}' for k, v in sorted(query.items()))}")
+            name = path[len("/containers/"):-len("/logs")]
+            if name not in self.state.containers:
+                return self._send(404, {"message": f"No such container: {name}"})
+            data = ex["logs"]
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return None
+        return super().do_GET()
+
+
+@pytest.fixture
+def execd(tmp_path):
+    path = str(tmp_path / "exec.sock")
+    state = fake_dockerd.State()
+    state.exec = {"create": [], "start": [], "output": b"", "rc": 0, "running_polls": 0, "logs": b""}
+    state.containers["dspark_vllm"] = {"Id": "c0ffee", "State": {"Running": True}}
+    state.containers["stopped"] = {"Id": "dead", "State": {"Running": False}}
+    server = fake_dockerd._Server(path, type("Handler", (_ExecHandler,), {"state": state}))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield Engine(f"unix://{path}", timeout=10), state
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_exec_run_answers_like_docker_exec(execd):
+    eng, state = execd
+    state.exec.update(output=frame(1, b'["A=1"]\n') + frame(2, b"warning\n") + frame(1, b"done\n"), rc=3,
+                      running_polls=1)  # the exec is still winding down at the first look
+    argv = ["/usr/bin/python3", "-c", "print(1)", "A="]
+    assert eng.exec_run("dspark_vllm", argv) == (3, b'["A=1"]\ndone\n', b"warning\n")
+    assert state.exec["create"] == [{"AttachStdout": True, "AttachStderr": True, "Tty": False, "Cmd": argv}]
+    assert state.exec["start"] == [{"Detach": False, "Tty": False}]
+    assert state.requests == ["POST /containers/dspark_vllm/exec", "POST /exec/e1/start",
+                              "GET /exec/e1/json", "GET /exec/e1/json"]
+
+
+def test_exec_run_cuts_the_output_and_says_so(execd):
+    eng, state = execd
+    state.exec["output"] = frame(1, b"a" * 10) + frame(2, b"b" * 10) + frame(1, b"c" * 10)
+    rc, out, err = eng.exec_run("dspark_vllm", ["true"], max_bytes=15)
+    assert rc == 0 and out == b"a" * 10
+    assert err.startswith(b"b" * 5 + b"\n[gb10.dspark: output cut at 15 bytes; 15 more bytes were not returned]")
+
+
+@pytest.mark.parametrize("name, status, text", [
+    ("nothing", 404, "No such container: nothing"),
+    ("stopped", 409, "container stopped is not running"),
+])
+def test_exec_run_that_cannot_run_is_an_engine_error(execd, name, status, text):
+    eng, state = execd
+    with pytest.raises(EngineError, match=text) as err:
+        eng.exec_run(name, ["true"])
+    assert err.value.status == status
+    assert state.requests == [f"POST /containers/{name}/exec"]  # never started
+
+
+def test_exec_run_refuses_an_empty_argv(execd):
+    with pytest.raises(ValueError):
+        execd[0].exec_run("dspark_vllm", [])
+
+
+def test_logs_demultiplexed_raw_with_a_tty_and_missing(execd):
+    eng, state = execd
+    state.exec["logs"] = frame(1, b"INFO up\n") + frame(2, b"WARNING slow\n")
+    assert eng.logs("dspark_vllm", 200) == (b"INFO up\n", b"WARNING slow\n")
+    assert state.requests == ["GET /containers/dspark_vllm/logs?stderr=1&stdout=1&tail=200"]
+    state.exec["logs"] = b"raw tty text\r\n"
+    assert eng.logs("dspark_vllm", 5, tty=True) == (b"raw tty text\r\n", b"")
+    with pytest.raises(EngineError, match="not a multiplexed Docker stream"):
+        eng.logs("dspark_vllm", 5)  # a TTY log read as multiplexed is refused, not garbled
+    with pytest.raises(EngineError, match="No such container: nothing") as err:
+        eng.logs("nothing", 5)
+    assert err.value.status == 404
+    with pytest.raises(ValueError):
+        eng.logs("dspark_vllm", -1)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from ansible_collections.gb10.dspark.plugins.module_utils import _audit
 from ansible_collections.gb10.dspark.plugins.module_utils._labels import PREFIX
 from ansible_collections.gb10.dspark.plugins.modules import rank_audit
+from tests.support import fake_dockerd
 from tests.support.fake_dockerd import FakeDockerd
 from tests.unit.plugins.module_utils.test_audit import (
     API_KEY,
@@ -29,6 +31,7 @@ from tests.unit.plugins.module_utils.test_audit import (
     labels_for,
     rank_files,
 )
+from tests.unit.plugins.module_utils.test_docker_engine import _ExecHandler, frame
 
 
 class Docker:
@@ -156,3 +159,53 @@ def test_rank_defaults_to_the_hostname(run_module, docker, tmp_path):
     del args["rank"]
     res = run_module(rank_audit, args)
     assert res["audit"]["rank"] == socket.gethostname()
+
+
+# ============================================================================================
+# runtime: what the runtime gate reads, through the engine's exec and logs endpoints
+# ============================================================================================
+@pytest.fixture
+def execd(tmp_path):
+    """A fake engine that also runs execs (answering ``state.exec["output"]``) and serves logs."""
+    path = str(tmp_path / "exec.sock")
+    state = fake_dockerd.State()
+    state.exec = {"create": [], "start": [], "output": frame(1, b'["VLLM_DSV4_ENABLE_MULTI_STREAM=0"]\n'), "rc": 0,
+                  "running_polls": 0, "logs": frame(1, f"INFO key {API_KEY}\n".encode()) + frame(2, b"WARNING x\n")}
+    state.containers[CONTAINER] = inspect_doc("worker")[0]
+    state.images[IMAGE_ID] = {"Id": IMAGE_ID, "Architecture": "arm64", "Config": {"Labels": {}}}
+    server = fake_dockerd._Server(path, type("Handler", (_ExecHandler,), {"state": state}))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"unix://{path}", state
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_runtime_without_model_dir(run_module, execd, tmp_path):
+    docker_host, state = execd
+    args = {"rank": NAMES["worker"], "docker_host": docker_host, **rank_files(tmp_path, "worker"),
+            "runtime": {"env_prefixes": ["VLLM_DSV4_ENABLE_MULTI_STREAM="]}}
+    del args["model_dir"]
+    res = run_module(rank_audit, args)
+    assert res["failed"] is False and res["changed"] is False
+    audit = res["audit"]
+    assert audit["model"] is None
+    rt = audit["runtime"]
+    assert rt["container"]["Id"] == inspect_doc("worker")[0]["Id"] and rt["image"]["Id"] == IMAGE_ID
+    assert rt["errors"] == {}
+    assert rt["pid1_env"] == {"rc": 0, "stdout": '["VLLM_DSV4_ENABLE_MULTI_STREAM=0"]\n', "stderr": ""}
+    assert rt["logs"] == {"rc": 0, "stdout": "INFO key <redacted>\n", "stderr": "WARNING x\n"}
+    assert "VLLM_API_KEY=<redacted>" in rt["container"]["Config"]["Env"]
+    assert API_KEY not in json.dumps(res) and HF_TOKEN not in json.dumps(res)
+    assert [c["Cmd"][3:] for c in state.exec["create"]] == [["VLLM_DSV4_ENABLE_MULTI_STREAM="], [args["manifest_path"]]]
+    assert state.requests.count(GET_CONTAINER) == 1  # one inspect for the audit and the runtime
+    assert f"GET /containers/{CONTAINER}/logs?stderr=1&stdout=1&tail=20000" in state.requests  # log_tail's default
+
+
+def test_runtime_needs_env_prefixes(run_module, execd, tmp_path):
+    args = {"rank": NAMES["worker"], "docker_host": execd[0], **rank_files(tmp_path, "worker"),
+            "runtime": {"log_tail": 10}}
+    res = run_module(rank_audit, args)
+    assert res["failed"] is True and "env_prefixes" in res["msg"]
