@@ -86,3 +86,77 @@ def test_a_read_the_record_does_not_hold_is_refused():
     run = rg.recorded_run({"errors": {}}, NAME)
     rc, _out, err = run(["docker", "ps"])
     assert rc == 127 and "docker ps" in err
+
+
+# ---- the suite's side: one rank_audit call per rank, through testinfra --------------------------
+def _load_suite_conftest():
+    import importlib.util
+
+    from tests.unit.plugins.module_utils.test_runtime_gate import SUITE
+
+    spec = importlib.util.spec_from_file_location("runtime_gate_suite_conftest_record", SUITE / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _FakeHost:
+    def __init__(self, answer):
+        self.answer, self.calls = answer, []
+
+    def ansible(self, module, args, check=True):
+        self.calls.append((module, json.loads(args), check))
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+
+def test_the_suite_reads_a_rank_with_one_rank_audit_call(monkeypatch):
+    import testinfra
+
+    suite = _load_suite_conftest()
+    cfg = config()
+    runtime = record_of(FakeRank(), cfg)
+    host = _FakeHost({"changed": False, "audit": {"runtime": runtime}})
+    specs = []
+    monkeypatch.setattr(testinfra, "get_host", lambda spec: specs.append(spec) or host)
+    got = suite.read_rank("spark-b", "/tmp/inv.yml", cfg, [rg.LEGACY_SELECTOR, rg.MULTI_STREAM])
+    assert got == runtime
+    assert specs == ["ansible://spark-b?ansible_inventory=/tmp/inv.yml"]
+    module, args, check = host.calls[0]
+    assert module == "gb10.dspark.rank_audit" and check is False
+    assert args == {"rank": "spark-b", "container": cfg["container"], "manifest_path": cfg["manifest_path"],
+                    "runtime": {"log_tail": cfg["log_tail"], "env_prefixes": [rg.LEGACY_SELECTOR, rg.MULTI_STREAM]}}
+
+
+def test_a_failed_rank_audit_call_is_a_record_of_the_failure(monkeypatch):
+    import testinfra
+    from testinfra.modules.ansible import AnsibleException
+
+    suite = _load_suite_conftest()
+    cfg = config()
+    for answer in (AnsibleException({"failed": True, "msg": "docker socket refused"}),
+                   {"failed": True, "msg": "docker socket refused"},
+                   RuntimeError("docker socket refused")):
+        monkeypatch.setattr(testinfra, "get_host", lambda spec, a=answer: _FakeHost(a))
+        got = suite.read_rank("spark-b", "/tmp/inv.yml", cfg, [])
+        assert "docker socket refused" in got["errors"]["call"] and "spark-b" in got["errors"]["call"]
+        rc, _out, err = rg.recorded_run(got, NAME)(["docker", "container", "inspect", NAME])
+        assert rc == 1 and "docker socket refused" in err
+
+
+def test_the_suite_reads_both_ranks_once_each(monkeypatch):
+    suite = _load_suite_conftest()
+    cfg = dict(config(), head="spark-a", worker="spark-b", inventory="/tmp/inv.yml")
+    head, worker = FakeRank(log_fixture("head-regular")), FakeRank(log_fixture("worker-regular"))
+    reads = []
+
+    def read_rank(hostname, inventory, config_, prefixes):
+        reads.append(hostname)
+        return record_of(head if hostname == "spark-a" else worker, cfg)
+    monkeypatch.setattr(suite, "read_rank", read_rank)
+    runners = suite.make_runners(rg, cfg)
+    for rank in ("head", "worker"):
+        for _ in range(3):
+            assert runners[rank](["docker", "container", "inspect", NAME])[0] == 0
+    assert sorted(reads) == ["spark-a", "spark-b"]
