@@ -1014,9 +1014,12 @@ class StepResult:
 API_STEPS = ("models", "semantic", "tool_call", "retrieval")
 STEPS = ("identity:head", "identity:worker", "cross_rank", *API_STEPS, "usage", "logs:head", "logs:worker")
 _DEPENDS = {
+    # API canaries first, so that at least one graph replay has been logged (docs/wrapper-reference.md
+    # §5.4); then each rank is read once (identity and logs from one record, see recorded_run).
+    "identity:head": API_STEPS,
+    "identity:worker": API_STEPS,
     "cross_rank": ("identity:head", "identity:worker"),
     "usage": ("semantic", "tool_call", "retrieval"),
-    # API canaries first, so that at least one graph replay has been logged (docs/wrapper-reference.md §5.4).
     "logs:head": ("identity:head", "identity:worker", *API_STEPS),
     "logs:worker": ("identity:head", "identity:worker", *API_STEPS),
 }

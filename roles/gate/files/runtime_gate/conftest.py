@@ -118,19 +118,25 @@ def read_rank(hostname: str, inventory: str, config: dict, prefixes: list[str]) 
 
 
 def make_runners(rg, config: dict) -> dict:
-    """``run(argv)`` per rank, answering the gate's reads from that rank's one-call record. Both
-    ranks are read at once, in two threads, bounded by the config's command timeout."""
+    """``run(argv)`` per rank, answering the gate's reads from that rank's one-call record. The
+    ranks are read at the first read of either (the gate reads them after its API canaries, so the
+    log tail holds a graph replay), both at once in two threads, bounded by the command timeout."""
     from concurrent.futures import ThreadPoolExecutor
 
     prefixes = [rg.LEGACY_SELECTOR, rg.MULTI_STREAM]
-    pool = ThreadPoolExecutor(max_workers=len(rg.RANKS))
-    futures = {rank: pool.submit(read_rank, config[rank], config["inventory"], config, prefixes)
-               for rank in rg.RANKS}
-    pool.shutdown(wait=False)
+    futures: dict = {}
     records: dict = {}
+
+    def start() -> None:
+        pool = ThreadPoolExecutor(max_workers=len(rg.RANKS))
+        for name in rg.RANKS:
+            futures[name] = pool.submit(read_rank, config[name], config["inventory"], config, prefixes)
+        pool.shutdown(wait=False)
 
     def runner(rank: str):
         def run(argv: list[str]) -> tuple[int, str, str]:
+            if not futures:
+                start()
             if rank not in records:
                 try:
                     records[rank] = futures[rank].result(timeout=config["command_timeout"])
