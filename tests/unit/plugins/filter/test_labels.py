@@ -93,7 +93,6 @@ FORMER_ENGINE_LABELS = {
 }
 
 
-
 def engine_vars(experimental: object, api_key: str | None) -> dict:
     variables = {
         "dspark_pair": "lab01", "dspark_rank": 1, "__dspark_engine_image": "sha256:" + "2" * 64,

@@ -157,6 +157,6 @@ def test_the_suite_reads_both_ranks_once_each(monkeypatch):
     monkeypatch.setattr(suite, "read_rank", read_rank)
     runners = suite.make_runners(rg, cfg)
     for rank in ("head", "worker"):
-        for _ in range(3):
+        for _attempt in range(3):
             assert runners[rank](["docker", "container", "inspect", NAME])[0] == 0
     assert sorted(reads) == ["spark-a", "spark-b"]
