@@ -48,9 +48,9 @@ from ansible_collections.gb10.dspark.plugins.module_utils._files import read_lim
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, Mismatch
 from ansible_collections.gb10.dspark.plugins.module_utils._labels import LABELS
 from ansible_collections.gb10.dspark.plugins.module_utils._secrets import (
-    REDACTED,
     is_secret_name,
     redact,
+    redact_document,
     secret_env_values,
 )
 from ansible_collections.gb10.dspark.plugins.module_utils._site import SITE_DEFAULTS, local_api_url
@@ -323,17 +323,6 @@ def _exec_piece(engine: Engine, container: str, argv: list[str]) -> dict:
     return {"rc": rc, "stdout": _text(out), "stderr": _text(err)}
 
 
-def _without_secret_env(doc: dict) -> dict:
-    """The inspect record with the value of every secret-looking ``Config.Env`` entry replaced by
-    ``<redacted>``, however short (``redact`` scrubs only values of SCRUB_MIN characters and more)."""
-    config = doc.get("Config")
-    if not isinstance(config, dict) or not isinstance(config.get("Env"), list):
-        return doc
-    env = [f"{_env_name(e)}={REDACTED}" if isinstance(e, str) and "=" in e and is_secret_name(_env_name(e)) else e
-           for e in config["Env"]]
-    return {**doc, "Config": {**config, "Env": env}}
-
-
 def check_runtime(rank: str, runtime: object) -> dict:
     """The ``runtime`` option: ``log_tail`` (a whole number >= 0) and ``env_prefixes`` (a list of
     non-empty strings); CheckError otherwise."""
@@ -379,7 +368,9 @@ def runtime_state(engine: Engine, container: str, doc: dict | None, inspect_erro
                 out[key] = _failed(RC_NO_CONTAINER, f"Error: No such container: {container}")
             return out
     else:
-        out["container"] = _without_secret_env(doc)
+        # by the collection's one secret rule, whatever the value's length (``redact`` below scrubs
+        # only told values of SCRUB_MIN characters and more)
+        out["container"] = redact_document(doc)
         image_id = doc.get("Image")
         if not isinstance(image_id, str) or not image_id:
             errors["image"] = f"container {container} names no image"

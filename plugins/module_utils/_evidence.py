@@ -374,9 +374,9 @@ def _read_json(path: str) -> object:
         return None
 
 
-def check_run_file(item: object) -> list[Mismatch]:
-    """One entry of the run's list: a safe pack name, a known kind, an absolute source path and the
-    sha256 the run recorded."""
+def check_run_file(item: object, recorded: bool = True) -> list[Mismatch]:
+    """One entry of the run's list: a safe pack name, a known kind, an absolute source path and
+    (``recorded``) the sha256 the run recorded."""
     if not isinstance(item, dict):
         return [_mismatch("run file", type(item).__name__, "a mapping with name, src, kind and sha256")]
     name = item.get("name")
@@ -390,7 +390,7 @@ def check_run_file(item: object) -> list[Mismatch]:
     if not isinstance(src, str) or not os.path.isabs(src):
         problems.append(_mismatch(f"run file {name} src", repr(src), "an absolute path on the control node"))
     digest = item.get("sha256")
-    if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
+    if recorded and (not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest)):
         problems.append(_mismatch(f"run file {name} sha256", repr(digest), "64 lowercase hex digits"))
     return problems
 
@@ -414,9 +414,7 @@ def record_run_files(existing: object, files: list[dict],
     recorded, missing = [], []
     for item in expand_folders(files):
         spec = dict(item) if isinstance(item, dict) else item
-        if isinstance(spec, dict):
-            spec["sha256"] = "0" * 64  # checked for shape below, then replaced by the real digest
-        found = check_run_file(spec)
+        found = check_run_file(spec, recorded=False)  # the digest is the file's, read below
         if found:
             problems += found
             continue
