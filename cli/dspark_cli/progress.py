@@ -5,6 +5,7 @@ Nothing here prints a task result beyond its ``msg``: results may carry secrets,
 """
 from __future__ import annotations
 
+import re
 import sys
 from typing import Mapping, TextIO
 
@@ -12,6 +13,11 @@ CONTROL = "control"
 CONTROL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 MSG_LIMIT = 300
 NO_LOG_MSG = "(output hidden: no_log)"
+# Lines the collection's long waits print themselves (gb10.dspark.pair_ready's start-up phases and
+# READY line, gb10.dspark.niah_wait's progress): ansible-runner hands them on as ``verbose`` events.
+WAIT_LINE = re.compile(r"^\[(?P<host>[^\]\s]+)\] (?P<text>(\d\d:\d\d:\d\d waited |READY |NIAH ).*)$")
+# Tasks whose result message is the point of the task: the gate's verdict, a summary.
+SHOWN_ACTIONS = frozenset({"ansible.builtin.debug", "debug"})
 
 
 def pair_map(inventory: Mapping | None) -> dict[str, str]:
@@ -76,6 +82,12 @@ class Progress:
             return f"== {data.get('play') or data.get('name') or '(unnamed play)'}"
         if kind == "playbook_on_no_hosts_matched":
             return "   (no hosts matched)"
+        if kind == "verbose":
+            match = WAIT_LINE.match(str(event.get("stdout") or "").strip())
+            if not match:
+                return None
+            host = match["host"]
+            return f"[{pair_of(host, self.mapping)}] {host} {one_line(match['text'])}"
         if kind not in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable"):
             return None  # runner_on_start, runner_on_skipped, items, stats, verbose output...
         host = str(data.get("host") or "?")
@@ -84,6 +96,8 @@ class Progress:
         msg = ""
         if kind == "runner_on_ok":
             status = "changed" if isinstance(res, Mapping) and res.get("changed") else "ok"
+            if data.get("task_action") in SHOWN_ACTIONS:
+                msg = result_msg(res)
         elif kind == "runner_on_failed" and data.get("ignore_errors"):
             status = "failed (ignored)"
         else:

@@ -1,92 +1,142 @@
 # Copyright (c) gb10.dspark contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Wait for a pair to serve, printing progress, failing within seconds when a rank exits."""
+"""Wait for a pair to serve, run on both ranks at once: each rank reads its own engine through its
+own connection, the two waits share their reports on the control node (module_utils/_pair_wait.py),
+the head prints both ranks' start-up phases and the READY line."""
 from __future__ import annotations
 
+import shutil
+import sys
 import time
 
+from ansible import constants as C
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from ansible_collections.gb10.dspark.plugins.module_utils import _pair_wait as W
 from ansible_collections.gb10.dspark.plugins.module_utils._engine_probe import ARGUMENT_SPEC, WAIT_ARGUMENT_SPEC
+from ansible_collections.gb10.dspark.plugins.module_utils._startup import Phase, phase_of
 
 display = Display()
 
-PROBE_ARGS = tuple(ARGUMENT_SPEC)
-
-
-def _tail(state: dict | None, n: int) -> list[str]:
-    return list((state or {}).get("logs") or [])[-n:]
-
-
-def _last_line(state: dict | None) -> str:
-    lines = [ln for ln in _tail(state, 20) if ln.strip()]
-    return lines[-1][:160] if lines else "(no log yet)"
-
-
-def _logs_text(probe: dict, n: int) -> str:
-    parts = []
-    for rank in ("head", "worker"):
-        state = probe.get(rank)
-        if state is None:
-            continue
-        parts.append(f"--- {rank} ({state.get('status')}, exit {state.get('exit_code')}), last {n} log lines:")
-        parts += _tail(state, n) or ["(none)"]
-    return "\n".join(parts)
+# Log lines read per probe to place the engine in its start-up (the failure message shows fewer).
+PHASE_LOG_LINES = 200
+SPEC = {**ARGUMENT_SPEC, **WAIT_ARGUMENT_SPEC}
 
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(PROBE_ARGS + tuple(WAIT_ARGUMENT_SPEC))
+    _VALID_ARGS = frozenset(SPEC)
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        args = self._task.args
-        budget = float(args.get("budget", 3600))
-        interval = float(args.get("interval", 5))
-        every = float(args.get("progress_every", 30))
-        fail_lines = int(args.get("fail_log_lines", 30))
-        probe_args = {k: args[k] for k in PROBE_ARGS if k in args}
-        probe_args["log_lines"] = max(int(probe_args.get("log_lines", 20)), fail_lines)
-        host = task_vars.get("inventory_hostname") if task_vars else "?"
+        task_vars = task_vars or {}
+        _unused, args = self.validate_argument_spec(argument_spec=SPEC)
+        host = task_vars.get("inventory_hostname", "?")
+        pair, role = args["pair"], args["role"]
         if self._task.check_mode:
             result.update(changed=False, skipped=True, msg="check mode: the pair is not started, nothing to wait for")
             return result
+        folder = W.folder_for(C.DEFAULT_LOCAL_TMP, self._task._uuid, pair)
+        watch = _Watch(self, task_vars, args, host, role, folder)
+        try:
+            verdict, elapsed, probe = watch.run()
+        except BaseException as exc:
+            watch.report_final(W.FAILED, f"the wait on {host} stopped: {type(exc).__name__}: {exc}")
+            raise
+        watch.report_final(verdict.final, verdict.msg)
+        watch.tidy()
+        result.update(changed=False, elapsed_s=round(elapsed, 1), probe=probe, role=role, msg=verdict.msg,
+                      phases={W.HEAD: watch.phase_text(W.HEAD), W.WORKER: watch.phase_text(W.WORKER)})
+        if verdict.final == W.FAILED:
+            result["failed"] = True
+        elif role == W.HEAD:
+            result.update(kv_cache_size_tokens=probe["api"]["kv_cache_size_tokens"],
+                          max_model_len=probe["api"]["max_model_len"])
+            display.display(f"[{host}] {verdict.msg}")
+        elif verdict.final == W.LEFT:
+            display.warning(f"[{host}] {verdict.msg}")
+        return result
+
+
+class _Watch:
+    """One rank's side of the wait."""
+
+    def __init__(self, action: ActionModule, task_vars: dict, args: dict, host: str, role: str, folder: str):
+        self.action, self.task_vars, self.args = action, task_vars, args
+        self.host, self.role, self.folder = host, role, folder
+        self.peer = W.WORKER if role == W.HEAD else W.HEAD
+        self.fail_lines = max(0, args["fail_log_lines"])
+        self.last: dict = {}
+        self.probe_args = {key: args[key] for key in ARGUMENT_SPEC if args.get(key) is not None}
+        self.probe_args.update(log_lines=max(PHASE_LOG_LINES, self.fail_lines, args["log_lines"]),
+                               read_api=role == W.HEAD, rank=host)
+        self.final_written = False
+        self.peer_report: dict | None = None
+
+    def _probe(self) -> dict:
+        res = self.action._execute_module(module_name="gb10.dspark.engine_probe", module_args=self.probe_args,
+                                          task_vars=self.task_vars)
+        if res.get("failed") or "probe" not in res:
+            raise RuntimeError(f"probing the engine failed: {res.get('msg')}")
+        return res["probe"]
+
+    def run(self):
+        args = self.args
+        budget, interval, every = args["budget"], args["interval"], args["progress_every"]
+        show_bar = sys.stdout.isatty()
         start = time.monotonic()
-        last_print = -every
+        last_print, last_phases = -every, None
         while True:
-            res = self._execute_module(module_name="gb10.dspark.engine_probe", module_args=probe_args,
-                                       task_vars=task_vars)
+            probe = self._probe()
             elapsed = time.monotonic() - start
-            if res.get("failed"):
-                result.update(failed=True, msg=f"{host}: probing the pair failed: {res.get('msg')}")
-                return result
-            probe = res["probe"]
-            api = probe["api"]
-            if probe["ready"]:
-                result.update(changed=False, elapsed_s=round(elapsed, 1), kv_cache_size_tokens=api["kv_cache_size_tokens"],
-                              max_model_len=api["max_model_len"], probe=probe,
-                              msg=f"READY served={args.get('model')} kv_cache_size_tokens={api['kv_cache_size_tokens']} "
-                                  f"after {elapsed:.0f} s")
-                return result
-            if probe["exited"]:
-                result.update(failed=True, elapsed_s=round(elapsed, 1), probe=probe,
-                              msg=f"{host}: the pair's engine exited on {', '.join(probe['exited'])} after {elapsed:.0f} s "
-                                  f"before serving\n{_logs_text(probe, fail_lines)}")
-                return result
-            missing = [r for r in ("head", "worker") if probe.get(r) is not None and not probe[r].get("exists")]
-            if missing:
-                result.update(failed=True, probe=probe,
-                              msg=f"{host}: no engine container on {', '.join(missing)}; nothing to wait for")
-                return result
-            if elapsed >= budget:
-                result.update(failed=True, elapsed_s=round(elapsed, 1), probe=probe,
-                              msg=f"TIMEOUT {host}: the pair did not serve {args.get('model')} within {budget:.0f} s "
-                                  f"(API: {api.get('error') or api.get('status')})\n{_logs_text(probe, fail_lines)}")
-                return result
-            if elapsed - last_print >= every:
-                display.display(f"[{host}] waiting for the pair: {elapsed:.0f}/{budget:.0f} s; "
-                                f"head {probe['head'].get('status')}, worker {(probe.get('worker') or {}).get('status')}; "
-                                f"head log: {_last_line(probe['head'])}")
-                last_print = elapsed
-            time.sleep(interval)
+            container = probe["container"]
+            mine = W.make_report(self.role, self.host, container, phase_of(container.get("logs") or []), time.time(),
+                                 self.fail_lines)
+            self.last = mine
+            W.write_report(self.folder, self.role, mine)
+            theirs = W.read_report(self.folder, self.peer)
+            if self.role == W.HEAD:
+                verdict = W.head_verdict(mine, theirs, probe["api"], elapsed, budget, args["model"], self.fail_lines)
+                phases = (W.phase_key(mine), W.phase_key(theirs))  # a phase, or its n/N, moved
+                if verdict.final is None and (phases != last_phases or elapsed - last_print >= every):
+                    display.display(f"[{self.host}] {time.strftime('%H:%M:%S')} "
+                                    f"{W.progress_line(elapsed, budget, mine, theirs, show_bar)}")
+                    last_print, last_phases = elapsed, phases
+            else:
+                verdict = W.worker_verdict(mine, theirs, time.time(), elapsed, budget, args["peer_grace"],
+                                           self.fail_lines)
+            self.peer_report = theirs
+            if verdict.final is not None:
+                return verdict, elapsed, probe
+            self._pause(interval)
+
+    def _pause(self, interval: float) -> None:
+        """Sleep until the next probe; the worker's wait ends as soon as the head's verdict lands."""
+        until = time.monotonic() + interval
+        while time.monotonic() < until:
+            time.sleep(min(0.5, max(0.0, until - time.monotonic())))
+            if self.role == W.WORKER:
+                head = W.read_report(self.folder, W.HEAD)
+                if head is not None and head.get("final"):
+                    return
+
+    def phase_text(self, role: str) -> str | None:
+        rep = self.last if role == self.role else self.peer_report
+        return rep.get("phase_text") if rep else None
+
+    def report_final(self, final: str | None, msg: str | None) -> None:
+        """The verdict, for the other rank's wait; written once, even when this wait never probed."""
+        if self.final_written:
+            return
+        last = self.last or W.make_report(self.role, self.host, {}, Phase("starting", "starting", None, None, None, None),
+                                          time.time(), 0)
+        W.write_report(self.folder, self.role, dict(last, final=final, msg=msg, t=time.time()))
+        self.final_written = True
+
+    def tidy(self) -> None:
+        """The second wait to end removes the shared folder (the run's own temporary folder, which
+        holds it, goes when the run ends anyway)."""
+        peer = W.read_report(self.folder, self.peer)
+        if peer is not None and peer.get("final"):
+            shutil.rmtree(self.folder, ignore_errors=True)

@@ -12,23 +12,19 @@ options:
     type: str
     default: dspark_vllm
   base_url:
-    description: The head's API as seen from the head.
+    description: The head's API as seen from the head (read on the head only).
     type: str
     default: http://127.0.0.1:8888
   model:
     description: The served model name that must appear in C(/v1/models).
     type: str
     required: true
-  worker:
-    description: SSH destination of the pair's worker (for example C(root@10.0.0.2)); unset reads the head only.
+  docker_host:
+    description: The rank's Docker engine, a Unix socket (C(unix:///path)).
     type: str
-  ssh_options:
-    description: Options for that ssh call.
-    type: list
-    elements: str
-    default: [-o, BatchMode=yes, -o, ConnectTimeout=10]
+    default: unix:///var/run/docker.sock
   log_lines:
-    description: How many of each container's last log lines to return.
+    description: How many of the container's last log lines to return.
     type: int
     default: 20
   timeout:

@@ -29,7 +29,6 @@ Standard library only; it runs on the ranks.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Iterable
@@ -160,7 +159,7 @@ def _read_container(engine: Engine, name: str) -> tuple[dict, list[str] | None, 
         return _empty_container(name, None, error), None, None, error
     if doc is None:
         return _empty_container(name, False, None), None, None, None
-    state = container_state(json.dumps([doc]))  # the fields as the probe reads `docker container inspect`
+    state = container_state(doc)  # the fields the probe reports
     config = doc.get("Config") if isinstance(doc.get("Config"), dict) else {}
     env = [e for e in (config.get("Env") or []) if isinstance(e, str)]
     labels = state.get("labels") or {}

@@ -61,10 +61,13 @@ def socket_path_of(docker_host: str) -> str:
     raise EngineError(f"docker_host {docker_host!r} is not a unix socket (unix:///path)")
 
 
+DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
+
+
 class Engine:
     """One Docker engine, reached over its Unix socket."""
 
-    def __init__(self, docker_host: str = "unix:///var/run/docker.sock", timeout: float = 3600.0):
+    def __init__(self, docker_host: str = DEFAULT_DOCKER_HOST, timeout: float = 3600.0):
         self.socket_path = socket_path_of(docker_host)
         self.timeout = timeout
         self._info: dict | None = None

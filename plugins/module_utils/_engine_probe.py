@@ -1,35 +1,32 @@
 # Copyright (c) gb10.dspark contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What a pair's engine is doing right now, seen from its head: read-only and quick.
+"""What a rank's engine is doing right now, seen from that rank: read-only and quick.
 
-One probe answers: does each rank's container exist and run (exit code, start time, the last log
-lines), does the head's API serve the model, how big is the KV cache, how many requests are in
-flight. The readiness wait, the engine role's replace guard and the gate all read it.
+One probe answers: does the rank's container exist and run (exit code, start time, the last log
+lines), and on the head, does the API serve the model, how big is the KV cache, how many requests
+are in flight. The readiness wait (run on both ranks, each through its own Ansible connection),
+the engine role's replace guard and the gate all read it.
 
-The head reads its own container through the local engine; the worker's through
-``ssh <worker> docker …``, the same one-way trust the original launcher used.
+The container is read through the rank's Docker engine API (:mod:`._docker_engine`); the API
+over HTTP on the head.
 """
 from __future__ import annotations
 
 import http.client
 import json
 import re
-import shlex
-from typing import Callable
 
+from ansible_collections.gb10.dspark.plugins.module_utils._docker_engine import DEFAULT_DOCKER_HOST, Engine, EngineError
 from ansible_collections.gb10.dspark.plugins.module_utils._http import open_http
 from ansible_collections.gb10.dspark.plugins.module_utils._labels import PREFIX as LABEL_PREFIX
 from ansible_collections.gb10.dspark.plugins.module_utils._site import SITE_DEFAULTS, local_api_url
-
-Run = Callable[[list[str]], tuple[int, str, str]]
 
 # The probe's options (gb10.dspark.engine_probe; gb10.dspark.pair_ready passes them through).
 ARGUMENT_SPEC = {
     "container": {"type": "str", "default": SITE_DEFAULTS["container_name"]},
     "base_url": {"type": "str", "default": local_api_url()},
     "model": {"type": "str", "required": True},
-    "worker": {"type": "str"},
-    "ssh_options": {"type": "list", "elements": "str", "default": ["-o", "BatchMode=yes", "-o", "ConnectTimeout=10"]},
+    "docker_host": {"type": "str", "default": DEFAULT_DOCKER_HOST},
     "log_lines": {"type": "int", "default": 20},
     "timeout": {"type": "float", "default": 5.0},
     "api_key": {"type": "str", "no_log": True},
@@ -43,6 +40,9 @@ PROBE_ARGUMENT_SPEC = {
 }
 # What gb10.dspark.pair_ready adds around the probe.
 WAIT_ARGUMENT_SPEC = {
+    "pair": {"type": "str", "required": True},
+    "role": {"type": "str", "required": True, "choices": ["head", "worker"]},
+    "peer_grace": {"type": "float", "default": 120},
     "budget": {"type": "float", "default": 3600},
     "interval": {"type": "float", "default": 5},
     "progress_every": {"type": "float", "default": 30},
@@ -92,26 +92,23 @@ def requests_running(metrics: dict) -> int | None:
     return int(sum(v for _unused, v in samples))
 
 
-def container_state(inspect_json: str) -> dict:
-    """``docker container inspect`` output → the few fields a probe reports."""
-    try:
-        doc = json.loads(inspect_json)
-    except ValueError:
-        return {"exists": False, "running": False, "status": "unknown", "error": "unparsable docker inspect output"}
-    if not isinstance(doc, list) or not doc:
+def container_state(doc: dict | None) -> dict:
+    """The engine's inspect record of a container (None: no such container) → the few fields a
+    probe reports: never its environment or command, which may hold the API key."""
+    if not doc:
         return {"exists": False, "running": False, "status": "absent"}
-    state = doc[0].get("State") or {}
-    labels = (doc[0].get("Config") or {}).get("Labels") or {}
+    state = doc.get("State") or {}
+    labels = (doc.get("Config") or {}).get("Labels") or {}
     return {
         "exists": True,
-        "id": doc[0].get("Id"),
-        "image": doc[0].get("Image"),
+        "id": doc.get("Id"),
+        "image": doc.get("Image"),
         "status": state.get("Status"),
         "running": bool(state.get("Running")),
         "exit_code": state.get("ExitCode"),
         "started_at": state.get("StartedAt"),
         "finished_at": state.get("FinishedAt"),
-        "restart_count": doc[0].get("RestartCount"),
+        "restart_count": doc.get("RestartCount"),
         "labels": {k: v for k, v in labels.items() if k.startswith(LABEL_PREFIX)},
     }
 
@@ -122,27 +119,23 @@ def printable(line: str) -> str:
     return _CONTROL.sub("?", _ANSI_CSI.sub("", line))
 
 
-def _via(ssh: list[str] | None) -> Callable[[list[str]], list[str]]:
-    """argv for a local command, or for the same command on the worker over ssh (quoted: ssh
-    hands the remote shell one string)."""
-    if not ssh:
-        return lambda argv: argv
-    return lambda argv: [*ssh, shlex.join(argv)]
-
-
-def rank_state(run: Run, ssh: list[str] | None, container: str, log_lines: int) -> dict:
-    via = _via(ssh)
-    rc, out, err = run(via(["docker", "container", "inspect", container]))
-    if rc != 0:
-        if "No such" in err or "no such" in err:
-            return {"exists": False, "running": False, "status": "absent", "logs": []}
-        return {"exists": False, "running": False, "status": "unknown", "error": (err or out).strip()[:500], "logs": []}
-    state = container_state(out)
+def rank_state(engine: Engine, container: str, log_lines: int) -> dict:
+    """The rank's engine container and its last ``log_lines`` log lines (both streams, made safe
+    for a terminal). An engine that cannot be read is status ``unknown`` with the error."""
+    try:
+        doc = engine.inspect_container(container)
+    except EngineError as exc:
+        return {"exists": False, "running": False, "status": "unknown", "error": str(exc)[:500], "logs": []}
+    state = container_state(doc)
     state["logs"] = []
-    if log_lines > 0:
-        rc, out, err = run(via(["docker", "logs", "--tail", str(log_lines), container]))
-        if rc == 0:
-            state["logs"] = [printable(line) for line in (out + err).splitlines()[-log_lines:]]
+    if log_lines > 0 and state["exists"]:
+        try:
+            out, err = engine.logs(container, log_lines, tty=bool((doc or {}).get("Config", {}).get("Tty")))
+        except EngineError as exc:
+            state["logs_error"] = str(exc)[:500]
+        else:
+            text = (out + err).decode("utf-8", "replace")
+            state["logs"] = [printable(line) for line in text.splitlines()[-log_lines:]]
     return state
 
 
@@ -194,20 +187,17 @@ def _no_api(reason: str) -> dict:
             "kv_cache_size_tokens": None, "num_requests_running": None, "metrics_error": reason}
 
 
-def probe(run: Run, container: str, base_url: str, model: str, worker_ssh: list[str] | None,
-          log_lines: int = 20, timeout: float = 5.0, api_key: str | None = None, read_api: bool = True) -> dict:
-    head = rank_state(run, None, container, log_lines)
-    worker = rank_state(run, worker_ssh, container, log_lines) if worker_ssh else None
-    if not head.get("running"):
-        api = _no_api("head container not running")
+def probe(engine: Engine, container: str, base_url: str, model: str, log_lines: int = 20, timeout: float = 5.0,
+          api_key: str | None = None, read_api: bool = True) -> dict:
+    """This rank's container and, with ``read_api``, the API it serves (the head's)."""
+    rank = rank_state(engine, container, log_lines)
+    if not rank.get("running"):
+        api = _no_api("container not running")
     elif not read_api:
         api = _no_api("API not read (read_api=false)")
     else:
         api = api_state(base_url, model, timeout, api_key)
-    down = [name for name, st in (("head", head), ("worker", worker)) if st is not None and st.get("exists")
-            and not st.get("running")]
-    return {"head": head, "worker": worker, "api": api, "ready": bool(api["ready"]) and not down,
-            "exited": down}
+    return {"container": rank, "api": api, "ready": bool(api["ready"]) and bool(rank.get("running"))}
 
 
 def busy_message(result: dict, rank: str) -> str | None:
@@ -217,7 +207,7 @@ def busy_message(result: dict, rank: str) -> str | None:
     its ``/metrics`` says no request is running: a head whose count cannot be read (a timeout, an
     error, a missing metric) may be serving under load, and "unknown" is never taken for idle.
     """
-    if not (result.get("head") or {}).get("running"):
+    if not (result.get("container") or {}).get("running"):
         return None
     api = result.get("api") or {}
     running = api.get("num_requests_running")

@@ -6,25 +6,26 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: engine_probe
-short_description: Read the state of a pair's engines from its head, changing nothing
+short_description: Read the state of a rank's engine, changing nothing
 version_added: 0.1.0
 extends_documentation_fragment:
   - gb10.dspark._attributes.read_only
   - gb10.dspark._probe
 description:
-  - Runs on the head. Reports each rank's container (exists, status, exit code, start time, labels,
-    the last log lines, with control characters replaced), whether the head's OpenAI API serves the model (C(/v1/models)), the KV
-    cache size and the requests in flight (C(/metrics)).
+  - Runs on a rank. Reports the rank's engine container (exists, status, exit code, start time,
+    labels, the last log lines, with control characters replaced), read through the rank's Docker
+    engine API. On the head, it also reports whether the OpenAI API serves the model
+    (C(/v1/models)), the KV cache size and the requests in flight (C(/metrics)).
   - Only the fields above are returned, never the container's environment or command, so a
     registered probe cannot carry the engine's API key into Ansible's output or run records.
-  - The worker is read with C(ssh <worker> docker ...), the head's one-way trust to its worker.
+  - Each rank is read through its own Ansible connection; no rank reaches another.
   - M(gb10.dspark.pair_ready) calls it in a loop; the engine role calls it before replacing a
     running engine, to refuse while requests are in flight.
 options:
   read_api:
     description:
-      - Read the head's API (C(/v1/models), C(/metrics)). With C(false) only the containers are read,
-        which is what preflight needs to know whether an engine runs.
+      - Read the head's API (C(/v1/models), C(/metrics)). With C(false) only the container is read,
+        which is what preflight and the worker need.
     type: bool
     default: true
   refuse_busy:
@@ -52,7 +53,6 @@ EXAMPLES = r"""
 - name: How is the pair doing?
   gb10.dspark.engine_probe:
     model: deepseek-v4-flash-dspark
-    worker: "root@{{ hostvars[__dspark_worker].ansible_host }}"
   register: __dspark_probe
   when: dspark_rank == 0
 
@@ -71,12 +71,11 @@ probe:
   returned: always
   type: dict
   contains:
-    head:
-      description: The head container (exists, status, running, exit_code, started_at, labels, logs).
-      type: dict
-      returned: always
-    worker:
-      description: The worker container, or null without I(worker).
+    container:
+      description: >-
+        The rank's engine container (exists, status, running, exit_code, started_at, finished_at,
+        labels, logs); status C(absent) when there is none, C(unknown) with an error when the
+        Docker engine cannot be read.
       type: dict
       returned: always
     api:
@@ -86,18 +85,14 @@ probe:
       type: dict
       returned: always
     ready:
-      description: The API serves the model and no rank's container has exited.
+      description: The container runs and the API serves the model.
       type: bool
-      returned: always
-    exited:
-      description: The ranks (head, worker) whose container exists but does not run.
-      type: list
-      elements: str
       returned: always
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gb10.dspark.plugins.module_utils._docker_engine import Engine, EngineError
 from ansible_collections.gb10.dspark.plugins.module_utils._engine_probe import (
     ARGUMENT_SPEC,
     PROBE_ARGUMENT_SPEC,
@@ -112,9 +107,12 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    ssh = ["ssh", *p["ssh_options"], p["worker"], "--"] if p["worker"] else None
-    result = probe(module.run_command, p["container"], p["base_url"], p["model"], ssh,
-                   p["log_lines"], p["timeout"], p["api_key"], p["read_api"])
+    try:
+        engine = Engine(p["docker_host"], timeout=max(p["timeout"], 10.0))
+    except EngineError as exc:
+        module.fail_json(msg=f"rank {p['rank'] or 'this rank'}: {exc}")
+    result = probe(engine, p["container"], p["base_url"], p["model"], p["log_lines"], p["timeout"], p["api_key"],
+                   p["read_api"])
     if p["refuse_busy"]:
         busy = busy_message(result, p["rank"] or "head")
         if busy and not p["force"]:

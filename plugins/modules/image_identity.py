@@ -175,6 +175,7 @@ mismatches:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gb10.dspark.plugins.module_utils._docker_engine import DEFAULT_DOCKER_HOST
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import guarded, rank_name
 from ansible_collections.gb10.dspark.plugins.module_utils._image_identity import run_ensure
 
@@ -187,7 +188,7 @@ def main() -> None:
             "path": {"type": "path"},
             "check_labels": {"type": "bool", "default": True},
             "check_architecture": {"type": "bool", "default": True},
-            "docker_host": {"type": "str", "default": "unix:///var/run/docker.sock"},
+            "docker_host": {"type": "str", "default": DEFAULT_DOCKER_HOST},
             "timeout": {"type": "int", "default": 3600},
         },
         supports_check_mode=True,

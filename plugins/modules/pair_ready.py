@@ -6,20 +6,39 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: pair_ready
-short_description: Wait until a pair serves its model, with progress, failing fast when a rank exits
+short_description: Wait until a pair serves its model, showing each rank's start-up phase, failing fast when a rank exits
 version_added: 0.1.0
 description:
-  - An action plugin, run on the head. Calls M(gb10.dspark.engine_probe) every I(interval) seconds
-    until the head's C(/v1/models) lists I(model) and no rank's container has exited.
-  - Prints progress every I(progress_every) seconds - elapsed time against the budget, both
-    containers' status and the head's latest log line.
-  - Fails within one interval when a rank's container exits, printing the last log lines of both
-    ranks; fails with C(TIMEOUT) and the same logs when I(budget) runs out.
+  - An action plugin, run on B(both) ranks of a pair in one task. Each rank calls
+    M(gb10.dspark.engine_probe) on itself every I(interval) seconds, through its own Ansible
+    connection; no rank reaches the other and no SSH trust between ranks is needed.
+  - The two waits share small reports (container state, start-up phase, last log lines, verdict)
+    in a folder of the run's own temporary folder on the control node.
+  - The head waits until its C(/v1/models) lists I(model). Whenever a rank's start-up phase
+    or its count changes, and at least every I(progress_every) seconds, it prints one line with the time waited
+    and both ranks' phases (launched, process group formed, loading weights n/N, KV cache sized,
+    capturing CUDA graphs n/N, API up), read from each engine's log in vLLM's formats; a progress
+    bar is added on a terminal. It prints the C(READY) line when the pair serves.
+  - Either rank fails within one interval when its own or its peer's container exits, with both
+    ranks' last log lines; the head fails with C(TIMEOUT) and the same logs when I(budget) runs
+    out; the worker's wait ends with the head's verdict, so a failed start fails on both ranks.
+  - With too few forks to run both waits at once, each goes on alone after I(peer_grace) seconds
+    (the head judges readiness by its API, the worker leaves while its engine runs) rather than
+    waiting for the other forever.
   - Returns the KV cache size the engine reports, for the evidence.
 extends_documentation_fragment:
   - gb10.dspark._attributes.wait
   - gb10.dspark._probe
 options:
+  pair:
+    description: The pair's name (the C(dspark_pair) fact of M(gb10.dspark.pair_topology)); both ranks pass the same.
+    type: str
+    required: true
+  role:
+    description: This rank's part in the pair.
+    type: str
+    required: true
+    choices: [head, worker]
   budget:
     description: Seconds to wait in all. A cold start of the real engine takes 12 to 60 minutes.
     type: float
@@ -29,13 +48,17 @@ options:
     type: float
     default: 5
   progress_every:
-    description: Seconds between progress lines.
+    description: Seconds between progress lines while no phase changes.
     type: float
     default: 30
   fail_log_lines:
     description: Log lines per rank printed on failure.
     type: int
     default: 30
+  peer_grace:
+    description: Seconds a rank's wait waits for the other rank's wait to report before it goes on alone.
+    type: float
+    default: 120
 seealso:
   - module: gb10.dspark.engine_probe
 author:
@@ -44,17 +67,18 @@ author:
 
 EXAMPLES = r"""
 ---
-- name: Wait for the pair (the head serves only after the worker joined)
+- name: Wait for the pair (both ranks, in one task)
   gb10.dspark.pair_ready:
+    pair: "{{ dspark_pair }}"
+    role: "{{ 'head' if dspark_rank == 0 else 'worker' }}"
     model: deepseek-v4-flash-dspark
-    worker: "root@10.0.0.2"
     budget: 3600
   register: __dspark_ready
-  when: dspark_rank == 0
 
 - name: Record the KV cache size
   ansible.builtin.debug:
     msg: "{{ __dspark_ready.kv_cache_size_tokens }} KV tokens"
+  when: dspark_rank == 0
 """
 
 RETURN = r"""
@@ -62,20 +86,32 @@ changed:
   description: Always false.
   returned: always
   type: bool
+msg:
+  description: The verdict - on the head C(READY served=... kv_cache_size_tokens=... after N s), else why the wait ended.
+  returned: always
+  type: str
+role:
+  description: This rank's part, as given.
+  returned: always
+  type: str
 elapsed_s:
   description: Seconds waited.
-  returned: success
+  returned: always
   type: float
+phases:
+  description: The last start-up phase seen on each rank (C(head), C(worker)); null for a rank not seen.
+  returned: always
+  type: dict
 kv_cache_size_tokens:
   description: The KV cache size in tokens, from C(/metrics).
-  returned: success
+  returned: success on the head
   type: int
 max_model_len:
   description: The served context length, from C(/v1/models).
-  returned: success
+  returned: success on the head
   type: int
 probe:
-  description: The last probe (see M(gb10.dspark.engine_probe)).
+  description: This rank's last probe (see M(gb10.dspark.engine_probe)).
   returned: always
   type: dict
 """
@@ -87,7 +123,7 @@ from ansible_collections.gb10.dspark.plugins.module_utils._engine_probe import A
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec=dict(ARGUMENT_SPEC, **WAIT_ARGUMENT_SPEC),
+        argument_spec={**ARGUMENT_SPEC, **WAIT_ARGUMENT_SPEC},
         supports_check_mode=True,
     )
     module.fail_json(msg="gb10.dspark.pair_ready runs through its action plugin; it cannot run as a plain module")

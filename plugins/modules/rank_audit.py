@@ -334,6 +334,7 @@ audit:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gb10.dspark.plugins.module_utils._audit import REVISION_MARKER, collect, open_engine
+from ansible_collections.gb10.dspark.plugins.module_utils._docker_engine import DEFAULT_DOCKER_HOST
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import guarded, rank_name
 from ansible_collections.gb10.dspark.plugins.module_utils._site import SITE_DEFAULTS, local_api_url
 
@@ -351,7 +352,7 @@ def main() -> None:
             "model": {"type": "str"},
             "api_key": {"type": "str", "no_log": True},
             "timeout": {"type": "float", "default": 5.0},
-            "docker_host": {"type": "str", "default": "unix:///var/run/docker.sock"},
+            "docker_host": {"type": "str", "default": DEFAULT_DOCKER_HOST},
             "rank": {"type": "str"},
             "runtime": {"type": "dict", "options": {
                 "log_tail": {"type": "int", "default": 20000},

@@ -45,7 +45,7 @@ def up(count: int) -> dict:
     for r in ranks:
         rank.prepare(r, model_src)
     for pair in wanted:
-        rank.link_pair_ssh(pair)
+        rank.authorise_control(pair)
     for r in ranks:
         rank.start(r)
     (layout.STATE_DIR / "ssh" / "known_hosts").write_text("".join(rank.host_key_line(r) for r in ranks))

@@ -67,18 +67,15 @@ def prepare(rank: layout.Rank, model_src: Path) -> None:
         shutil.copytree(model_src, dest, symlinks=False)
 
 
-def link_pair_ssh(pair: layout.Pair) -> None:
-    """Passwordless SSH from the head to its worker, as a real pair has it (the launcher and the
-    gate drive the worker from the head): the head's own key in its private /root, authorised on
-    the worker, and the worker's host key in the head's known_hosts under its name and address."""
-    head, worker = pair.head, pair.worker
-    head_key = ensure_key(head.sub("home") / ".ssh" / "id_ed25519", f"root@{head.name}")
+def authorise_control(pair: layout.Pair) -> None:
+    """Each rank of the pair accepts the control node's key, and nothing else: the ranks hold no
+    keys of their own and trust no other rank (the collection reaches every rank through Ansible
+    only). A head key left by an older simulator is removed."""
     control_pub = Path(str(control_key()) + ".pub").read_text()
-    (head.sub("ssh") / "authorized_keys").write_text(control_pub)
-    (worker.sub("ssh") / "authorized_keys").write_text(control_pub + Path(str(head_key) + ".pub").read_text())
-    worker_pub = " ".join((worker.sub("ssh") / "ssh_host_ed25519_key.pub").read_text().split()[:2])
-    (head.sub("home") / ".ssh" / "known_hosts").write_text(
-        f"{worker.name},{worker.mgmt_ip} {worker_pub}\n")
+    for rank_ in pair.ranks:
+        (rank_.sub("ssh") / "authorized_keys").write_text(control_pub)
+        for leftover in ("id_ed25519", "id_ed25519.pub", "known_hosts"):
+            (rank_.sub("home") / ".ssh" / leftover).unlink(missing_ok=True)
 
 
 def _fakehw_init(rank: layout.Rank) -> None:

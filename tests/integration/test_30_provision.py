@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from simhelpers import INVENTORY, ROOT, on_rank, playbook, site, snapshot
+from simhelpers import INVENTORY, ROOT, container_state, on_rank, playbook, site, snapshot
 
 
 def provision(pair, clean_tree, *extra: str, check: bool = False):
@@ -155,6 +155,13 @@ def test_stand_in_faults_fail_the_run_with_reason(sim, clean_tree, host_vars, wh
     for needle in expect:
         assert " ".join(needle.split()) in text, f"{needle!r} missing:\n{res.stdout[-5000:]}"
     assert key not in res.stdout + res.stderr, "the API key is in the failed run's output"
+    if fault in ("crash_on_start", "worker_never_joins"):
+        # Both ranks' waits fail (each reads its own engine; the worker's ends with the head's
+        # verdict), and no half-pair is left running.
+        failed = {line.split()[0] for line in recap(res).splitlines() if "failed=" in line and "failed=0" not in line}
+        assert {r.name for r in pair.ranks} <= failed, recap(res)
+        for r in pair.ranks:
+            assert container_state(r).get("Running") is not True, (r.name, container_state(r))
 
 
 @pytest.mark.fault("in-flight")

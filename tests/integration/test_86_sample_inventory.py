@@ -120,7 +120,7 @@ def test_sample_filled_in_for_the_simulator_passes_preflight_in_check_mode(pair,
     for task in ("Preflight | The rank has the pinned GPU and its fabric links are Up",
                  "Preflight | The rank holds the pinned model checkpoint"):
         assert ran.get(task) == set(HOSTS), (task, ran.get(task), sorted(ran))
-    assert ran.get("Preflight | The head reaches its worker over SSH (the pair's one-way trust)") == {"lab01-head"}, ran
+    assert not [task for task in ran if "SSH" in task], ran  # no rank is reached but through Ansible
     assert {r.name: snapshot(r) for r in pair.ranks} == before, "preflight in check mode changed a rank"
     tree = json.loads((tmp_path / "evidence" / "wrapper-tree.json").read_text())
     assert tree["dirty"] is False, tree

@@ -7,17 +7,24 @@ import threading
 import time
 
 from ansible_collections.gb10.dspark.plugins.module_utils import _engine_probe as P
+from ansible_collections.gb10.dspark.plugins.module_utils._startup import PHASES, phase_of
 
 TIMEOUT = 10.0
 
 
-def _running_container(argv: list[str]) -> tuple[int, str, str]:
-    """The lane has no docker: the head's container is reported running; everything else is real."""
-    assert argv[:3] == ["docker", "container", "inspect"] or argv[:2] == ["docker", "logs"], argv
-    if argv[1] == "logs":
-        return 0, "engine log line\n", ""
-    return 0, json.dumps([{"Id": "lane", "Image": "sha256:lane", "State": {"Status": "running", "Running": True},
-                           "Config": {"Labels": {}}}]), ""
+class _RunningContainer:
+    """The lane has no docker: the head's container is reported running, and its log is the real
+    server's log; everything else is real."""
+
+    def __init__(self, log: str):
+        self.log = log
+
+    def inspect_container(self, name):
+        return {"Id": "lane", "Image": "sha256:lane", "State": {"Status": "running", "Running": True},
+                "Config": {"Labels": {}, "Tty": False}}
+
+    def logs(self, name, tail, tty=False):
+        return "\n".join(self.log.splitlines()[-tail:]).encode(), b""
 
 
 def test_readiness_and_kv_size_from_the_real_metrics(real, note):
@@ -41,8 +48,8 @@ def test_readiness_and_kv_size_from_the_real_metrics(real, note):
 def test_probe_reports_the_head_ready(real):
     """probe() with the head's container running (docker stubbed: the lane has none) and the real API: ready,
     nothing exited, and busy_message lets an idle head be replaced."""
-    result = P.probe(_running_container, "dspark_vllm", real.url, real.model, None, log_lines=1, timeout=TIMEOUT)
-    assert result["ready"] is True and result["exited"] == []
+    result = P.probe(_RunningContainer(real.log()), "dspark_vllm", real.url, real.model, log_lines=1, timeout=TIMEOUT)
+    assert result["ready"] is True and result["container"]["running"] is True
     assert result["api"]["kv_cache_size_tokens"] == real.logged_kv_tokens()
     assert P.busy_message(result, "head") is None
 
@@ -112,3 +119,21 @@ def test_a_kv_reader_that_trusts_only_the_standin_metric_finds_nothing(real, mon
     assert state["ready"] is True
     assert state["kv_cache_size_tokens"] is None
     note("kv_cache_size_tokens None with the stand-in-only reader")
+
+
+def test_start_up_phases_read_from_the_real_servers_log(real, note):
+    """The readiness wait's phases (_startup.phase_of) follow the real server's own start-up log:
+    read line by line they only move forward, pass the engine config, the KV cache size and the API,
+    and the whole log reads "API up"."""
+    lines = real.log().splitlines()
+    seen: list[str] = []
+    for end in range(1, len(lines) + 1):
+        key = phase_of(lines[:end]).key
+        if not seen or seen[-1] != key:
+            seen.append(key)
+    order = [PHASES.index(key) for key in seen]
+    assert order == sorted(order), seen
+    assert {"configured", "kv_cache", "api_starting", "api_up"} <= set(seen), seen
+    final = phase_of(lines)
+    assert final.key == "api_up", final
+    note(f"phases seen in the real log: {', '.join(seen)}")

@@ -11,6 +11,7 @@ Exit codes: 0 after SIGTERM/SIGINT (or, on a worker, after the head's orderly sh
 for start-up errors, a lost peer, a join timeout and engine death; unknown DSPARK_SIM_*
 settings exit 1 before anything else.  Usage errors exit 2 in cli.py.
 """
+import glob
 import os
 import signal
 import socket
@@ -230,10 +231,24 @@ class Boot:
                                                  "weight-only FP4 compression will use the Marlin kernel. DSpark "
                                                  "drafter: fallback to eager for unsupported shapes.")
         start = time.monotonic()
-        self.lc.sleep(self.settings.startup_delay_s)
+        self._load_shards()
         elapsed = time.monotonic() - start
         w.info("default_loader.py:267", f"Loading weights took {elapsed:.2f} seconds")
         w.info("gpu_model_runner.py:2397", f"Model loading took {MODEL_GIB:.4f} GiB and {elapsed + 0.31:.6f} seconds")
+
+    def _load_shards(self):
+        """vLLM's shard progress bar (stderr, one line per update), spread over the start-up delay."""
+        shards = len(glob.glob(os.path.join(self.cfg.model, "*.safetensors"))) or 1
+        steps = min(shards, 8)
+        start = time.monotonic()
+        for step in range(steps + 1):
+            done = shards * step // steps
+            spent = time.monotonic() - start
+            rate = f"{done / spent:5.2f}it/s" if spent > 0 and done else "?it/s"
+            self.procs.worker.raw(f"Loading safetensors checkpoint shards: {100 * done // shards:3d}% Completed | "
+                                  f"{done}/{shards} [00:{int(spent):02d}<00:00, {rate}]", stderr=True)
+            if step < steps:
+                self.lc.sleep(self.settings.startup_delay_s / steps)
 
     def _kv_cache(self):
         cfg, w = self.cfg, self.procs.worker

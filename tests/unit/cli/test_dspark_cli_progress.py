@@ -171,3 +171,28 @@ def test_report_audit_missing_or_broken(tmp_path):
     out = io.StringIO()
     assert cli.report_audit(str(tmp_path), out) is None
     assert "not readable JSON" in out.getvalue()
+
+
+def test_long_waits_show_their_own_lines_and_nothing_else_verbose():
+    """pair_ready's phase lines and READY line, and NIAH's progress, reach the operator through
+    ansible-runner's verbose events; any other verbose output stays in the run's stdout artifact."""
+    phase_line = "[sim01-head] 18:52:03 waited 35/3600 s; head loading weights 12/48; worker loading weights 12/48"
+    got = lines({"event": "verbose", "stdout": phase_line},
+                {"event": "verbose", "stdout": "[sim01-head] READY served=m kv_cache_size_tokens=4096 after 41 s"},
+                {"event": "verbose", "stdout": "[sim02-head] NIAH running: depth 0.5 (2/3), 1 row(s) written"},
+                {"event": "verbose", "stdout": "<10.231.0.11> ESTABLISH SSH CONNECTION FOR USER: root"},
+                {"event": "verbose", "stdout": "[sim01-head] secret=sk-1 something else"})
+    assert got == [
+        "[sim01] sim01-head 18:52:03 waited 35/3600 s; head loading weights 12/48; worker loading weights 12/48",
+        "[sim01] sim01-head READY served=m kv_cache_size_tokens=4096 after 41 s",
+        "[sim02] sim02-head NIAH running: depth 0.5 (2/3), 1 row(s) written",
+    ]
+
+
+def test_the_gate_verdict_of_a_debug_summary_is_printed():
+    got = lines(event("runner_on_ok", task="Gate | Summary", task_action="ansible.builtin.debug",
+                      res={"msg": "pair sim01: RUNTIME_GATE status=PASS errors=0 output=/e/runtime-gate.json"}),
+                event("runner_on_ok", task="Engine | Start", task_action="community.docker.docker_container",
+                      res={"msg": "not shown"}))
+    assert got == ["[sim01] sim01-head ok Gate | Summary -- pair sim01: RUNTIME_GATE status=PASS errors=0 "
+                   "output=/e/runtime-gate.json", "[sim01] sim01-head ok Engine | Start"]

@@ -8,6 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from ansible_collections.gb10.dspark.plugins.module_utils import _engine_probe as ep
+from ansible_collections.gb10.dspark.plugins.module_utils._docker_engine import EngineError
 
 METRICS = """# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge
@@ -27,13 +28,13 @@ def test_parse_metrics_reads_labels_and_values():
 
 
 def test_container_state_fields():
-    doc = [{"Id": "c1", "Image": "sha256:x", "RestartCount": 0,
-            "State": {"Status": "exited", "Running": False, "ExitCode": 1, "StartedAt": "t0", "FinishedAt": "t1"},
-            "Config": {"Labels": {"io.gb10.dspark.rank": "1", "other": "x"}}}]
-    st = ep.container_state(json.dumps(doc))
+    doc = {"Id": "c1", "Image": "sha256:x", "RestartCount": 0,
+           "State": {"Status": "exited", "Running": False, "ExitCode": 1, "StartedAt": "t0", "FinishedAt": "t1"},
+           "Config": {"Labels": {"io.gb10.dspark.rank": "1", "other": "x"}}}
+    st = ep.container_state(doc)
     assert st["exists"] and not st["running"] and st["exit_code"] == 1
     assert st["labels"] == {"io.gb10.dspark.rank": "1"}
-    assert ep.container_state("[]")["status"] == "absent"
+    assert ep.container_state(None)["status"] == "absent"
 
 
 class _Api(BaseHTTPRequestHandler):
@@ -68,49 +69,50 @@ def api():
     yield from _serve(_Api)
 
 
-def fake_run(states: dict):
-    calls = []
+class FakeDocker:
+    """The two reads a probe makes of the rank's Docker engine; ``state`` None: no such container."""
 
-    def run(argv):
-        calls.append(argv)
-        where = "worker" if argv[0] == "ssh" else "head"
-        cmd = argv[-1].split() if where == "worker" else argv
-        st = states[where]
-        if "inspect" in cmd:
-            if st is None:
-                return 1, "", "Error: No such container: dspark_vllm"
-            return 0, json.dumps([{"Id": where, "State": st, "Config": {"Labels": {}}}]), ""
-        return 0, f"{where} line 1\n{where} last line\n", ""
-    return run, calls
+    def __init__(self, state: dict | None, log: bytes = b"line 1\nlast line\n", err: str | None = None):
+        self.state, self.log, self.err = state, log, err
+        self.calls: list[tuple] = []
+
+    def inspect_container(self, name):
+        self.calls.append(("inspect", name))
+        if self.err:
+            raise EngineError(self.err)
+        if self.state is None:
+            return None
+        return {"Id": "c", "Image": "sha256:x", "State": self.state, "Config": {"Labels": {}, "Tty": False}}
+
+    def logs(self, name, tail, tty=False):
+        self.calls.append(("logs", name, tail))
+        return self.log, b""
 
 
-def test_probe_ready_pair(api):
-    run, calls = fake_run({"head": {"Status": "running", "Running": True}, "worker": {"Status": "running", "Running": True}})
-    out = ep.probe(run, "dspark_vllm", api, "m", ["ssh", "root@w", "--"])
-    assert out["ready"] and out["exited"] == []
+def test_probe_ready_head(api):
+    docker = FakeDocker({"Status": "running", "Running": True})
+    out = ep.probe(docker, "dspark_vllm", api, "m")
+    assert out["ready"] and out["container"]["running"]
     assert out["api"]["kv_cache_size_tokens"] == 1253231 and out["api"]["num_requests_running"] == 2
-    assert out["worker"]["logs"][-1] == "worker last line"
-    assert ["ssh", "root@w", "--", "docker container inspect dspark_vllm"] in calls  # one quoted string for ssh
+    assert out["container"]["logs"][-1] == "last line"
+    assert ("logs", "dspark_vllm", 20) in docker.calls
 
 
-def test_probe_exited_worker_is_not_ready(api):
-    run, _unused = fake_run({"head": {"Status": "running", "Running": True},
-                            "worker": {"Status": "exited", "Running": False, "ExitCode": 1}})
-    out = ep.probe(run, "dspark_vllm", api, "m", ["ssh", "root@w", "--"])
-    assert not out["ready"] and out["exited"] == ["worker"]
+def test_probe_exited_container_is_not_ready_and_skips_the_api():
+    out = ep.probe(FakeDocker({"Status": "exited", "Running": False, "ExitCode": 137}), "dspark_vllm",
+                   "http://127.0.0.1:9", "m")
+    assert not out["ready"] and out["container"]["exit_code"] == 137
+    assert out["api"]["error"] == "container not running"
 
 
-def test_probe_missing_container_and_wrong_model(api):
-    run, _unused = fake_run({"head": {"Status": "running", "Running": True}, "worker": None})
-    out = ep.probe(run, "dspark_vllm", api, "other-model", ["ssh", "root@w", "--"])
-    assert out["worker"]["status"] == "absent" and not out["api"]["ready"] and not out["ready"]
-    assert out["worker"]["running"] is False  # every rank state says whether it runs, absent ones too
-
-
-def test_probe_head_down_skips_the_api():
-    run, _unused = fake_run({"head": {"Status": "exited", "Running": False, "ExitCode": 137}, "worker": None})
-    out = ep.probe(run, "dspark_vllm", "http://127.0.0.1:9", "m", None)
-    assert out["exited"] == ["head"] and out["api"]["error"] == "head container not running"
+def test_probe_missing_container_wrong_model_and_unreadable_engine(api):
+    out = ep.probe(FakeDocker(None), "dspark_vllm", api, "m")
+    assert out["container"]["status"] == "absent" and out["container"]["running"] is False and not out["ready"]
+    assert out["container"]["logs"] == []
+    out = ep.probe(FakeDocker({"Status": "running", "Running": True}), "dspark_vllm", api, "other-model")
+    assert not out["api"]["ready"] and not out["ready"]
+    out = ep.probe(FakeDocker(None, err="cannot reach the Docker engine at /x: refused"), "dspark_vllm", api, "m")
+    assert out["container"]["status"] == "unknown" and "refused" in out["container"]["error"]
 
 
 class _StalledMetrics(_Api):
@@ -130,8 +132,7 @@ RUNNING = {"Status": "running", "Running": True}
 
 
 def test_a_metrics_timeout_is_unknown_load_never_idle(stalled_api):
-    run, _unused = fake_run({"head": RUNNING, "worker": None})
-    out = ep.probe(run, "dspark_vllm", stalled_api, "m", None, timeout=0.5)
+    out = ep.probe(FakeDocker(RUNNING), "dspark_vllm", stalled_api, "m", timeout=0.5)
     assert out["api"]["ready"] and out["api"]["num_requests_running"] is None
     assert "timed out" in out["api"]["metrics_error"]
     msg = ep.busy_message(out, "sim01-head")
@@ -140,8 +141,7 @@ def test_a_metrics_timeout_is_unknown_load_never_idle(stalled_api):
 
 
 def test_busy_message_refuses_running_requests_and_missing_metrics(api):
-    run, _unused = fake_run({"head": RUNNING, "worker": None})
-    out = ep.probe(run, "dspark_vllm", api, "m", None)
+    out = ep.probe(FakeDocker(RUNNING), "dspark_vllm", api, "m")
     assert ep.busy_message(out, "h") == ("rank h: the head is serving 2 request(s), expected 0; stopping the engine "
                                          "would cut them off. Drain it, or set dspark_engine_force_replace=true")
     out["api"].update(num_requests_running=None, metrics_error="/metrics has no vllm:num_requests_running")
@@ -152,32 +152,27 @@ def test_busy_message_refuses_running_requests_and_missing_metrics(api):
 
 def test_busy_message_lets_a_stopped_or_missing_head_go():
     for head in ({"Status": "exited", "Running": False, "ExitCode": 0}, None):
-        run, _unused = fake_run({"head": head, "worker": None})
-        out = ep.probe(run, "dspark_vllm", "http://127.0.0.1:9", "m", None)
+        out = ep.probe(FakeDocker(head), "dspark_vllm", "http://127.0.0.1:9", "m")
         assert ep.busy_message(out, "h") is None
 
 
 def test_container_only_read_skips_the_api_and_the_logs():
-    run, calls = fake_run({"head": RUNNING, "worker": RUNNING})
-    out = ep.probe(run, "dspark_vllm", "http://127.0.0.1:9", "m", ["ssh", "root@w", "--"], log_lines=0, read_api=False)
-    assert out["head"]["running"] and out["worker"]["running"] and out["head"]["logs"] == []
+    docker = FakeDocker(RUNNING)
+    out = ep.probe(docker, "dspark_vllm", "http://127.0.0.1:9", "m", log_lines=0, read_api=False)
+    assert out["container"]["running"] and out["container"]["logs"] == []
     assert out["api"]["error"] == "API not read (read_api=false)" and not out["ready"]
-    assert not any("logs" in " ".join(c) for c in calls)
+    assert [c[0] for c in docker.calls] == ["inspect"]
 
 
 def test_the_probe_never_returns_the_containers_environment():
     secret = "sk-probe-leak-check-91c2"
-    doc = [{"Id": "c", "Image": "sha256:x", "State": RUNNING, "Path": "vllm", "Args": ["serve"],
-            "Config": {"Env": [f"VLLM_API_KEY={secret}"], "Cmd": ["serve"], "Labels": {"io.gb10.dspark.rank": "0"}}}]
-    assert secret not in json.dumps(ep.container_state(json.dumps(doc)))
+    doc = {"Id": "c", "Image": "sha256:x", "State": RUNNING, "Path": "vllm", "Args": ["serve"],
+           "Config": {"Env": [f"VLLM_API_KEY={secret}"], "Cmd": ["serve"], "Labels": {"io.gb10.dspark.rank": "0"}}}
+    assert secret not in json.dumps(ep.container_state(doc))
 
 
 def test_log_lines_lose_terminal_control_sequences():
     assert ep.printable("\x1b[31mERROR\x1b[0m boom\x07\x1b]0;owned\x07") == "ERROR boom??]0;owned?"
     assert ep.printable("tab\tkept") == "tab\tkept"
-
-    def run(argv):
-        if "inspect" in argv:
-            return 0, json.dumps([{"Id": "h", "State": RUNNING, "Config": {"Labels": {}}}]), ""
-        return 0, "\x1b[2J\x1b[Hcleared screen\n", ""
-    assert ep.rank_state(run, None, "dspark_vllm", 5)["logs"] == ["cleared screen"]
+    assert ep.rank_state(FakeDocker(RUNNING, log=b"\x1b[2J\x1b[Hcleared screen\n"), "dspark_vllm", 5)["logs"] == [
+        "cleared screen"]
