@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -248,12 +249,23 @@ def test_api_key_reaches_only_the_containers_environment(sim, clean_tree, tmp_pa
     pair = sim[1]
     key = "sk-dspark-integration-7f3a9c0e51"
     secrets = tmp_path / "secrets.yml"
-    secrets.write_text(f"dspark_api_key: {key}\ndspark_preflight_wrapper_path: {clean_tree}\n")
+    # a start-up slow enough (4 s of weight loading) for the readiness wait to show its phases
+    secrets.write_text(f"dspark_api_key: {key}\ndspark_preflight_wrapper_path: {clean_tree}\n"
+                       "dspark_engine_extra_env: {DSPARK_SIM_STARTUP_DELAY_S: '4'}\n")
     secrets.chmod(0o600)
     runs = tmp_path / "runs"
     with ProcessWatch(key) as watch:
         first = dspark("provision", "--limit", pair.group, "-e", f"@{secrets}", "-v", artifacts=runs)
         assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-2000:]
+        # The operator watches the cold start: each rank's phase with the time waited, then the
+        # READY line, then the gate's verdict, all in dspark's own output.
+        out = first.stdout + first.stderr
+        phase = re.search(rf"^\[sim02\] {pair.head.name} \d\d:\d\d:\d\d waited \d+/\d+ s; head loading weights \d+/48; "
+                          r"worker \S", out, re.M)
+        ready = re.search(rf"^\[sim02\] {pair.head.name} READY served=\S+ kv_cache_size_tokens=\d+ after \d+ s$", out, re.M)
+        verdict = re.search(r"Gate \| Summary -- pair sim02: RUNTIME_GATE status=PASS errors=0", out)
+        assert phase and ready and verdict, out[-5000:]
+        assert phase.start() < ready.start() < verdict.start()
         between = started(pair)
         second = dspark("provision", "--limit", pair.group, "-e", f"@{secrets}", "-v", artifacts=runs)
         assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-2000:]
