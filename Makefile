@@ -27,7 +27,7 @@ deps: $(STAMPS)/venv $(STAMPS)/collections $(STAMPS)/cli
 $(STAMPS)/apt: tools/deps/apt.sh
 	@mkdir -p $(STAMPS) && bash tools/deps/apt.sh && touch $@
 
-$(STAMPS)/venv: requirements.txt $(STAMPS)/apt
+$(STAMPS)/venv: requirements.txt meta/ee-requirements.txt $(STAMPS)/apt
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@echo "[deps] venv: installing requirements.txt into $(VENV)"
 	@$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt

@@ -34,6 +34,8 @@ ARGUMENT_SPEC = {
 # What gb10.dspark.engine_probe alone adds: a container-only read, and the replace guard.
 PROBE_ARGUMENT_SPEC = {
     "read_api": {"type": "bool", "default": True},
+    "refuse_foreign": {"type": "bool", "default": False},
+    "replace_foreign": {"type": "bool", "default": False},
     "refuse_busy": {"type": "bool", "default": False},
     "force": {"type": "bool", "default": False},
     "rank": {"type": "str"},
@@ -109,6 +111,7 @@ def container_state(doc: dict | None) -> dict:
         "started_at": state.get("StartedAt"),
         "finished_at": state.get("FinishedAt"),
         "restart_count": doc.get("RestartCount"),
+        "image_ref": (doc.get("Config") or {}).get("Image"),
         "labels": {k: v for k, v in labels.items() if k.startswith(LABEL_PREFIX)},
     }
 
@@ -198,6 +201,21 @@ def probe(engine: Engine, container: str, base_url: str, model: str, log_lines: 
     else:
         api = api_state(base_url, model, timeout, api_key)
     return {"container": rank, "api": api, "ready": bool(api["ready"]) and bool(rank.get("running"))}
+
+
+def foreign_message(result: dict, rank: str, container: str) -> str | None:
+    """Why the container that holds the engine's name is not ours to replace, or None when it is
+    ours (it carries the collection's labels) or there is none. Someone else's workload under
+    that name is never removed without the operator's word."""
+    state = result.get("container") or {}
+    if not state.get("exists") or state.get("labels"):
+        return None
+    ref, image_id = state.get("image_ref") or "?", state.get("image")
+    image = ref if not image_id or image_id == ref else f"{ref} = {image_id}"
+    return (f"rank {rank}: container {container} (image {image}, started {state.get('started_at') or '?'}, "
+            f"{state.get('status')}) was not made by gb10.dspark (no "
+            f"{LABEL_PREFIX}* labels), expected none or the collection's engine; nothing was changed. Move that "
+            f"workload away, or set dspark_engine_replace_foreign=true to replace it")
 
 
 def busy_message(result: dict, rank: str) -> str | None:

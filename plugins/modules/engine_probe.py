@@ -28,6 +28,17 @@ options:
         which is what preflight and the worker need.
     type: bool
     default: true
+  refuse_foreign:
+    description:
+      - Fail when a container holds I(container)'s name but carries none of the collection's
+        C(io.gb10.dspark.*) labels - someone else's workload, which the collection never replaces
+        unasked. The message names the container, its image and its start time.
+    type: bool
+    default: false
+  replace_foreign:
+    description: With I(refuse_foreign), warn instead of failing (the operator's C(dspark_engine_replace_foreign)).
+    type: bool
+    default: false
   refuse_busy:
     description:
       - Fail unless the head may be stopped now - its container does not run, or its C(/metrics)
@@ -74,7 +85,7 @@ probe:
     container:
       description: >-
         The rank's engine container (exists, status, running, exit_code, started_at, finished_at,
-        labels, logs); status C(absent) when there is none, C(unknown) with an error when the
+        image (its ID), image_ref (the name it was started from), the collection's labels, logs); status C(absent) when there is none, C(unknown) with an error when the
         Docker engine cannot be read.
       type: dict
       returned: always
@@ -97,6 +108,7 @@ from ansible_collections.gb10.dspark.plugins.module_utils._engine_probe import (
     ARGUMENT_SPEC,
     PROBE_ARGUMENT_SPEC,
     busy_message,
+    foreign_message,
     probe,
 )
 
@@ -113,6 +125,12 @@ def main() -> None:
         module.fail_json(msg=f"rank {p['rank'] or 'this rank'}: {exc}")
     result = probe(engine, p["container"], p["base_url"], p["model"], p["log_lines"], p["timeout"], p["api_key"],
                    p["read_api"])
+    if p["refuse_foreign"]:
+        foreign = foreign_message(result, p["rank"] or "this rank", p["container"])
+        if foreign and not p["replace_foreign"]:
+            module.fail_json(msg=foreign, probe=result)
+        if foreign:
+            module.warn(f"{foreign} (replace_foreign: it will be replaced)")
     if p["refuse_busy"]:
         busy = busy_message(result, p["rank"] or "head")
         if busy and not p["force"]:

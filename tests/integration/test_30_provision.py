@@ -165,6 +165,31 @@ def test_stand_in_faults_fail_the_run_with_reason(sim, clean_tree, host_vars, wh
             assert container_state(r).get("Running") is not True, (r.name, container_state(r))
 
 
+@pytest.mark.fault("foreign-container")
+def test_a_container_under_the_engines_name_that_is_not_ours_is_refused(sim, clean_tree):
+    """Someone else's workload named dspark_vllm on the worker (no io.gb10.dspark.* labels): provision
+    and teardown refuse before anything changes on either rank, naming the container, its image
+    and its start time; dspark_engine_replace_foreign=true replaces it."""
+    pair = sim[1]
+    worker = pair.worker
+    image = json.loads(on_rank(worker, ["docker", "container", "inspect", "dspark_vllm"]).stdout)[0]["Image"]
+    on_rank(worker, ["docker", "rm", "-f", "dspark_vllm"])
+    on_rank(worker, ["docker", "run", "-d", "--name", "dspark_vllm", "--network", "none", "--entrypoint", "sleep",
+                     image, "3600"])
+    theirs = json.loads(on_rank(worker, ["docker", "container", "inspect", "dspark_vllm"]).stdout)[0]
+    before = {r.name: snapshot(r) for r in pair.ranks}
+    expected = (f"rank {worker.name}: container dspark_vllm (image {image}, started {theirs['State']['StartedAt']}, "
+                f"running) was not made by gb10.dspark")
+    for run_ in (provision(pair, clean_tree), playbook("teardown.yml", clean_tree, "--limit", pair.group, check=False)):
+        assert run_.returncode != 0
+        assert expected in flat(run_), flat(run_)[-3000:]
+        assert {r.name: snapshot(r) for r in pair.ranks} == before, "a refused run changed a rank"
+    again = provision(pair, clean_tree, "-e", "dspark_engine_replace_foreign=true")
+    assert again.returncode == 0, again.stdout[-4000:]
+    assert "was not made by gb10.dspark" in flat(again)  # the override is not silent
+    assert all(v[2] == "production" for v in started(pair).values())
+
+
 @pytest.mark.fault("in-flight")
 def test_engine_with_requests_in_flight_is_not_replaced_without_force(sim, clean_tree, host_vars):
     pair = sim[1]

@@ -1,10 +1,13 @@
 """The Galaxy artefact works on its own: `ansible-galaxy collection build` makes it, it installs into
-a fresh collections path, and the simulator's provision runs from that installed copy (not from this
-checkout), passes the gate, and the wrapper-tree check verifies the installed files."""
+a fresh collections path, a fresh virtualenv gets the control node's install (README.md, "Real
+pairs": meta/ee-requirements.txt and the dspark command from the installed copy, nothing of the
+simulator's or the development tools), and the simulator's provision runs from there (not from
+this checkout), passes the gate, and the wrapper-tree check verifies the installed files."""
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -50,6 +53,20 @@ def test_the_built_artefact_installs_and_provisions_the_simulator(sim, clean_tre
     deps.mkdir(parents=True)
     (deps / "community").symlink_to(ROOT / "collections" / "ansible_collections" / "community")
 
+    # The control node's Python: a fresh virtualenv with the collection's own requirements and its
+    # dspark command (built from a copy, so that pip's build files stay out of the installed tree).
+    venv = tmp_path / "venv"
+    run([sys.executable, "-m", "venv", str(venv)], cwd=tmp_path, env=env)
+    cli_copy = tmp_path / "dspark-cli"
+    shutil.copytree(root / "cli", cli_copy)
+    run([str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check",
+         "-r", str(root / "meta" / "ee-requirements.txt"), str(cli_copy)], cwd=tmp_path, env=env, timeout=900)
+    have = {line.split("==")[0].lower() for line in
+            run([str(venv / "bin" / "pip"), "freeze"], cwd=tmp_path, env=env).stdout.split()}
+    assert {"ansible-core", "ansible-runner", "pytest", "pytest-testinfra", "pytest-timeout", "dspark-cli"} <= have, have
+    assert not have & {"docker", "molecule", "ansible-lint", "selenium", "ruff"}, have & {"docker", "molecule"}
+    assert "provision" in run([str(venv / "bin" / "dspark"), "--help"], cwd=tmp_path, env=env).stdout
+
     # A control node that has only the installed copy: its own ansible.cfg, run from outside the checkout.
     cfg = (ROOT / "ansible.cfg").read_text().replace(
         "collections_path = ./collections", f"collections_path = {installed}:{tmp_path / 'deps'}")
@@ -57,7 +74,7 @@ def test_the_built_artefact_installs_and_provisions_the_simulator(sim, clean_tre
     (tmp_path / "ansible.cfg").write_text(cfg)
     env["ANSIBLE_CONFIG"] = str(tmp_path / "ansible.cfg")
     evidence = tmp_path / "evidence"
-    res = run([tool("ansible-playbook"), "-i", str(INVENTORY), "gb10.dspark.provision", "--limit", pair.group,
+    res = run([str(venv / "bin" / "ansible-playbook"), "-i", str(INVENTORY), "gb10.dspark.provision", "--limit", pair.group,
                "-e", f"dspark_evidence_dir={evidence}"], cwd=tmp_path, env=env)
     assert "failed=0" in res.stdout.split("PLAY RECAP")[-1]
 

@@ -1,4 +1,5 @@
-"""inventories/sample: hosts.yml (one pair) and fleet.yml (three pairs) parse with ansible-inventory, form
+"""inventories/sample (one pair) and inventories/sample-fleet (three pairs, the same group_vars through
+symlinks) parse with ansible-inventory, each folder alone as operators pass it with -i, form
 pairs by the collection's own pairing check, give every host what the roles require, carry only
 documentation addresses, and render a launch with the collection's own profile logic."""
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[3]
-SAMPLE = REPO / "inventories" / "sample"
+SAMPLE = REPO / "inventories"
 COLLECTIONS = REPO / "collections"
 if str(COLLECTIONS) not in sys.path:
     sys.path.insert(0, str(COLLECTIONS))
@@ -23,7 +24,7 @@ if str(COLLECTIONS) not in sys.path:
 from ansible_collections.gb10.dspark.plugins.module_utils import _pin, _profile  # noqa: E402
 from ansible_collections.gb10.dspark.plugins.module_utils._pair import check_pairs  # noqa: E402
 
-INVENTORIES = {"hosts.yml": 1, "fleet.yml": 3}  # file -> pairs
+INVENTORIES = {"sample": 1, "sample-fleet": 3}  # folder (given to -i whole) -> pairs
 DOCUMENTATION_NETS = [ipaddress.ip_network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")]
 # Required by a role but set during the run, not by the inventory.
 SET_DURING_THE_RUN = {"dspark_profile_active"}
@@ -135,3 +136,10 @@ def test_every_rank_renders_its_launch_with_the_collections_profile_logic(file):
         assert not out["experimental"], host
         sha.setdefault(v["dspark_pair"], set()).add(out["profile_sha256"])
     assert all(len(s) == 1 for s in sha.values()), "the ranks of a pair must resolve the identical profile"
+
+
+def test_the_fleet_shares_the_samples_pin_and_site_settings_through_symlinks():
+    """One pin: the fleet's group_vars are links to the pair sample's, never copies."""
+    for name in ("pin.yml", "site.yml"):
+        link = SAMPLE / "sample-fleet" / "group_vars" / "all" / name
+        assert link.is_symlink() and link.resolve() == (SAMPLE / "sample" / "group_vars" / "all" / name).resolve()

@@ -176,3 +176,23 @@ def test_log_lines_lose_terminal_control_sequences():
     assert ep.printable("tab\tkept") == "tab\tkept"
     assert ep.rank_state(FakeDocker(RUNNING, log=b"\x1b[2J\x1b[Hcleared screen\n"), "dspark_vllm", 5)["logs"] == [
         "cleared screen"]
+
+
+def test_a_container_without_the_collections_labels_is_someone_elses():
+    theirs = {"Id": "c", "Image": "sha256:abc", "State": {**RUNNING, "StartedAt": "2026-12-04T10:00:00Z"},
+              "Config": {"Image": "postgres:16", "Labels": {"com.example.owner": "db-team"}}}
+
+    class Docker(FakeDocker):
+        def inspect_container(self, name):
+            return theirs
+
+    out = ep.probe(Docker(RUNNING), "dspark_vllm", "http://127.0.0.1:9", "m", log_lines=0, read_api=False)
+    assert ep.foreign_message(out, "sim01-worker", "dspark_vllm") == (
+        "rank sim01-worker: container dspark_vllm (image postgres:16 = sha256:abc, started 2026-12-04T10:00:00Z, "
+        "running) was not made by gb10.dspark (no io.gb10.dspark.* labels), expected none or the collection's engine; "
+        "nothing was changed. Move that workload away, or set dspark_engine_replace_foreign=true to replace it")
+    theirs["Config"]["Labels"]["io.gb10.dspark.pair"] = "sim01"  # ours: replaced as usual
+    out = ep.probe(Docker(RUNNING), "dspark_vllm", "http://127.0.0.1:9", "m", log_lines=0, read_api=False)
+    assert ep.foreign_message(out, "sim01-worker", "dspark_vllm") is None
+    none = ep.probe(FakeDocker(None), "dspark_vllm", "http://127.0.0.1:9", "m", log_lines=0, read_api=False)
+    assert ep.foreign_message(none, "sim01-worker", "dspark_vllm") is None
