@@ -1,22 +1,29 @@
 """`dspark`: run the gb10.dspark playbooks through ansible-runner, with live progress per GB10 pair.
 
-    dspark <command> [--inventory PATH] [--limit PATTERN] [-e KEY=VALUE|@FILE ...] [--check]
-                     [--artifacts DIR] [-v]
+    dspark <command> [-i PATH] [--limit PATTERN | --all] [-e KEY=VALUE|@FILE|{...} ...] [--check] [--diff]
+                     [-t TAGS] [--skip-tags TAGS] [-f N] [-u USER] [--private-key FILE] [-b] [--become-user USER]
+                     [-K] [--vault-id ID] [--vault-password-file FILE] [-J] [--artifacts DIR] [-v] [--json]
     dspark render --profile NAME [--json] [the options above]
 
-Every run gets its own folder ``<artifacts>/<command>-<UTC time>-<random>`` holding ansible-runner's
-artifacts (``stdout``, ``job_events/``, ``rc``, ``status``) and, for ``audit``, the report; for
-``render``, the render itself (``render.json``), which alone goes to stdout: progress goes to stderr.
+Ansible's options go to ansible-playbook unchanged (``-e`` items through private files, see
+``extravars_argv``). Every run gets its own folder ``<artifacts>/<command>-<UTC time>-<random>`` holding
+ansible-runner's artifacts (``stdout``, ``job_events/``, ``rc``, ``status``) and, for ``audit`` and
+``status``, the report; for ``render``, the render itself (``render.json``), which alone goes to stdout:
+progress goes to stderr. With ``--json`` (any command but ``render``, whose ``--json`` prints the render
+as JSON) stdout holds one JSON summary of the run and everything else goes to stderr.
 """
 from __future__ import annotations
 
 import argparse
 import configparser
+import dataclasses
 import datetime
+import getpass
 import json
 import os
 import re
 import secrets
+import shlex
 import shutil
 import signal
 import subprocess
@@ -24,12 +31,12 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Mapping, TextIO
+from typing import Any, Mapping, TextIO
 
 import yaml
 
 from . import __version__
-from .progress import Progress, decide_exit, one_line, pair_map
+from .progress import Progress, decide_exit, failing_hosts, failing_pairs, host_counts, one_line, pair_map
 from .render import format_document, read_document
 
 EX_USAGE = 64
@@ -42,6 +49,7 @@ AUDIT_DIR_VAR = "dspark_audit_report_dir"
 RENDER_OUTPUT_VAR = "dspark_render_output"
 RENDER_PROFILE_VAR = "dspark_profile_name"
 RENDER_FILE = "render.json"
+DSPARK_VARS_FILE = "dspark-vars.json"
 
 PLAYBOOKS = {
     "preflight": "gb10.dspark.preflight",
@@ -49,27 +57,56 @@ PLAYBOOKS = {
     "rollback": "gb10.dspark.rollback",
     "rollforward": "gb10.dspark.rollforward",
     "audit": "gb10.dspark.audit",
+    "status": "gb10.dspark.audit",
     "guard": "gb10.dspark.guard",
     "niah": "gb10.dspark.niah",
+    "systems": "gb10.dspark.systems",
+    "pubsuite": "gb10.dspark.pubsuite",
     "evidence": "gb10.dspark.evidence",
     "teardown": "gb10.dspark.teardown",
     "render": "gb10.dspark.render",
 }
 
+# What each playbook does, from its header comment.
 HELP = {
-    "preflight": "check every identity of pairs before a change (changes nothing)",
-    "provision": "provision pairs: identity preflight, image, profile, engine, runtime gate",
-    "rollback": "roll pairs back to the breakable A/B profile (--forward: roll forward again)",
-    "audit": "audit the fleet and print the drift table (exit 2 when a pair is not OK)",
-    "guard": "run the 64x128 serving guard",
-    "niah": "run the max-context needle-in-a-haystack check",
-    "evidence": "collect the evidence pack",
-    "teardown": "stop the engines and remove what provision made",
+    "preflight": "identity preflight of pairs: the pin, the inventory's pairs, a clean checkout, the runtime manifest, "
+                 "and on every rank the GPU, fabric links, model checkpoint, head-to-worker SSH trust and master "
+                 "port (changes nothing)",
+    "provision": "provision pairs end to end: identity preflight, the pinned image on both ranks, the serving profile, "
+                 "the dual-rank engine (worker first, then the head), the readiness wait and the runtime gate "
+                 "(a converged pair is left alone)",
+    "rollback": "roll pairs back to the breakable CUDA-graph A/B profile with the image they already hold: "
+                "preflight, both engines replaced together (refused while the head serves), the runtime gate, "
+                "the evidence; --forward rolls forward to production; needs --limit or --all",
+    "audit": "audit the fleet, read-only: one verdict per pair (OK, DRIFT, DOWN, UNREACHABLE), a report "
+             "(text, HTML, JSON) and the drift table; exit 2 when a pair is not OK",
+    "status": "the audit of the pairs named by --limit (or of every pair with --all): read-only, prints their "
+              "drift table; exit 2 when one is not OK",
+    "guard": "the serving accuracy guard on each pair's head: 64 prompts x 128 tokens, the completion contract per "
+             "answer and an accuracy set; the report goes into the pair's evidence, which is then packed",
+    "niah": "max-context needle-in-a-haystack: switch each pair to the long-context profile, gate it, run the "
+            "25/50/90 percent ladder on the head, pack the evidence (a run still going on is waited for, not restarted)",
+    "systems": "the systems lanes on each pair's head: canary, latency, concurrency ladder, decode and prefill "
+               "throughput, speculative-decoding acceptance, the external benchmark client; then packs the evidence",
+    "pubsuite": "the one-shot publication suite: NIAH, the production profile launched and gated, the systems lanes, "
+                "the reproducibility checks, the publication pack; run again, it skips the stages already finished",
+    "evidence": "pack each pair's evidence: the pin, rendered profiles, docker inspect of both ranks, this run's "
+                "results, SHA256SUMS and index.md (with invalid_for_publish and every reason)",
+    "teardown": "take pairs out of service: stop and remove the engine on both ranks (refused while the head serves, "
+                "unless dspark_engine_force_replace=true) and leftover labelled containers; images and models stay "
+                "unless asked; needs --limit or --all",
     "render": "print each rank's vllm serve argv, environment and container options (contacts no host)",
 }
 
-# YAML 1.1 reads these as booleans; `-e` follows YAML 1.2 and keeps them as strings.
-_YAML11_BOOLS = frozenset({"yes", "no", "on", "off", "y", "n"})
+# Commands that act on every pair when no --limit is given: they want --limit or an explicit --all.
+NEEDS_TARGET = frozenset({"rollback", "teardown", "status"})
+# Commands that run the audit and print its report.
+AUDIT_COMMANDS = frozenset({"audit", "status"})
+
+# ansible-playbook's prompts, as regular expressions for ansible-runner's `passwords`.
+VAULT_PROMPT = r"Vault password:\s*?$"
+BECOME_PROMPT = r"BECOME password:\s*?$"
+ANY_VAULT_ID_PROMPT = r"Vault password \([^)]*\):\s*?$"
 
 
 class UsageError(Exception):
@@ -82,37 +119,75 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EX_USAGE, f"{self.prog}: error: {message}\n")
 
 
+def _forks(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     opts = common.add_argument_group("run options")
     opts.add_argument("-i", "--inventory", metavar="PATH",
                       help="inventory file or folder (default: $DSPARK_INVENTORY)")
     opts.add_argument("-l", "--limit", metavar="PATTERN", help="limit the run to these hosts or groups")
-    opts.add_argument("-e", "--extra-vars", dest="extra_vars", action="append", default=[],
-                      metavar="KEY=VALUE|@FILE",
-                      help="extra variable (value read as YAML: true is a boolean) or a YAML file of them; repeatable")
-    opts.add_argument("--check", action="store_true", help="run ansible in check mode (changes nothing)")
+    opts.add_argument("--all", action="store_true",
+                      help="act on every pair of the inventory: what rollback, teardown and status need "
+                           "without --limit (not with --limit)")
     opts.add_argument("--artifacts", metavar="DIR",
                       help="where run folders go (default: $DSPARK_ARTIFACTS or ./artifacts/runs)")
     opts.add_argument("-v", "--verbose", action="count", default=0,
                       help="ansible verbosity in the run's stdout artifact (-vvv for more)")
+    ansible = common.add_argument_group("ansible-playbook options (passed on with ansible-playbook's meaning)")
+    ansible.add_argument("-e", "--extra-vars", dest="extra_vars", action="append", default=[],
+                         metavar="KEY=VALUE|@FILE|{...}",
+                         help="extra variables: KEY=VALUE (a string, as in ansible), a YAML/JSON file (may be "
+                              "vaulted) or an inline mapping; repeatable, the last one wins")
+    ansible.add_argument("-C", "--check", action="store_true", help="run in check mode (changes nothing)")
+    ansible.add_argument("-D", "--diff", action="store_true", help="show the differences in changed files")
+    ansible.add_argument("-t", "--tags", action="append", default=[], metavar="TAGS",
+                         help="run only tasks tagged with these; repeatable")
+    ansible.add_argument("--skip-tags", dest="skip_tags", action="append", default=[], metavar="TAGS",
+                         help="skip tasks tagged with these; repeatable")
+    ansible.add_argument("-f", "--forks", type=_forks, metavar="N", help="parallel processes")
+    ansible.add_argument("-u", "--user", metavar="USER", help="connect as this user")
+    ansible.add_argument("--private-key", "--key-file", dest="private_key", metavar="FILE",
+                         help="SSH private key file")
+    ansible.add_argument("-b", "--become", action="store_true", help="run operations with become")
+    ansible.add_argument("--become-user", dest="become_user", metavar="USER", help="become this user")
+    ansible.add_argument("-K", "--ask-become-pass", dest="ask_become_pass", action="store_true",
+                         help="ask for the become password (dspark asks before the run)")
+    ansible.add_argument("--vault-id", dest="vault_ids", action="append", default=[], metavar="ID",
+                         help="vault identity (LABEL@FILE, LABEL@prompt); repeatable")
+    ansible.add_argument("--vault-password-file", "--vault-pass-file", dest="vault_password_files",
+                         action="append", default=[], metavar="FILE", help="vault password file; repeatable")
+    ansible.add_argument("-J", "--ask-vault-pass", "--ask-vault-password", dest="ask_vault_pass",
+                         action="store_true", help="ask for the vault password (dspark asks before the run)")
 
     parser = _Parser(prog="dspark", description="Run the gb10.dspark playbooks with live progress per GB10 pair.",
                      epilog="Exit codes: 0 success, 2 failed hosts or audit drift (else the playbook's rc), "
-                            "64 usage, 130 interrupted.")
+                            "64 usage, 69 no ansible-playbook, 130 interrupted (143 on SIGTERM).")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="<command>", required=True, parser_class=_Parser)
     for name, text in HELP.items():
         cmd = sub.add_parser(name, parents=[common], help=text, description=f"{text} ({PLAYBOOKS[name]})")
         if name == "rollback":
             cmd.add_argument("--forward", action="store_true",
-                             help=f"roll forward instead ({PLAYBOOKS['rollforward']})")
+                             help=f"roll forward instead ({PLAYBOOKS['rollforward']}: production, or "
+                                  "dspark_rollforward_profile)")
         if name == "render":
             cmd.add_argument("--profile", required=True, metavar="NAME",
                              help="the serving profile to render: production, long-1m or breakable-ab "
                                   "(the playbook checks the name)")
             cmd.add_argument("--json", action="store_true",
                              help="print the render as JSON (a list of ranks) instead of text")
+        else:
+            cmd.add_argument("--json", action="store_true",
+                             help="print one JSON summary of the run on stdout; progress and reports go to stderr")
     return parser
 
 
@@ -125,6 +200,19 @@ def playbook_name(args: argparse.Namespace) -> str:
 
 def playbook_for(args: argparse.Namespace) -> str:
     return PLAYBOOKS[playbook_name(args)]
+
+
+def check_target(args: argparse.Namespace) -> None:
+    """rollback, teardown and status act on the pairs named by --limit, or on all of them with --all only."""
+    if args.all and args.limit is not None:
+        raise UsageError("--all and --limit exclude each other: --limit names the pairs, --all means every pair")
+    if args.command not in NEEDS_TARGET or args.limit or args.all:
+        return
+    if args.command == "status":
+        raise UsageError("status needs the pairs to look at: --limit PATTERN (e.g. --limit pair_sim01), "
+                         "or --all for every pair (that is `dspark audit`)")
+    raise UsageError(f"{args.command} refuses to act on every pair of the inventory: name the pairs with "
+                     "--limit PATTERN (e.g. --limit pair_sim01), or pass --all")
 
 
 def _abspath(path: str, cwd: str) -> str:
@@ -147,54 +235,220 @@ def artifacts_base(value: str | None, environ: Mapping[str, str], cwd: str) -> s
     return _abspath(value or environ.get("DSPARK_ARTIFACTS") or os.path.join("artifacts", "runs"), cwd)
 
 
-def _yaml_value(text: str) -> object:
-    if text == "" or text.strip().lower() in _YAML11_BOOLS:
-        return text
-    try:
-        value = yaml.safe_load(text)
-        json.dumps(value)  # dates and other YAML-only types stay strings
-    except (yaml.YAMLError, TypeError, ValueError):
-        return text
-    return value
+# ---- ansible-playbook's options ----------------------------------------------------------------------
+# ansible-runner starts ansible-playbook in the run folder, so every path is made absolute against the
+# folder dspark runs from: the file is the one the operator named.
+
+def _split_vault_id(vault_id: str) -> tuple[str | None, str]:
+    """(label, source) as ansible splits ``--vault-id``: at the first ``@``; no ``@``: all of it is the source."""
+    if "@" not in vault_id:
+        return None, vault_id
+    label, source = vault_id.split("@", 1)
+    return label, source
 
 
-def _yaml_file(path: str) -> dict:
+def _vault_id_arg(vault_id: str, cwd: str) -> str:
+    label, source = _split_vault_id(vault_id)
+    if source in ("", "prompt", "prompt_ask_vault_pass"):
+        return vault_id
+    source = _abspath(source, cwd)
+    return source if label is None else f"{label}@{source}"
+
+
+def ansible_options(args: argparse.Namespace, cwd: str) -> list[str]:
+    """ansible-playbook's own options given to dspark (all but -e, --limit and -v), in argv form."""
+    argv: list[str] = []
+    if args.check:
+        argv.append("--check")
+    if args.diff:
+        argv.append("--diff")
+    for tags in args.tags:
+        argv += ["--tags", tags]
+    for tags in args.skip_tags:
+        argv += ["--skip-tags", tags]
+    if args.forks is not None:
+        argv += ["--forks", str(args.forks)]
+    if args.user is not None:
+        argv += ["--user", args.user]
+    if args.private_key:
+        argv += ["--private-key", _abspath(args.private_key, cwd)]
+    if args.become:
+        argv.append("--become")
+    if args.become_user is not None:
+        argv += ["--become-user", args.become_user]
+    if args.ask_become_pass:
+        argv.append("--ask-become-pass")
+    for vault_id in args.vault_ids:
+        argv += ["--vault-id", _vault_id_arg(vault_id, cwd)]
+    for path in args.vault_password_files:
+        argv += ["--vault-password-file", _abspath(path, cwd)]
+    if args.ask_vault_pass:
+        argv.append("--ask-vault-pass")
+    return argv
+
+
+def password_prompts(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(what dspark asks, the regular expression of ansible-playbook's prompt) for each password to give."""
+    labelled: list[tuple[str, str]] = []
+    generic: list[tuple[str, str]] = []
+    if args.ask_vault_pass:
+        generic.append(("Vault password: ", VAULT_PROMPT))
+    for vault_id in args.vault_ids:
+        label, source = _split_vault_id(vault_id)
+        if source == "prompt_ask_vault_pass":
+            generic.append(("Vault password: ", VAULT_PROMPT))
+        elif source == "prompt" and label:
+            labelled.append((f"Vault password ({label}): ", rf"Vault password \({re.escape(label)}\):\s*?$"))
+        elif source == "prompt":
+            generic.append(("Vault password (default vault id): ", ANY_VAULT_ID_PROMPT))
+    if args.ask_become_pass:
+        generic.append(("BECOME password: ", BECOME_PROMPT))
+    prompts: list[tuple[str, str]] = []
+    for prompt, pattern in labelled + generic:  # a labelled prompt before the catch-all one
+        if pattern not in (p for _unused, p in prompts):
+            prompts.append((prompt, pattern))
+    return prompts
+
+
+def ask_passwords(prompts: list[tuple[str, str]]) -> dict[str, str] | None:
+    """Ask each password (getpass: on the terminal, else stderr) for ansible-runner's ``passwords``:
+    ansible-runner answers ansible-playbook's prompt with it; it goes to no argv, environment or file."""
+    if not prompts:
+        return None
+    answers = {}
+    for prompt, pattern in prompts:
+        try:
+            answers[pattern] = getpass.getpass(prompt)
+        except EOFError:
+            raise UsageError(f"no answer to {prompt.strip()!r} (no terminal and stdin closed)") from None
+    return answers
+
+
+# ---- extra vars --------------------------------------------------------------------------------------
+
+class Opaque:
+    """A YAML value under a tag dspark does not read (``!vault``, ``!unsafe``): given, value unknown."""
+
+    def __init__(self, tag: str):
+        self.tag = tag
+
+    def __repr__(self) -> str:  # never the value
+        return f"Opaque({self.tag})"
+
+
+class _TolerantLoader(yaml.SafeLoader):
+    """SafeLoader that reads unknown tags (ansible's ``!vault``, ``!unsafe``) as opaque values."""
+
+
+_TolerantLoader.add_constructor(None, lambda loader, node: Opaque(node.tag))
+
+
+def load_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_TolerantLoader)  # a SafeLoader subclass
+
+
+def read_vars_file(path: str) -> dict | None:
+    """The variables of a ``-e @FILE`` when dspark can read them (plain YAML/JSON mapping), else None
+    (a vault-encrypted file, a file that does not parse: ansible-playbook reads those)."""
     try:
         with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle)
-    except OSError as exc:
-        raise UsageError(f"-e @{path}: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise UsageError(f"-e @{path}: not valid YAML ({exc.__class__.__name__})") from exc
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise UsageError(f"-e @{path}: expected a YAML mapping of variables (vault-encrypted files are not read)")
+            data = load_yaml(handle.read())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class ExtraVar:
+    """One ``-e`` item: ``file`` (an @FILE, handed on by absolute path), ``kv`` (KEY=VALUE pairs: strings)
+    or ``inline`` (a YAML/JSON mapping, written verbatim). ``data`` is what dspark could read of it."""
+
+    kind: str
+    value: Any
+    data: dict | None
+
+
+def _parse_kv(item: str, number: int) -> dict[str, str]:
+    from ansible.parsing.splitter import parse_kv  # ansible-playbook's own KEY=VALUE split
+
     try:
-        json.dumps(data)
-    except (TypeError, ValueError) as exc:
-        raise UsageError(f"-e @{path}: holds values that are not plain YAML data ({exc})") from exc
-    return data
+        pairs = parse_kv(item)
+    except Exception as exc:  # AnsibleParserError: unbalanced quotes, ...
+        raise UsageError(f"-e item {number}: not KEY=VALUE pairs ansible can split ({exc.__class__.__name__})") from None
+    if "_raw_params" in pairs:
+        keys = [str(key) for key in pairs if key != "_raw_params"]
+        raise UsageError(f"-e item {number}" + (f" (keys {', '.join(keys)})" if keys else "")
+                         + ": expected KEY=VALUE (several separated by spaces), @FILE or an inline {...} mapping")
+    return {str(key): str(value) for key, value in pairs.items()}
 
 
-def parse_extravars(items: list[str], cwd: str) -> dict:
-    """``-e`` arguments merged in order: ``KEY=VALUE`` (value read as YAML), ``@FILE`` or an inline mapping."""
-    merged: dict = {}
-    for item in items:
+def parse_extravars(items: list[str], cwd: str) -> list[ExtraVar]:
+    """The ``-e`` items, in order, as ansible-playbook reads them; values are never echoed in errors."""
+    plan = []
+    for number, item in enumerate(items, 1):
+        if not item:
+            continue  # ansible-playbook skips an empty -e
         if item.startswith("@"):
-            merged.update(_yaml_file(_abspath(item[1:], cwd)))
-        elif item.lstrip().startswith("{"):
-            value = _yaml_value(item)
-            if not isinstance(value, dict):
-                raise UsageError(f"-e {item[:40]}: not a valid inline mapping")
-            merged.update(value)
+            path = _abspath(item[1:], cwd)
+            if not os.path.isfile(path):
+                raise UsageError(f"-e {item}: no such file ({path})")
+            plan.append(ExtraVar("file", path, read_vars_file(path)))
+        elif item[0] in "/.":
+            raise UsageError(f"-e item {number}: a file of variables is given as @FILE (ansible-playbook: "
+                             "prepend the file name with '@')")
+        elif item[0] in "[{":
+            try:
+                data = load_yaml(item)
+            except yaml.YAMLError:
+                raise UsageError(f"-e item {number}: not a valid inline YAML/JSON mapping") from None
+            if not isinstance(data, dict):
+                raise UsageError(f"-e item {number}: an inline value must be a mapping of variables")
+            plan.append(ExtraVar("inline", item, data))
         else:
-            key, sep, raw = item.partition("=")
-            key = key.strip()
-            if not sep or not key:
-                raise UsageError(f"-e {item[:40]}: expected KEY=VALUE or @FILE")
-            merged[key] = _yaml_value(raw)
-    return merged
+            pairs = _parse_kv(item, number)
+            if pairs:
+                plan.append(ExtraVar("kv", pairs, pairs))
+    return plan
+
+
+def known_vars(plan: list[ExtraVar]) -> dict:
+    """The variables dspark can read from the ``-e`` items, merged in order (the last one wins)."""
+    known: dict = {}
+    for var in plan:
+        known.update(var.data or {})
+    return known
+
+
+def _write_private(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+def _write_private_json(path: str, data: object) -> None:
+    _write_private(path, json.dumps(data))
+
+
+def extravars_argv(plan: list[ExtraVar], private: str) -> list[str]:
+    """``-e @FILE`` for each item, in order. KEY=VALUE pairs and inline mappings may hold secrets
+    (dspark_api_key): each is written to its own file (mode 0600) in ``private``, never to argv.
+    KEY=VALUE values are strings in ansible-playbook, so they are written as JSON strings."""
+    argv = []
+    for number, var in enumerate(plan, 1):
+        if var.kind == "file":
+            path = var.value
+        elif var.kind == "kv":
+            path = os.path.join(private, f"extravars-{number:02d}.json")
+            _write_private_json(path, var.value)
+        else:
+            path = os.path.join(private, f"extravars-{number:02d}.yml")
+            _write_private(path, var.value)
+        argv += ["-e", f"@{path}"]
+    return argv
+
+
+def _plain_path(value: object) -> bool:
+    return isinstance(value, str) and value != "" and "{{" not in value
 
 
 def new_run_dir(base: str, name: str, now: datetime.datetime | None = None, token: str | None = None) -> str:
@@ -335,12 +589,6 @@ def scrub_command_artifact(run_dir: str) -> None:
     os.replace(tmp, path)
 
 
-def _write_private_json(path: str, data: object) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(data, handle)
-
-
 def _child_pids(parent: int) -> list[int]:
     """Direct children of ``parent`` (Linux /proc); during a run that is ansible-runner's ansible-playbook."""
     try:
@@ -451,6 +699,32 @@ def report_render(path: str, run_dir: str, stats: Mapping | None, as_json: bool,
     return 0
 
 
+def summary(args: argparse.Namespace, playbook: str, inventory: str | None, code: int, *, runner=None,
+            run_dir: str | None = None, stats: Mapping | None = None, mapping: Mapping[str, str] | None = None,
+            audit: Mapping | None = None, canceled: bool = False, error: str | None = None) -> dict:
+    """The ``--json`` document of a run; it holds no extra-vars value and no password."""
+    mapping = mapping or {}
+    status = getattr(runner, "status", None)
+    rc = getattr(runner, "rc", None)
+    return {
+        "command": args.command,
+        "playbook": playbook,
+        "inventory": inventory,
+        "limit": args.limit or None,
+        "check": bool(args.check),
+        "status": status,
+        "rc": rc,
+        "exit_code": code,
+        "run_folder": run_dir,
+        "stdout_artifact": os.path.join(run_dir, "stdout") if run_dir else None,
+        "hosts": host_counts(stats, mapping),
+        "failing_pairs": [] if runner is None else failing_pairs(status, rc, stats, mapping, canceled=canceled,
+                                                                 audit=audit),
+        "audit": dict(audit) if isinstance(audit, Mapping) else None,
+        "error": error,
+    }
+
+
 def run(argv: list[str] | None = None, *, playbook: str | None = None, environ: Mapping[str, str] | None = None,
         cwd: str | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Parse ``argv``, run the command's playbook (or ``playbook`` when given) and return the exit code."""
@@ -462,53 +736,83 @@ def run(argv: list[str] | None = None, *, playbook: str | None = None, environ: 
     err = err or sys.stderr
     args = build_parser().parse_args(argv)
     name = playbook_name(args)
-    # `render` prints the render alone on stdout; its progress and verdict go to stderr.
-    info = err if args.command == "render" else out
+    target = playbook or PLAYBOOKS[name]
+    # --json: stdout holds one JSON document; `render` prints the render alone on stdout. Either way
+    # progress, the verdict and the audit table go to stderr.
+    as_summary = args.command != "render" and args.json
+    info = err if (args.command == "render" or as_summary) else out
+
+    def finish(code: int, inventory: str | None = None, **fields) -> int:
+        if as_summary:
+            doc = summary(args, target, inventory, code, **fields)
+            out.write(json.dumps(doc, indent=2, ensure_ascii=False, default=str) + "\n")
+            out.flush()
+        return code
+
+    inventory = None
     try:
+        check_target(args)
         inventory = resolve_inventory(args.inventory, environ, cwd)
-        extravars = parse_extravars(args.extra_vars, cwd)
-        given_render = extravars.get(RENDER_OUTPUT_VAR)
-        if args.command == "render" and given_render not in (None, "") and (
-                not isinstance(given_render, str) or "{{" in given_render):
+        plan = parse_extravars(args.extra_vars, cwd)
+        known = known_vars(plan)
+        options = ansible_options(args, cwd)
+        if args.command == "render" and known.get(RENDER_OUTPUT_VAR) not in (None, "") and not _plain_path(
+                known[RENDER_OUTPUT_VAR]):
             raise UsageError(f"-e {RENDER_OUTPUT_VAR}: expected a plain path on the control node")
     except UsageError as exc:
         print(f"dspark: {exc}", file=err)
-        return EX_USAGE
+        return finish(EX_USAGE, inventory, error=str(exc))
     envvars = runner_envvars(environ, cwd)
     if shutil.which("ansible-playbook", path=envvars["PATH"]) is None:
-        print("dspark: ansible-playbook is not on PATH (install ansible-core in this Python's environment)", file=err)
-        return EX_UNAVAILABLE
+        message = "ansible-playbook is not on PATH (install ansible-core in this Python's environment)"
+        print(f"dspark: {message}", file=err)
+        return finish(EX_UNAVAILABLE, inventory, error=message)
+    try:
+        passwords = ask_passwords(password_prompts(args))
+    except UsageError as exc:
+        print(f"dspark: {exc}", file=err)
+        return finish(EX_USAGE, inventory, error=str(exc))
 
     run_dir = new_run_dir(artifacts_base(args.artifacts, environ, cwd), name)
+    # dspark's own variables go last (they win), in their own file; a path the user gave is re-stated
+    # as an absolute path, since ansible-playbook runs in the run folder.
+    own: dict = {}
     report_dir = None
-    if args.command == "audit":
-        given = extravars.get(AUDIT_DIR_VAR)
+    if args.command in AUDIT_COMMANDS:
+        given = known.get(AUDIT_DIR_VAR)
         if given in (None, ""):
-            report_dir = os.path.join(run_dir, "audit")
+            report_dir = own[AUDIT_DIR_VAR] = os.path.join(run_dir, "audit")
             os.mkdir(report_dir, 0o755)
-            extravars[AUDIT_DIR_VAR] = report_dir
-        elif isinstance(given, str) and "{{" not in given:
-            report_dir = extravars[AUDIT_DIR_VAR] = _abspath(given, cwd)
+        elif _plain_path(given):
+            report_dir = _abspath(given, cwd)
+            if not os.path.isabs(given):
+                own[AUDIT_DIR_VAR] = report_dir
     render_path = None
     if args.command == "render":
-        extravars[RENDER_PROFILE_VAR] = args.profile
-        render_path = (_abspath(given_render, cwd) if given_render not in (None, "")
-                       else os.path.join(run_dir, RENDER_FILE))
-        extravars[RENDER_OUTPUT_VAR] = render_path
+        given = known.get(RENDER_OUTPUT_VAR)
+        if given in (None, ""):
+            render_path = own[RENDER_OUTPUT_VAR] = os.path.join(run_dir, RENDER_FILE)
+        else:
+            render_path = _abspath(given, cwd)
+            if not os.path.isabs(given):
+                own[RENDER_OUTPUT_VAR] = render_path
+        if RENDER_PROFILE_VAR in known:
+            print(f"dspark: --profile {args.profile} is rendered (it wins over -e {RENDER_PROFILE_VAR})", file=err)
+        own[RENDER_PROFILE_VAR] = args.profile
 
-    target = playbook or PLAYBOOKS[name]
     print(f"dspark {name}: {target} on {inventory}" + (f" --limit {args.limit}" if args.limit else "")
-          + (" --check" if args.check else ""), file=info)
+          + (" --all" if args.all else "") + (" --check" if args.check else ""), file=info)
     print(f"run folder: {run_dir}", file=info, flush=True)
     mapping = load_pair_map(inventory, {**environ, **envvars}, cwd, err)
 
-    # Extra vars may hold secrets (dspark_api_key): they go to ansible-playbook through a private file
-    # outside the run folder that is removed after the run, never into the run folder or argv.
+    # -e items that may hold secrets (dspark_api_key) and dspark's own variables go to ansible-playbook
+    # through private files outside the run folder, removed after the run: never into the run folder or argv.
     with tempfile.TemporaryDirectory(prefix="dspark-") as private, _Cancel() as cancel:
-        vars_file = None
-        if extravars:
-            vars_file = os.path.join(private, "extravars.json")
-            _write_private_json(vars_file, extravars)
+        cmdline = options + extravars_argv(plan, private)
+        own_file = None
+        if own:
+            own_file = os.path.join(private, DSPARK_VARS_FILE)
+            _write_private_json(own_file, own)
         try:
             runner = ansible_runner.run(
                 private_data_dir=run_dir,
@@ -517,9 +821,10 @@ def run(argv: list[str] | None = None, *, playbook: str | None = None, environ: 
                 playbook=target,
                 inventory=inventory,
                 limit=args.limit or None,
-                extravars=vars_file,
+                extravars=own_file,  # ansible-runner puts it after the cmdline: dspark's values win
                 envvars=envvars,
-                cmdline="--check" if args.check else None,
+                cmdline=shlex.join(cmdline) if cmdline else None,  # ansible-runner shlex-splits it back
+                passwords=passwords,
                 verbosity=args.verbose or None,
                 suppress_env_files=True,
                 quiet=True,
@@ -529,27 +834,29 @@ def run(argv: list[str] | None = None, *, playbook: str | None = None, environ: 
         except ansible_runner.AnsibleRunnerException as exc:
             print(f"dspark: ansible-runner could not run {target}: {exc}", file=err)
             print(f"run folder: {run_dir}", file=info, flush=True)
-            return 1
+            return finish(1, inventory, run_dir=run_dir, mapping=mapping,
+                          error=f"ansible-runner could not run {target}: {exc}")
         finally:
             scrub_command_artifact(run_dir)
     canceled = bool(runner.canceled or cancel.interrupted)
     stats = None if canceled else runner.stats
     print(f"ansible-runner: {runner.status} (rc {runner.rc})", file=info)
-    audit = report_audit(report_dir, out) if report_dir and not canceled else None
+    audit = report_audit(report_dir, info if as_summary else out) if report_dir and not canceled else None
     code, line = decide_exit(runner.status, runner.rc, stats, mapping, canceled=canceled, audit=audit)
     if canceled:
         print("dspark: interrupted; the run was stopped", file=info)
         code = EXIT_SIGTERM if cancel.signum == signal.SIGTERM else EXIT_SIGINT
     if line:
         print(line, file=info)
-    if render_path is not None and code != 0 and not canceled:
-        for error in ansible_messages(run_dir):
+    if code != 0 and not canceled and (render_path is not None or not failing_hosts(stats)):
+        for error in ansible_messages(run_dir):  # what failed outside any task (vault, inventory, --limit)
             print(error, file=info)
     print(f"ansible output: {os.path.join(run_dir, 'stdout')}", file=info)
     print(f"run folder: {run_dir}", file=info, flush=True)
     if render_path is not None and code == 0:
         code = report_render(render_path, run_dir, stats, args.json, out, err)
-    return code
+    return finish(code, inventory, runner=runner, run_dir=run_dir, stats=stats, mapping=mapping, audit=audit,
+                  canceled=canceled)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -163,3 +163,35 @@ def decide_exit(status: str | None, rc: int | None, stats: Mapping | None, mappi
     if line is None:
         line = f"failing pairs: none in the play recap (ansible-runner status {status}, rc {rc})"
     return code, line
+
+
+def host_counts(stats: Mapping | None, mapping: Mapping[str, str]) -> dict[str, dict]:
+    """Host -> its pair and its play-recap counts (ok, changed, failed, unreachable, skipped) from
+    ansible-runner's ``stats``; empty without stats."""
+    stats = stats or {}
+    keys = {"ok": "ok", "changed": "changed", "failed": "failures", "unreachable": "dark", "skipped": "skipped"}
+    hosts: set[str] = set()
+    for key in (*keys.values(), "processed", "ignored", "rescued"):
+        hosts.update(str(host) for host in (stats.get(key) or {}))
+    counts = {}
+    for host in sorted(hosts):
+        row: dict = {"pair": pair_of(host, mapping)}
+        for name, key in keys.items():
+            value = (stats.get(key) or {}).get(host, 0)
+            row[name] = value if isinstance(value, int) else 0
+        counts[host] = row
+    return counts
+
+
+def failing_pairs(status: str | None, rc: int | None, stats: Mapping | None, mapping: Mapping[str, str],
+                  canceled: bool = False, audit: Mapping | None = None) -> list[str]:
+    """The pairs ``decide_exit``'s ``failing pairs`` line names, as a sorted list (empty when none)."""
+    if canceled or status == "canceled":
+        return []
+    if isinstance(audit, Mapping):
+        code = audit.get("exit_code")
+        if isinstance(code, int) and not isinstance(code, bool) and code != 0:
+            return [str(p) for p in audit.get("not_ok") or []]
+    if status == "successful" and rc == 0:
+        return []
+    return sorted({pair_of(host, mapping) for host in failing_hosts(stats)})

@@ -85,8 +85,9 @@ probe:
     container:
       description: >-
         The rank's engine container (exists, status, running, exit_code, started_at, finished_at,
-        image (its ID), image_ref (the name it was started from), the collection's labels, logs); status C(absent) when there is none, C(unknown) with an error when the
-        Docker engine cannot be read.
+        image (its ID), image_ref (the name it was started from), the collection's labels, logs);
+        status C(absent) when there is none, C(unknown) with an error when the Docker engine cannot
+        be read.
       type: dict
       returned: always
     api:

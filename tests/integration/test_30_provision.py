@@ -267,7 +267,7 @@ def dspark(*args: str, artifacts: Path) -> subprocess.CompletedProcess:
 @pytest.mark.fault("secret-api-key", "secret-run-records", "secret-process-list")
 def test_api_key_reaches_only_the_containers_environment(sim, clean_tree, tmp_path):
     """A keyed engine provisioned twice through `dspark provision -v`: the first run starts it, the
-    second finds it running (preflight and the engine role inspect a keyed engine). The key is looked
+    second finds it running (the engine role inspects a keyed engine before anything changes). The key is looked
     for where it would really go: every task result in the run folders (job_events, stdout), every
     process's command line while the runs go on (the gate's suite included), the evidence, the
     rendered profiles and the containers' command lines."""
@@ -300,7 +300,8 @@ def test_api_key_reaches_only_the_containers_environment(sim, clean_tree, tmp_pa
     run_dirs = sorted(p for p in runs.iterdir() if p.is_dir())
     assert len(run_dirs) == 2, run_dirs
     events = list(run_dirs[1].rglob("job_events/*.json"))
-    assert any("Is an engine already running" in e.read_text() for e in events), "no preflight probe in the re-run"
+    assert any("The container under the engine's name is the collection's own" in e.read_text() for e in events), \
+        "no probe of the running engine before the re-run's changes"
     for f in runs.rglob("*"):
         if f.is_file():
             assert key not in f.read_text(errors="replace"), f"the API key is in the run record {f}"

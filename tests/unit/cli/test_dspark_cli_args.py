@@ -26,8 +26,11 @@ def parse(*argv):
     ("provision", "gb10.dspark.provision"),
     ("rollback", "gb10.dspark.rollback"),
     ("audit", "gb10.dspark.audit"),
+    ("status", "gb10.dspark.audit"),
     ("guard", "gb10.dspark.guard"),
     ("niah", "gb10.dspark.niah"),
+    ("systems", "gb10.dspark.systems"),
+    ("pubsuite", "gb10.dspark.pubsuite"),
     ("evidence", "gb10.dspark.evidence"),
     ("teardown", "gb10.dspark.teardown"),
 ])
@@ -45,15 +48,17 @@ def test_rollback_forward_runs_rollforward():
 
 def test_options_are_parsed():
     args = parse("provision", "-i", "inv", "--limit", "pair_sim01", "-e", "a=1", "-e", "@f.yml", "--check",
-                 "--artifacts", "out", "-vvv")
+                 "--artifacts", "out", "-vvv", "--json")
     assert (args.inventory, args.limit, args.check, args.artifacts, args.verbose) == ("inv", "pair_sim01", True,
                                                                                       "out", 3)
-    assert args.extra_vars == ["a=1", "@f.yml"]
+    assert args.extra_vars == ["a=1", "@f.yml"] and args.json is True and args.all is False
     plain = parse("guard")
     assert (plain.inventory, plain.limit, plain.check, plain.verbose, plain.extra_vars) == (None, None, False, 0, [])
+    assert (plain.json, plain.all, plain.tags, plain.vault_ids, plain.forks) == (False, False, [], [], None)
 
 
-@pytest.mark.parametrize("argv", [[], ["nosuch"], ["provision", "--forward"], ["audit", "--bogus"]])
+@pytest.mark.parametrize("argv", [[], ["nosuch"], ["provision", "--forward"], ["audit", "--bogus"],
+                                  ["guard", "--forks", "0"], ["guard", "-f", "many"], ["status", "--profile", "x"]])
 def test_usage_errors_exit_64(capsys, argv):
     with pytest.raises(SystemExit) as exc:
         parse(*argv)
@@ -69,34 +74,44 @@ def test_help_works(capsys, argv):
     assert "usage: dspark" in capsys.readouterr().out
 
 
-def test_extravars_values_are_yaml(tmp_path):
-    got = cli.parse_extravars(["dspark_engine_force_replace=true", "n=3", "f=1.5", "s=hello", "l=[1, two]",
-                               "m={a: 1}", "empty=", "yes_word=yes", "off_word=Off", "when=2024-01-01",
-                               "eq=a=b", "nul=null", " spaced =x"], str(tmp_path))
-    assert got["dspark_engine_force_replace"] is True
-    assert got["n"] == 3 and got["f"] == 1.5 and got["s"] == "hello"
-    assert got["l"] == [1, "two"] and got["m"] == {"a": 1}
-    assert got["empty"] == "" and got["yes_word"] == "yes" and got["off_word"] == "Off"
-    assert got["when"] == "2024-01-01"  # YAML dates stay text (they must reach Ansible as JSON)
-    assert got["eq"] == "a=b" and got["nul"] is None and got["spaced"] == "x"
-    json.dumps(got)
+def test_extravars_key_value_items_are_strings_as_in_ansible(tmp_path):
+    plan = cli.parse_extravars(["dspark_engine_force_replace=true", "n=3 f=1.5 s='two words'", "empty=",
+                                "eq=a=b", "nul=null", "l='[1, two]'"], str(tmp_path))
+    assert [var.kind for var in plan] == ["kv"] * 6
+    got = cli.known_vars(plan)
+    assert got == {"dspark_engine_force_replace": "true", "n": "3", "f": "1.5", "s": "two words", "empty": "",
+                   "eq": "a=b", "nul": "null", "l": "[1, two]"}
+    assert all(isinstance(value, str) for value in got.values())
 
 
-def test_extravars_files_and_order(tmp_path):
+def test_extravars_files_inline_and_order(tmp_path):
     (tmp_path / "vars.yml").write_text("a: 1\nb: from-file\nflag: true\n")
     (tmp_path / "empty.yml").write_text("")
-    got = cli.parse_extravars(["b=first", "@vars.yml", "a=9", "@empty.yml", '{"c": [1]}'], str(tmp_path))
-    assert got == {"a": 9, "b": "from-file", "flag": True, "c": [1]}
+    plan = cli.parse_extravars(["b=first", "@vars.yml", "a=9", "@empty.yml", '{"c": [1]}', ""], str(tmp_path))
+    assert [var.kind for var in plan] == ["kv", "file", "kv", "file", "inline"]  # the empty item is skipped
+    assert plan[1].value == str(tmp_path / "vars.yml") and plan[4].value == '{"c": [1]}'
+    assert cli.known_vars(plan) == {"a": "9", "b": "from-file", "flag": True, "c": [1]}
+
+
+def test_extravars_vaulted_file_is_handed_on_unread(tmp_path):
+    (tmp_path / "vault.yml").write_text("$ANSIBLE_VAULT;1.1;AES256\n6162\n")
+    (tmp_path / "tagged.yml").write_text("dspark_api_key: !vault |\n  $ANSIBLE_VAULT;1.1;AES256\n  6162\nplain: x\n")
+    plan = cli.parse_extravars(["@vault.yml", "@tagged.yml"], str(tmp_path))
+    assert [(var.kind, var.data) for var in plan][0] == ("file", None)  # a vaulted whole file: not read
+    known = cli.known_vars(plan)
+    assert isinstance(known["dspark_api_key"], cli.Opaque) and known["plain"] == "x"
+    assert "6162" not in repr(known["dspark_api_key"])
 
 
 @pytest.mark.parametrize("item, content, words", [
     ("novalue", None, "KEY=VALUE"),
     ("=x", None, "KEY=VALUE"),
+    ("a=1 stray", None, "KEY=VALUE"),
+    ("a='unbalanced", None, "ansible can split"),
     ("@missing.yml", None, "missing.yml"),
-    ("@list.yml", "- 1\n- 2\n", "mapping"),
-    ("@vault.yml", "$ANSIBLE_VAULT;1.1;AES256\n6162\n", "mapping"),
-    ("@bad.yml", "a: [\n", "not valid YAML"),
-    ("@date.yml", "when: 2024-01-01\n", "not plain YAML data"),
+    ("./vars.yml", None, "@FILE"),
+    ("[1, 2]", None, "mapping"),
+    ("{a: [", None, "not a valid inline"),
 ])
 def test_extravars_errors(tmp_path, item, content, words):
     if content is not None:
@@ -104,6 +119,20 @@ def test_extravars_errors(tmp_path, item, content, words):
     with pytest.raises(cli.UsageError) as exc:
         cli.parse_extravars([item], str(tmp_path))
     assert words in str(exc.value)
+
+
+def test_extravars_errors_do_not_echo_values(tmp_path):
+    with pytest.raises(cli.UsageError) as exc:
+        cli.parse_extravars(["dspark_api_key sk-typo-1234"], str(tmp_path))
+    assert "sk-typo-1234" not in str(exc.value)
+
+
+def test_unreadable_files_count_as_not_given(tmp_path):
+    (tmp_path / "list.yml").write_text("- 1\n")
+    (tmp_path / "bad.yml").write_text("a: [\n")
+    (tmp_path / "bin.yml").write_bytes(b"\xff\xfe\x00")
+    plan = cli.parse_extravars(["@list.yml", "@bad.yml", "@bin.yml"], str(tmp_path))
+    assert [var.data for var in plan] == [None, None, None] and cli.known_vars(plan) == {}
 
 
 def test_inventory_from_option_is_made_absolute(tmp_path):

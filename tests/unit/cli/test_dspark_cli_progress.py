@@ -11,7 +11,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "cli"))
 
 from dspark_cli import main as cli  # noqa: E402
-from dspark_cli.progress import Progress, decide_exit, failing_pairs_line, pair_map, pair_of  # noqa: E402
+from dspark_cli.progress import (  # noqa: E402
+    Progress, decide_exit, failing_pairs, failing_pairs_line, host_counts, pair_map, pair_of)
 
 PAIRS = {"sim01-head": "sim01", "sim01-worker": "sim01", "sim02-head": "sim02"}
 
@@ -148,6 +149,29 @@ def test_decide_exit_audit_document():
     assert decide_exit("failed", 2, stats(dark={"sim01-head": 1}), PAIRS, audit=clean) == (
         2, "failing pairs: sim01 (sim01-head: unreachable)")
     assert decide_exit("canceled", 254, None, PAIRS, audit=drift)[0] == 130
+
+
+def test_host_counts_per_host_with_its_pair():
+    st = stats(processed={"sim01-head": 1, "localhost": 1}, ok={"sim01-head": 5, "localhost": 1},
+               changed={"sim01-head": 2}, skipped={"sim01-head": 1}, failures={"localhost": 1},
+               dark={"sim02-head": 1})
+    assert host_counts(st, PAIRS) == {
+        "localhost": {"pair": "control", "ok": 1, "changed": 0, "failed": 1, "unreachable": 0, "skipped": 0},
+        "sim01-head": {"pair": "sim01", "ok": 5, "changed": 2, "failed": 0, "unreachable": 0, "skipped": 1},
+        "sim02-head": {"pair": "sim02", "ok": 0, "changed": 0, "failed": 0, "unreachable": 1, "skipped": 0},
+    }
+    assert host_counts(None, PAIRS) == {} and host_counts(stats(), PAIRS) == {}
+
+
+def test_failing_pairs_follow_decide_exit():
+    st = stats(failures={"sim01-worker": 1}, dark={"sim02-head": 1, "localhost": 1}, ignored={"lonely": 1})
+    assert failing_pairs("failed", 2, st, PAIRS) == ["control", "sim01", "sim02"]
+    assert failing_pairs("successful", 0, stats(ignored={"sim01-head": 1}), PAIRS) == []
+    assert failing_pairs("failed", 4, None, PAIRS) == []
+    assert failing_pairs("failed", 2, st, PAIRS, canceled=True) == []
+    drift = {"exit_code": 2, "not_ok": ["sim03", "sim02"]}
+    assert failing_pairs("failed", 2, stats(failures={"localhost": 1}), PAIRS, audit=drift) == ["sim03", "sim02"]
+    assert failing_pairs("failed", 2, stats(dark={"sim01-head": 1}), PAIRS, audit={"exit_code": 0}) == ["sim01"]
 
 
 def test_report_audit_prints_table_and_paths(tmp_path):

@@ -4,7 +4,9 @@ from __future__ import annotations
 import io
 import json
 import os
+import shlex
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -22,13 +24,29 @@ class FakeRunner:
         self.status, self.rc, self.stats, self.canceled = status, rc, stats, canceled
 
 
+def e_files(argv):
+    """The files of the ``-e @FILE`` items of an argv, in order."""
+    return [argv[i + 1][1:] for i, arg in enumerate(argv[:-1]) if arg == "-e" and argv[i + 1].startswith("@")]
+
+
 def fake_runner_run(calls, behaviour):
+    """A stand-in for ansible_runner.run that reads, during the run, what ansible-playbook would read:
+    the cmdline's ``-e @FILE`` files in order, then dspark's own file (``extravars``), the last one winning."""
     def run(**kwargs):
-        extravars = None
-        if kwargs.get("extravars"):
-            extravars = json.loads(Path(kwargs["extravars"]).read_text())
-        calls.append({"kwargs": kwargs, "extravars": extravars})
-        return behaviour(kwargs, extravars)
+        argv = shlex.split(kwargs["cmdline"]) if kwargs.get("cmdline") else []
+        files = []
+        for path in e_files(argv):
+            files.append({"path": path, "text": Path(path).read_text(),
+                          "mode": stat.S_IMODE(os.stat(path).st_mode)})
+        own = json.loads(Path(kwargs["extravars"]).read_text()) if kwargs.get("extravars") else None
+        merged = {}
+        for item in files:
+            data = yaml.safe_load(item["text"])
+            if isinstance(data, dict):
+                merged.update(data)
+        merged.update(own or {})
+        calls.append({"kwargs": kwargs, "argv": argv, "files": files, "own": own, "extravars": merged})
+        return behaviour(kwargs, merged)
     return run
 
 
@@ -66,9 +84,15 @@ def test_runner_is_handed_the_run(tmp_path, monkeypatch):
     assert kw["private_data_dir"] == str(run_dir)
     assert os.path.join(kw["artifact_dir"], kw["ident"]) == str(run_dir)  # runner artifacts land in the folder
     assert kw["inventory"] == str(tmp_path / "hosts.yml")
-    assert (kw["limit"], kw["cmdline"], kw["verbosity"]) == ("pair_sim01", "--check", 2)
-    assert call["extravars"] == {"dspark_engine_force_replace": True, "dspark_api_key": "sk-secret"}
-    assert not kw["extravars"].startswith(str(tmp_path)) and not os.path.exists(kw["extravars"])  # gone after
+    assert (kw["limit"], kw["verbosity"]) == ("pair_sim01", 2)
+    assert call["argv"][0] == "--check" and call["argv"].count("-e") == 2
+    assert call["extravars"] == {"dspark_engine_force_replace": "true", "dspark_api_key": "sk-secret"}  # strings
+    assert kw["extravars"] is None and call["own"] is None  # rollforward adds no variable of its own
+    assert kw["passwords"] is None
+    assert "sk-secret" not in kw["cmdline"]
+    for item in call["files"]:
+        assert not item["path"].startswith(str(tmp_path)) and item["mode"] == 0o600
+        assert not os.path.exists(item["path"])  # removed after the run
     assert kw["suppress_env_files"] is True
     assert kw["envvars"]["ANSIBLE_CONFIG"] == str(tmp_path / "ansible.cfg")
     assert kw["envvars"]["PATH"].split(os.pathsep)[0] == os.path.dirname(sys.executable)
@@ -89,6 +113,7 @@ def test_audit_report_dir_and_drift_exit(tmp_path, monkeypatch):
     code, out, _unused = run_cli(tmp_path, "audit", "--artifacts", "runs")
     (run_dir,) = run_dirs(tmp_path / "runs")
     assert calls[0]["extravars"] == {"dspark_audit_report_dir": str(run_dir / "audit")}
+    assert calls[0]["own"] == {"dspark_audit_report_dir": str(run_dir / "audit")} and calls[0]["argv"] == []
     assert calls[0]["kwargs"]["playbook"] == "gb10.dspark.audit"
     assert code == 2
     assert "pair   verdict\nsim01  OK\nsim02  DRIFT\n" in out
@@ -107,7 +132,27 @@ def test_audit_keeps_a_given_report_dir(tmp_path, monkeypatch):
     code, out, _unused = run_cli(tmp_path, "audit", "-e", "dspark_audit_report_dir=reports/fleet", "--artifacts", "runs")
     assert code == 0
     assert calls[0]["extravars"] == {"dspark_audit_report_dir": str(tmp_path / "reports" / "fleet")}
+    # the user's item goes on as given; as ansible-playbook runs in the run folder, dspark re-states the
+    # relative path as an absolute one, after it
+    assert json.loads(calls[0]["files"][0]["text"]) == {"dspark_audit_report_dir": "reports/fleet"}
+    assert calls[0]["own"] == {"dspark_audit_report_dir": str(tmp_path / "reports" / "fleet")}
     assert "failing pairs" not in out
+
+
+def test_audit_leaves_an_absolute_report_dir_alone(tmp_path, monkeypatch):
+    report = tmp_path / "abs-reports"
+
+    def behaviour(kw, extravars):
+        Path(extravars["dspark_audit_report_dir"]).mkdir()
+        (report / "audit.txt").write_text("pair verdict\nsim01 OK\n")
+        (report / "audit.json").write_text(json.dumps({"exit_code": 0, "not_ok": []}))
+        return FakeRunner("successful", 0, {})
+
+    calls = setup(tmp_path, monkeypatch, behaviour)
+    code, out, _unused = run_cli(tmp_path, "audit", "-e", f"dspark_audit_report_dir={report}", "--artifacts", "runs")
+    assert code == 0
+    assert calls[0]["own"] is None and calls[0]["kwargs"]["extravars"] is None  # given: dspark adds nothing
+    assert "sim01 OK" in out
 
 
 def test_audit_run_failing_without_report_exits_with_rc(tmp_path, monkeypatch):
@@ -176,30 +221,43 @@ def test_child_pids_finds_own_children():
 
 
 def test_real_run_with_one_failing_host(tmp_path, monkeypatch):
-    """ansible-runner and ansible-playbook for real: a local pair p1 of two hosts, h2 fails a task."""
+    """ansible-runner and ansible-playbook for real: a local pair p1 of two hosts, h2 fails a task. The -e
+    items reach ansible-playbook with its own semantics (KEY=VALUE: a string; an inline mapping: YAML types;
+    a vaulted file: decrypted with the password dspark asked for and ansible-runner answered)."""
+    from ansible.parsing.vault import VaultLib, VaultSecret
+
     monkeypatch.delenv("ANSIBLE_CONFIG", raising=False)
     monkeypatch.delenv("ANSIBLE_HOST_KEY_CHECKING", raising=False)
+    monkeypatch.delenv("ANSIBLE_VAULT_PASSWORD_FILE", raising=False)
     work = tmp_path / "work"
     work.mkdir()
     (work / "ansible.cfg").write_text("[defaults]\ngathering = explicit\nretry_files_enabled = False\n")
     host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
     (work / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"pair_p1": {
         "vars": {"dspark_pair": "p1"}, "hosts": {"h1": host, "h2": host}}}}}))
+    vault_password = "vault-pw-5c1e"
+    vaulted = VaultLib([("default", VaultSecret(vault_password.encode()))]).encrypt("from_vault: opened-3d9a\n")
+    (work / "vaulted.yml").write_bytes(vaulted)
+    monkeypatch.setattr(cli.getpass, "getpass", lambda prompt="": vault_password)
     playbook = work / "tiny.yml"
     playbook.write_text(yaml.safe_dump([{
         "name": "Tiny pair play", "hosts": "all", "gather_facts": False,
         "tasks": [
             {"name": "config and extra vars arrive",
              "ansible.builtin.assert": {"that": ["lookup('ansible.builtin.config', 'DEFAULT_GATHERING') == 'explicit'",
-                                                 "flag is sameas true"]}},
+                                                 "flag is string and flag == 'true'", "n is string and n == '3'",
+                                                 "typed.n is number and typed.n == 3", "later == 'second'",
+                                                 "from_vault == 'opened-3d9a'"]}},
             {"name": "h2 breaks", "ansible.builtin.fail": {"msg": "boom on {{ inventory_hostname }}"},
              "when": "inventory_hostname == 'h2'"},
-            {"name": "quiet secret", "ansible.builtin.debug": {"msg": "hush-{{ flag }}"}, "no_log": True},
+            {"name": "quiet secret", "ansible.builtin.debug": {"msg": "hush-{{ dspark_api_key }}"}, "no_log": True},
         ],
     }], sort_keys=False))
     out, err = io.StringIO(), io.StringIO()
     env = {k: v for k, v in os.environ.items() if k not in ("DSPARK_INVENTORY", "DSPARK_ARTIFACTS")}
-    code = cli.run(["provision", "-i", "hosts.yml", "-e", "flag=true", "--artifacts", "runs"],
+    code = cli.run(["provision", "-i", "hosts.yml", "-e", "flag=true n=3", "-e", '{"typed": {"n": 3}}',
+                    "-e", "later=first", "-e", "@vaulted.yml", "-e", "later=second", "-e", "dspark_api_key=sk-real-77e0",
+                    "--ask-vault-pass", "--artifacts", "runs"],
                    playbook=str(playbook), environ=env, cwd=str(work), out=out, err=err)
     text = out.getvalue()
     assert code == 2, text + err.getvalue()
@@ -217,5 +275,13 @@ def test_real_run_with_one_failing_host(tmp_path, monkeypatch):
     assert "boom on h2" in (run_dir / "stdout").read_text()
     assert any((run_dir / "job_events").iterdir())
     command = json.loads((run_dir / "command").read_text())
-    assert command["command"][-1] == str(playbook)
+    argv = command["command"]
+    assert argv[-1] == str(playbook) and "--ask-vault-pass" in argv
+    files = e_files(argv)
+    assert len(files) == 6 and files[3] == str(work / "vaulted.yml")  # the vaulted file as is, by absolute path
+    assert all(not os.path.exists(path) for i, path in enumerate(files) if i != 3)  # private files removed
     assert not (run_dir / "env").exists()  # extra vars were not written into the run folder
+    for path in run_dir.rglob("*"):
+        if path.is_file():
+            content = path.read_bytes()
+            assert b"sk-real-77e0" not in content and vault_password.encode() not in content, path

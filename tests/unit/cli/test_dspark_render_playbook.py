@@ -174,10 +174,10 @@ def test_bad_inventory_fails_naming_the_pair(tmp_path):
 
 @pytest.fixture()
 def trapped_inventory(tmp_path):
-    """The sample inventory (both files: four pairs) whose ranks are reached through an SSH that fails and
-    leaves a trace if it is ever started, on a port nothing listens on."""
+    """The sample fleet (three pairs; its linked group_vars copied as files) whose ranks are reached
+    through an SSH that fails and leaves a trace if it is ever started, on a port nothing listens on."""
     inv = tmp_path / "inv"
-    shutil.copytree(SAMPLE, inv)
+    shutil.copytree(REPO / "inventories" / "sample-fleet", inv)
     trace = tmp_path / "ssh-was-started"
     trap = tmp_path / "ssh-trap"
     trap.write_text(f"#!/bin/sh\necho \"$@\" >> {shlex.quote(str(trace))}\nexit 255\n")
@@ -205,10 +205,10 @@ def test_playbook_contacts_no_host_and_writes_the_document(tmp_path, trapped_inv
     assert "UNREACHABLE" not in proc.stdout
     doc = json.loads(output.read_text())
     got = [(r["pair"], r["rank"]) for r in doc]
-    assert got == sorted(got) and len(got) == 8  # fleet01..03 and lab01, head then worker
+    assert got == sorted(got) and len(got) == 6  # fleet01..03, head then worker
     profiles = {r["pair"]: r["profile"] for r in doc}
-    assert profiles == {"fleet01": "production", "fleet02": "production", "fleet03": "long-1m",
-                        "lab01": "production"}  # without dspark_profile_name, each pair's own profile
+    assert profiles == {"fleet01": "production", "fleet02": "production",
+                        "fleet03": "long-1m"}  # without dspark_profile_name, each pair's own profile
     fleet02 = [r for r in doc if r["pair"] == "fleet02"]
     assert all({"type": "bind", "source": "/data/models/DeepSeek-V4-Flash-0731", "target": "/model",
                 "read_only": True} in r["options"]["mounts"] for r in fleet02)

@@ -101,7 +101,7 @@ def test_every_pair_has_one_head_and_one_worker_by_the_collections_pairing_check
 def test_every_host_has_what_the_roles_require(file):
     need = required_inventory_vars()
     assert {"dspark_pin", "dspark_rank", "dspark_pair", "dspark_eth_if", "dspark_ib_hca", "dspark_model_dir",
-            "dspark_fabric_ip", "dspark_master_port", "dspark_runtime_manifest_src"} <= need
+            "dspark_fabric_ip", "dspark_runtime_manifest_src"} <= need
     for host, v in hostvars(file).items():
         missing = sorted(k for k in need if v.get(k) in (None, ""))
         assert not missing, f"{file}: {host} lacks {missing}"

@@ -138,7 +138,7 @@ def test_the_roles_read_their_label_fields_through_the_record():
     assert "(__dspark_niah_labels | gb10.dspark.label_record(missing='unlabelled')).profile" in niah
     assert "(__dspark_niah_labels | gb10.dspark.label_record(missing='')).image_id" in niah
     assert "(__dspark_niah_labels | gb10.dspark.label_record(missing='')).profile_sha256" in niah
-    assert "__dspark_niah_probe.probe.head.labels | default({}) | gb10.dspark.label_record }}" in niah
+    assert "__dspark_niah_probe.probe.container.labels | default({}) | gb10.dspark.label_record }}" in niah
     for role in ("niah", "systems", "guard"):
         text = (REPO / "roles" / role / "tasks" / "main.yml").read_text()
         for field in FIELDS:

@@ -163,7 +163,7 @@ def test_the_roles_site_settings_render_as_before():
     expressions = role_expressions()
     # the roles that held `| default(<site value>)` now ask the lookup (their defaults and task lines)
     assert {rel.split("/")[1] for rel, _text in expressions} >= {
-        "audit", "engine", "evidence", "gate", "guard", "niah", "preflight", "profile", "systems"}
+        "audit", "engine", "evidence", "gate", "guard", "niah", "profile", "systems"}
     jobs = []
     for variables in VARIABLE_SETS:
         for host in ({"inventory_hostname": "spark-a"}, {"inventory_hostname": "spark-a", "ansible_host": "10.0.0.1"}):
