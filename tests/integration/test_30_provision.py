@@ -172,6 +172,8 @@ def test_a_container_under_the_engines_name_that_is_not_ours_is_refused(sim, cle
     and its start time; dspark_engine_replace_foreign=true replaces it."""
     pair = sim[1]
     worker = pair.worker
+    if on_rank(worker, ["docker", "container", "inspect", "dspark_vllm"], check=False).returncode != 0:
+        provision(pair, clean_tree, check=True)  # run alone: the pinned image and an engine first
     image = json.loads(on_rank(worker, ["docker", "container", "inspect", "dspark_vllm"]).stdout)[0]["Image"]
     on_rank(worker, ["docker", "rm", "-f", "dspark_vllm"])
     on_rank(worker, ["docker", "run", "-d", "--name", "dspark_vllm", "--network", "none", "--entrypoint", "sleep",
