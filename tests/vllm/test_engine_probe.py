@@ -94,14 +94,14 @@ def test_a_request_in_flight_blocks_a_replace(real, note):
         assert first.wait(60), "the streamed request never sent a chunk"
         busy = _poll_running(real, 1, 30)
         assert busy["num_requests_running"] == 1
-        message = P.busy_message({"head": {"running": True}, "api": busy}, "head")
+        message = P.busy_message({"container": {"running": True}, "api": busy}, "head")
         assert message is not None and "serving 1 request(s), expected 0" in message
     finally:
         stop.set()
         thread.join(60)
     idle = _poll_running(real, 0, 60)
     assert idle["num_requests_running"] == 0
-    assert P.busy_message({"head": {"running": True}, "api": idle}, "head") is None
+    assert P.busy_message({"container": {"running": True}, "api": idle}, "head") is None
     note("running 1 while streaming, 0 after the client left")
 
 
