@@ -35,6 +35,15 @@ def clean_tree(tmp_path_factory):
     return dest
 
 
+@pytest.fixture(scope="session")
+def control_node(tmp_path_factory, clean_tree):
+    """README.md's control node: the built artefact installed into a fresh collections path and a
+    fresh virtualenv with the control-node requirements and dspark (tests/integration/control_node.py)."""
+    from control_node import install
+
+    return install(tmp_path_factory.mktemp("control-node"), clean_tree)
+
+
 @pytest.fixture
 def host_vars():
     """Per-rank variables for one test (the stand-in's faults are set on the rank where they happen)."""

@@ -1,10 +1,12 @@
 """inventories/sample/hosts.yml works as the template it claims to be. Filled in the way its header
 tells an operator to fill it in for a real pair (each host's management and fabric address, the SSH
-key, the control-node paths), here pointing at the simulator's pair 1, it passes
-playbooks/preflight.yml in check mode and changes nothing. Everything else comes from the sample
-unchanged: the pair, head and worker groups, the ranks, the NIC and HCA names, the model directory,
-the profile, the ports and the container name. Kept with its own v026 pin, the same run is refused
-before anything changes, naming where, the expected value and the actual one."""
+key, the control-node paths), here pointing at the simulator's pair 1, it passes the preflight in
+check mode and changes nothing, run the way a real control node runs it: gb10.dspark.preflight from
+the built artefact, with the fresh virtualenv of README.md's "Real pairs" (the control_node
+fixture), from outside the checkout. Everything else comes from the sample unchanged: the pair,
+head and worker groups, the ranks, the NIC and HCA names, the model directory, the profile, the
+ports and the container name. Kept with its own v026 pin, the same run is refused before anything
+changes, naming where, the expected value and the actual one."""
 from __future__ import annotations
 
 import hashlib
@@ -22,7 +24,7 @@ import yaml
 from simhelpers import INVENTORY, ROOT, site, snapshot
 
 SAMPLE = ROOT / "inventories" / "sample"
-PLAYBOOK = "playbooks/preflight.yml"
+PLAYBOOK = "gb10.dspark.preflight"
 # The sample's hosts, and the simulator ranks they are pointed at (pair 1).
 HOSTS = {"lab01-head": "head", "lab01-worker": "worker"}
 # What the sample's header says to fill in per host that the simulator decides: the addresses.
@@ -71,10 +73,9 @@ def fill_in(dest: Path, pair, evidence: Path, pin: dict | None) -> Path:
     return hosts_file
 
 
-def preflight(inventory: Path, tree: Path) -> subprocess.CompletedProcess:
-    argv = [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(inventory), PLAYBOOK,
-            "--limit", "pair_lab01", "--check", "--diff", "-e", f"dspark_preflight_wrapper_path={tree}"]
-    return subprocess.run(argv, cwd=ROOT, env=env(), text=True, capture_output=True, timeout=900, check=False)
+def preflight(inventory: Path, control_node) -> subprocess.CompletedProcess:
+    return control_node.run("ansible-playbook", "-i", str(inventory), PLAYBOOK, "--limit", "pair_lab01",
+                            "--check", "--diff", check=False, timeout=900)
 
 
 def task_hosts(stdout: str) -> dict[str, set[str]]:
@@ -104,11 +105,11 @@ def pair(sim):
     return sim[0]
 
 
-def test_sample_filled_in_for_the_simulator_passes_preflight_in_check_mode(pair, clean_tree, tmp_path):
+def test_sample_filled_in_for_the_simulator_passes_preflight_in_check_mode(pair, control_node, tmp_path):
     sim_pin = yaml.safe_load((INVENTORY / "group_vars" / "all" / "pin.yml").read_text())["dspark_pin"]
     inventory = fill_in(tmp_path / "ours", pair, tmp_path / "evidence", pin=sim_pin)
     before = {r.name: snapshot(r) for r in pair.ranks}
-    res = preflight(inventory, clean_tree)
+    res = preflight(inventory, control_node)
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-6000:]
     counts = recap(res.stdout)
@@ -123,17 +124,17 @@ def test_sample_filled_in_for_the_simulator_passes_preflight_in_check_mode(pair,
     assert not [task for task in ran if "SSH" in task], ran  # no rank is reached but through Ansible
     assert {r.name: snapshot(r) for r in pair.ranks} == before, "preflight in check mode changed a rank"
     tree = json.loads((tmp_path / "evidence" / "wrapper-tree.json").read_text())
-    assert tree["dirty"] is False, tree
+    assert tree["dirty"] is False and tree["kind"] == "installed_collection", tree
 
 
-def test_sample_with_its_own_v026_pin_is_refused_before_anything_changes(pair, clean_tree, tmp_path):
+def test_sample_with_its_own_v026_pin_is_refused_before_anything_changes(pair, control_node, tmp_path):
     inventory = fill_in(tmp_path / "ours", pair, tmp_path / "evidence", pin=None)
     sample_pin = yaml.safe_load((SAMPLE / "group_vars" / "all" / "pin.yml").read_text())["dspark_pin"]
     manifest = Path(site()["dspark_runtime_manifest_src"])
     actual = hashlib.sha256(manifest.read_bytes()).hexdigest()
     assert actual != sample_pin["runtime_manifest_sha256"]  # the simulator serves its own build, not v026
     before = {r.name: snapshot(r) for r in pair.ranks}
-    res = preflight(inventory, clean_tree)
+    res = preflight(inventory, control_node)
     out = res.stdout + res.stderr
     assert res.returncode != 0, out[-6000:]
     flat = " ".join(out.split())
