@@ -141,6 +141,27 @@ def failing_pairs_line(stats: Mapping | None, mapping: Mapping[str, str]) -> str
     return "failing pairs: " + ", ".join(f"{pair} ({', '.join(items)})" for pair, items in sorted(by_pair.items()))
 
 
+def _judge(status: str | None, rc: int | None, stats: Mapping | None, mapping: Mapping[str, str],
+           canceled: bool, audit: Mapping | None) -> tuple[int, list[str], str | None]:
+    """(exit code, failing pairs, the ``failing pairs`` line or None) of a run: one decision for the
+    exit code, the printed line and the ``--json`` document."""
+    if canceled or status == "canceled":
+        return 130, [], None
+    if isinstance(audit, Mapping):
+        code = audit.get("exit_code")
+        if isinstance(code, int) and not isinstance(code, bool) and code != 0:
+            not_ok = [str(p) for p in audit.get("not_ok") or []]
+            return code, not_ok, "failing pairs: " + (", ".join(not_ok) if not_ok else "(audit.json lists none)")
+    if status == "successful" and rc == 0:
+        return 0, [], None
+    code = rc if isinstance(rc, int) and rc != 0 else 1
+    pairs = sorted({pair_of(host, mapping) for host in failing_hosts(stats)})
+    line = failing_pairs_line(stats, mapping)
+    if line is None:
+        line = f"failing pairs: none in the play recap (ansible-runner status {status}, rc {rc})"
+    return code, pairs, line
+
+
 def decide_exit(status: str | None, rc: int | None, stats: Mapping | None, mapping: Mapping[str, str],
                 canceled: bool = False, audit: Mapping | None = None) -> tuple[int, str | None]:
     """The exit code of a run and the ``failing pairs`` line to print before exiting (None: print none).
@@ -149,19 +170,7 @@ def decide_exit(status: str | None, rc: int | None, stats: Mapping | None, mappi
     (1 when that is 0 or missing). For the audit, a written ``audit.json`` whose ``exit_code`` is not 0
     decides: its exit code and its ``not_ok`` pairs.
     """
-    if canceled or status == "canceled":
-        return 130, None
-    if isinstance(audit, Mapping):
-        code = audit.get("exit_code")
-        if isinstance(code, int) and not isinstance(code, bool) and code != 0:
-            not_ok = [str(p) for p in audit.get("not_ok") or []]
-            return code, "failing pairs: " + (", ".join(not_ok) if not_ok else "(audit.json lists none)")
-    if status == "successful" and rc == 0:
-        return 0, None
-    code = rc if isinstance(rc, int) and rc != 0 else 1
-    line = failing_pairs_line(stats, mapping)
-    if line is None:
-        line = f"failing pairs: none in the play recap (ansible-runner status {status}, rc {rc})"
+    code, _unused, line = _judge(status, rc, stats, mapping, canceled, audit)
     return code, line
 
 
@@ -185,13 +194,5 @@ def host_counts(stats: Mapping | None, mapping: Mapping[str, str]) -> dict[str, 
 
 def failing_pairs(status: str | None, rc: int | None, stats: Mapping | None, mapping: Mapping[str, str],
                   canceled: bool = False, audit: Mapping | None = None) -> list[str]:
-    """The pairs ``decide_exit``'s ``failing pairs`` line names, as a sorted list (empty when none)."""
-    if canceled or status == "canceled":
-        return []
-    if isinstance(audit, Mapping):
-        code = audit.get("exit_code")
-        if isinstance(code, int) and not isinstance(code, bool) and code != 0:
-            return [str(p) for p in audit.get("not_ok") or []]
-    if status == "successful" and rc == 0:
-        return []
-    return sorted({pair_of(host, mapping) for host in failing_hosts(stats)})
+    """The pairs ``decide_exit``'s ``failing pairs`` line names, as a list (empty when none)."""
+    return _judge(status, rc, stats, mapping, canceled, audit)[1]

@@ -15,7 +15,7 @@ from ansible.utils.display import Display
 
 from ansible_collections.gb10.dspark.plugins.module_utils import _pair_wait as W
 from ansible_collections.gb10.dspark.plugins.module_utils._engine_probe import ARGUMENT_SPEC, WAIT_ARGUMENT_SPEC
-from ansible_collections.gb10.dspark.plugins.module_utils._startup import Phase, phase_of
+from ansible_collections.gb10.dspark.plugins.module_utils._startup import phase_of
 
 display = Display()
 
@@ -129,8 +129,7 @@ class _Watch:
         """The verdict, for the other rank's wait; written once, even when this wait never probed."""
         if self.final_written:
             return
-        last = self.last or W.make_report(self.role, self.host, {}, Phase("starting", "starting", None, None, None, None),
-                                          time.time(), 0)
+        last = self.last or W.make_report(self.role, self.host, {}, phase_of([]), time.time(), 0)
         W.write_report(self.folder, self.role, dict(last, final=final, msg=msg, t=time.time()))
         self.final_written = True
 
