@@ -84,6 +84,7 @@ def down() -> None:
             raise SimError(f"could not stop {left} process(es) in {ns}; nothing else removed")
     network.teardown_net()
     _remove_cgroups()
+    rank.remove_operator()
     if (layout.STATE_DIR / "ranks").exists():
         shutil.rmtree(layout.STATE_DIR / "ranks")
     STATE_FILE.unlink(missing_ok=True)
@@ -100,6 +101,8 @@ def leftovers() -> list[str]:
         found += [f"iptables {l}" for l in run(["iptables", "-w", "-S", "FORWARD"]).stdout.splitlines()
                   if network.IPT_COMMENT in l]
     found += [f"cgroup {p}" for p in Path("/sys/fs/cgroup").glob(f"*/{layout.PREFIX}-*")]
+    if layout.CREATED_OPERATOR.exists():
+        found.append(f"account {layout.OPERATOR}")
     mounts = Path("/proc/self/mountinfo").read_text()
     found += [f"mount {l.split()[4]}" for l in mounts.splitlines() if str(layout.STATE_DIR) in l or "/run/netns/dsim" in l]
     for pid_dir in Path("/proc").glob("[0-9]*"):

@@ -91,7 +91,7 @@ def write(count: int, meta: dict) -> Path:
     key = layout.STATE_DIR / "ssh" / "id_ed25519"
     known = layout.STATE_DIR / "ssh" / "known_hosts"
     _dump(inv / "group_vars" / "all" / "connection.yml", {
-        "ansible_user": "root",
+        "ansible_user": layout.OPERATOR,  # unprivileged; the playbooks ask for root with become
         "ansible_ssh_private_key_file": str(key),
         "ansible_ssh_common_args": f"-o UserKnownHostsFile={known} -o StrictHostKeyChecking=yes -o ConnectTimeout=10",
         "ansible_python_interpreter": "/usr/bin/python3",

@@ -22,6 +22,13 @@ CACHE_DIR = Path(os.environ.get("DSPARK_SIM_CACHE", "/var/cache/gb10-dspark-sim"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 INVENTORY_DIR = REPO_ROOT / "inventories" / "sim"
 
+# The account the control node logs in as: unprivileged, with sudo to root (the ranks refuse root
+# logins, as many sites do). It is a host account, since the ranks share the host's /etc/passwd;
+# its home and its sudoers entry are each rank's own.
+OPERATOR = "dspark-ops"
+OPERATOR_HOME = f"/home/{OPERATOR}"
+CREATED_OPERATOR = STATE_DIR / "created-operator"
+
 # Paths inside a rank (its private mount namespace binds these to per-rank folders).
 RANK_MOUNTS = {
     "docker": "/var/lib/docker",
@@ -33,6 +40,8 @@ RANK_MOUNTS = {
     "fakebin": "/usr/local/sbin",
     "tmp": "/tmp",
     "home": "/root",
+    "operator-home": OPERATOR_HOME,
+    "sudoers": "/etc/sudoers.d",
 }
 # Mount points the simulator creates on the host when missing; it records them there and
 # sim-down removes exactly those again (when empty).

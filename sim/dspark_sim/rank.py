@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shlex
 import shutil
 import signal
@@ -31,6 +32,28 @@ def control_key() -> Path:
     return ensure_key(layout.STATE_DIR / "ssh" / "id_ed25519", "gb10-dspark-sim-control")
 
 
+def ensure_operator() -> pwd.struct_passwd:
+    """The unprivileged account the control node logs in as (``layout.OPERATOR``), made once and
+    recorded so that sim-down removes it again. Its password field is ``*``: no password login, but
+    not locked (sshd refuses a locked account even a key)."""
+    try:
+        return pwd.getpwnam(layout.OPERATOR)
+    except KeyError:
+        pass
+    layout.STATE_DIR.mkdir(parents=True, exist_ok=True)
+    run(["useradd", "--system", "--user-group", "--shell", "/bin/bash", "--home-dir", layout.OPERATOR_HOME,
+         "--no-create-home", "--password", "*", layout.OPERATOR])
+    layout.CREATED_OPERATOR.write_text(layout.OPERATOR + "\n")
+    return pwd.getpwnam(layout.OPERATOR)
+
+
+def remove_operator() -> None:
+    """Remove the operator account if the simulator made it (its homes are the ranks' folders)."""
+    if layout.CREATED_OPERATOR.exists():
+        run(["userdel", layout.OPERATOR], check=False)
+        layout.CREATED_OPERATOR.unlink()
+
+
 def prepare(rank: layout.Rank, model_src: Path) -> None:
     """Lay out the rank's private folders. Safe to call on a running rank (changes nothing then)."""
     for sub in (*layout.RANK_MOUNTS, "run", "log", "ssh", "tools"):
@@ -38,6 +61,14 @@ def prepare(rank: layout.Rank, model_src: Path) -> None:
     rank.sub("tmp").chmod(0o1777)
     (rank.sub("home") / ".ssh").mkdir(mode=0o700, exist_ok=True)
     rank.sub("home").chmod(0o700)
+    # The operator's home (Ansible's remote temporary files) and its sudo rule, this rank's own.
+    operator = ensure_operator()
+    os.chown(rank.sub("operator-home"), operator.pw_uid, operator.pw_gid)
+    rank.sub("operator-home").chmod(0o700)
+    rank.sub("sudoers").chmod(0o750)
+    rule = rank.sub("sudoers") / layout.OPERATOR
+    rule.write_text(f"{layout.OPERATOR} ALL=(ALL:ALL) NOPASSWD: ALL\n")
+    rule.chmod(0o440)
     (rank.dir / "mounts").write_text("".join(f"{rank.sub(s)} {t}\n" for s, t in layout.RANK_MOUNTS.items()))
     daemon = {
         "data-root": "/var/lib/docker",
@@ -68,7 +99,8 @@ def prepare(rank: layout.Rank, model_src: Path) -> None:
 
 
 def authorise_control(pair: layout.Pair) -> None:
-    """Each rank of the pair accepts the control node's key, and nothing else: the ranks hold no
+    """Each rank of the pair accepts the control node's key for the operator account (root may not
+    log in at all, see init.sh), and nothing else: the ranks hold no
     keys of their own and trust no other rank (the collection reaches every rank through Ansible
     only). A head key left by an older simulator is removed."""
     control_pub = Path(str(control_key()) + ".pub").read_text()
@@ -159,9 +191,10 @@ def wait_ready(rank: layout.Rank, timeout: float = 90) -> None:
 
 
 def ssh_argv(rank: layout.Rank) -> list[str]:
+    """ssh to the rank as the operator, ending in ``sudo -n --``: the command appended runs as root."""
     return ["ssh", "-i", str(control_key()), "-o", f"UserKnownHostsFile={layout.STATE_DIR / 'ssh' / 'known_hosts'}",
             "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5",
-            f"root@{rank.mgmt_ip}", "--"]
+            f"{layout.OPERATOR}@{rank.mgmt_ip}", "--", "sudo", "-n", "--"]
 
 
 def ssh(rank: layout.Rank, argv: list[str], check: bool = True, timeout: float = 60):

@@ -29,7 +29,7 @@ exec /usr/sbin/sshd -D -e \
   -o ListenAddress="$mgmt_ip" \
   -o HostKey="$rank_dir/ssh/ssh_host_ed25519_key" \
   -o AuthorizedKeysFile="$rank_dir/ssh/authorized_keys" \
-  -o PermitRootLogin=prohibit-password \
+  -o PermitRootLogin=no \
   -o PasswordAuthentication=no \
   -o KbdInteractiveAuthentication=no \
   -o UsePAM=no \

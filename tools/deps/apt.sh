@@ -5,6 +5,7 @@ packages=(
   docker.io          # one dockerd per simulated rank
   openssh-server     # one sshd per simulated rank
   openssh-client     # Ansible's transport
+  sudo               # the ranks' become: the control node logs in as an unprivileged user
   mmdebstrap         # builds the stand-in image's rootfs from the machine's apt sources
   iproute2           # network namespaces, veths, the simulator bridge
   iptables           # allow the simulator bridge when a host dockerd set FORWARD to DROP

@@ -117,7 +117,8 @@ def test_rank_argv_uses_the_simulators_control_key_and_known_hosts(monkeypatch, 
     assert argv[:3] == ["ssh", "-i", str(key)]
     assert f"UserKnownHostsFile={tmp_path / 'ssh' / 'known_hosts'}" in argv
     assert "BatchMode=yes" in argv and "StrictHostKeyChecking=yes" in argv
-    assert argv[-3:] == [f"root@{rank.mgmt_ip}", "--", "hostname"]
+    # As the unprivileged operator (root may not log in), the command run through sudo.
+    assert argv[-6:] == [f"{layout.OPERATOR}@{rank.mgmt_ip}", "--", "sudo", "-n", "--", "hostname"]
 
 
 # ---- Ansible ---------------------------------------------------------------------------------

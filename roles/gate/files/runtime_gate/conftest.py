@@ -105,7 +105,8 @@ def read_rank(hostname: str, inventory: str, config: dict, prefixes: list[str]) 
     args = {"rank": hostname, "container": config["container"], "manifest_path": config["manifest_path"],
             "runtime": {"log_tail": config["log_tail"], "env_prefixes": list(prefixes)}}
     try:
-        result = testinfra.get_host(spec).ansible("gb10.dspark.rank_audit", json.dumps(args), check=False)
+        # become: the engine's env file is root's (0600) and so is the Docker socket.
+        result = testinfra.get_host(spec).ansible("gb10.dspark.rank_audit", json.dumps(args), check=False, become=True)
     except AnsibleException as exc:
         result = exc.result if isinstance(exc.result, dict) else {"failed": True, "msg": str(exc)}
     except Exception as exc:  # the call itself broke (ansible missing, ssh refused): the rank is unread

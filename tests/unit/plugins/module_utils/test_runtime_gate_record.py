@@ -104,8 +104,8 @@ class _FakeHost:
     def __init__(self, answer):
         self.answer, self.calls = answer, []
 
-    def ansible(self, module, args, check=True):
-        self.calls.append((module, json.loads(args), check))
+    def ansible(self, module, args, check=True, become=False):
+        self.calls.append((module, json.loads(args), check, become))
         if isinstance(self.answer, Exception):
             raise self.answer
         return self.answer
@@ -123,8 +123,10 @@ def test_the_suite_reads_a_rank_with_one_rank_audit_call(monkeypatch):
     got = suite.read_rank("spark-b", "/tmp/inv.yml", cfg, [rg.LEGACY_SELECTOR, rg.MULTI_STREAM])
     assert got == runtime
     assert specs == ["ansible://spark-b?ansible_inventory=/tmp/inv.yml"]
-    module, args, check = host.calls[0]
-    assert module == "gb10.dspark.rank_audit" and check is False
+    module, args, check, become = host.calls[0]
+    # become: the Docker socket and the 0600 env file are root's, and the ranks are reached as an
+    # unprivileged user.
+    assert module == "gb10.dspark.rank_audit" and check is False and become is True
     assert args == {"rank": "spark-b", "container": cfg["container"], "manifest_path": cfg["manifest_path"],
                     "runtime": {"log_tail": cfg["log_tail"], "env_prefixes": [rg.LEGACY_SELECTOR, rg.MULTI_STREAM]}}
 
