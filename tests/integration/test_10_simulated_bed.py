@@ -67,6 +67,23 @@ def test_ranks_trust_the_control_node_only(sim):
         assert res.returncode == 255, (src.name, dst.name, res.stderr)
 
 
+def test_ranks_refuse_root_and_the_operator_needs_become(sim):
+    """As many sites do, the ranks refuse SSH logins as root; Ansible logs in as an unprivileged
+    operator, who cannot reach Docker without become, and becomes root through sudo."""
+    head = sim[0].head
+    key = layout.STATE_DIR / "ssh" / "id_ed25519"
+    res = subprocess.run(["ssh", "-i", str(key), "-o", f"UserKnownHostsFile={layout.STATE_DIR / 'ssh' / 'known_hosts'}",
+                          "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", f"root@{head.mgmt_ip}", "true"],
+                         capture_output=True, text=True, timeout=30, check=False)
+    assert res.returncode == 255 and "Permission denied" in res.stderr, res.stderr
+    plain = ansible(head.name, "-m", "ansible.builtin.command", "-a", "id -un", "-o").stdout
+    assert f"rc=0 | (stdout) {layout.OPERATOR}" in plain, plain
+    refused = ansible(head.name, "-m", "ansible.builtin.command", "-a", "docker info", check=False)
+    assert refused.returncode != 0 and "permission denied" in refused.stdout.lower(), refused.stdout[-800:]
+    root = ansible(head.name, "--become", "-m", "ansible.builtin.command", "-a", "id -un", "-o").stdout
+    assert "rc=0 | (stdout) root" in root, root
+
+
 def test_bridge_survives_a_forward_drop_policy(sim):
     """A host dockerd sets FORWARD to DROP; with bridge-nf on, only the simulator's own rule keeps
     rank-to-rank traffic on the management bridge alive."""
