@@ -16,6 +16,10 @@ while read -r src target; do
   mount --bind "$src" "$target"
 done <"$rank_dir/mounts"
 
+# The rank's own /etc/hosts names it, as a real host's does (sudo resolves its hostname).
+{ cat /etc/hosts; printf '127.0.1.1\t%s\n' "$3"; } >"$rank_dir/run/hosts"
+mount --bind "$rank_dir/run/hosts" /etc/hosts
+
 echo $$ >"$rank_dir/run/init.pid"
 dockerd --config-file /etc/docker/daemon.json >>"$rank_dir/log/dockerd.log" 2>&1 &
 echo $! >"$rank_dir/run/dockerd.pid"

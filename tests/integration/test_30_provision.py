@@ -196,11 +196,13 @@ def test_a_container_under_the_engines_name_that_is_not_ours_is_refused(sim, cle
 def test_engine_with_requests_in_flight_is_not_replaced_without_force(sim, clean_tree, host_vars):
     pair = sim[1]
     for r in pair.ranks:
+        # only this test's own request is slow (the gate's canaries are not): it holds the marker
         host_vars(r, {"dspark_engine_extra_env": {"DSPARK_SIM_STARTUP_DELAY_S": "1", "DSPARK_SIM_FAULT": "slow_tokens",
-                                                  "DSPARK_SIM_TOKEN_DELAY_S": "0.5"}})
+                                                  "DSPARK_SIM_TOKEN_DELAY_S": "0.5",
+                                                  "DSPARK_SIM_TOKEN_DELAY_MATCH": "dspark-test-in-flight"}})
     provision(pair, clean_tree, check=True)
     before = started(pair)
-    body = json.dumps({"model": site()["dspark_served_model_name"], "prompt": "hello", "max_tokens": 120,
+    body = json.dumps({"model": site()["dspark_served_model_name"], "prompt": "hello dspark-test-in-flight", "max_tokens": 120,
                        "ignore_eos": True}).encode()
 
     def slow_request():

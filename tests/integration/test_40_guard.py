@@ -67,7 +67,9 @@ def test_an_engine_that_dies_after_n_requests_fails_the_guard(sim, clean_tree, h
 
 def test_slow_tokens_stop_at_the_bound(sim, clean_tree, host_vars):
     pair = sim[1]
-    serve_with(pair, clean_tree, host_vars, {"DSPARK_SIM_FAULT": "slow_tokens", "DSPARK_SIM_TOKEN_DELAY_S": "0.2"})
+    # the guard's contract prompts are slow, the runtime gate's canaries at the provision are not
+    serve_with(pair, clean_tree, host_vars, {"DSPARK_SIM_FAULT": "slow_tokens", "DSPARK_SIM_TOKEN_DELAY_S": "0.2",
+                                             "DSPARK_SIM_TOKEN_DELAY_MATCH": "write a plain description"})
     res = guard(pair, "-e", "dspark_guard_request_timeout=10", "-e", "dspark_guard_overall_timeout=30")
     assert res.returncode != 0
     doc = report(pair)

@@ -117,10 +117,11 @@ def test_an_interrupted_control_node_reattaches_and_restarts_nothing(sim, clean_
     # a code of its own gives this run its own key: the first test's finished rows (same profile,
     # same image) would otherwise be resumed and nothing would run long enough to interrupt
     CODE = "GB10-NIAH-INT3"
-    # every generated token takes 2 s, so the ladder outlasts both the interruption and the refused
-    # provision below
-    host_vars(pair.head, {"dspark_engine_extra_env": {"DSPARK_SIM_STARTUP_DELAY_S": "1", "DSPARK_SIM_TOKEN_DELAY_S": "2"}})
-    host_vars(pair.worker, {"dspark_engine_extra_env": {"DSPARK_SIM_STARTUP_DELAY_S": "1", "DSPARK_SIM_TOKEN_DELAY_S": "2"}})
+    # every token the ladder generates takes 2 s, so it outlasts both the interruption and the
+    # refused provision below; only prompts holding the code are slowed (the gate's are not)
+    slow = {"DSPARK_SIM_STARTUP_DELAY_S": "1", "DSPARK_SIM_TOKEN_DELAY_S": "2", "DSPARK_SIM_TOKEN_DELAY_MATCH": CODE}
+    host_vars(pair.head, {"dspark_engine_extra_env": slow})
+    host_vars(pair.worker, {"dspark_engine_extra_env": slow})
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0", PYTHONUNBUFFERED="1")
     argv = [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(INVENTORY), "playbooks/niah.yml",
             "--limit", pair.group, "-e", f"dspark_preflight_wrapper_path={clean_tree}", "-e", "dspark_niah_poll_interval=1",

@@ -115,14 +115,15 @@ class Engine:
         if self.dead:
             raise EngineDead()
         output = model.generate(prompt_ids, prompt_text, sampling, chat, self.cfg.num_spec_tokens)
-        return Generation(self, prompt_ids, output)
+        return Generation(self, prompt_ids, output, self.settings.token_delay_for(prompt_text))
 
 
 class Generation:
     """One admitted request; iterating yields ``model.Token``s with the simulated pace."""
 
-    def __init__(self, engine, prompt_ids, output):
+    def __init__(self, engine, prompt_ids, output, token_delay_s=0.0):
         self.engine, self.prompt_ids, self.output = engine, prompt_ids, output
+        self.token_delay_s = token_delay_s
         self.arrival = time.monotonic()
 
     def __iter__(self):
@@ -147,8 +148,8 @@ class Generation:
             eng._first_replay()
             cached = eng._prefix_hits(self.prompt_ids)
             for token in self.output.tokens:
-                if eng.settings.token_delay_s:
-                    time.sleep(eng.settings.token_delay_s)
+                if self.token_delay_s:
+                    time.sleep(self.token_delay_s)
                 if eng.dead:
                     raise EngineDead()
                 if ttft is None:

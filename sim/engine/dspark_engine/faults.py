@@ -5,6 +5,8 @@ Numeric knobs (all optional): ``DSPARK_SIM_STARTUP_DELAY_S`` (0), ``DSPARK_SIM_T
 (0, or 0.25 under ``slow_tokens``), ``DSPARK_SIM_JOIN_TIMEOUT_S`` (600),
 ``DSPARK_SIM_HEARTBEAT_TIMEOUT_S`` (5), ``DSPARK_SIM_DIE_AFTER_REQUESTS`` (3, used by
 ``die_after_requests``), ``DSPARK_SIM_KV_TOKENS`` (overrides the KV capacity).
+``DSPARK_SIM_TOKEN_DELAY_MATCH``: when set, the token delay applies only to requests whose prompt
+text contains it (a test slows the requests it makes, not the runtime gate's canaries).
 ``DSPARK_SIM_OVERLONG`` says what a request whose prompt fits the window but whose prompt +
 ``max_tokens`` does not gets: ``cap`` (default, as vLLM 0.32 was seen to do: HTTP 200 with
 ``max_tokens`` cut to the room left) or ``reject`` (HTTP 400, as older vLLM releases answer).
@@ -36,6 +38,7 @@ class SimSettings:
     faults: frozenset = frozenset()
     startup_delay_s: float = 0.0
     token_delay_s: float = 0.0
+    token_delay_match: str = ""
     join_timeout_s: float = 600.0
     heartbeat_timeout_s: float = 5.0
     die_after_requests: int = 3
@@ -45,6 +48,12 @@ class SimSettings:
 
     def has(self, fault):
         return fault in self.faults
+
+    def token_delay_for(self, prompt_text):
+        """The pause before each generated token of a request with this prompt."""
+        if self.token_delay_match and self.token_delay_match not in (prompt_text or ""):
+            return 0.0
+        return self.token_delay_s
 
     @property
     def heartbeat_interval_s(self):
@@ -96,6 +105,7 @@ def load(env=None):
         faults=faults,
         startup_delay_s=_number(env, "DSPARK_SIM_STARTUP_DELAY_S", 0.0, float, 0),
         token_delay_s=_number(env, "DSPARK_SIM_TOKEN_DELAY_S", slow_default, float, 0),
+        token_delay_match=env.get("DSPARK_SIM_TOKEN_DELAY_MATCH", ""),
         join_timeout_s=_number(env, "DSPARK_SIM_JOIN_TIMEOUT_S", 600.0, float, 0),
         heartbeat_timeout_s=_number(env, "DSPARK_SIM_HEARTBEAT_TIMEOUT_S", 5.0, float, 0.1),
         die_after_requests=_number(env, "DSPARK_SIM_DIE_AFTER_REQUESTS", 3, int, 1),

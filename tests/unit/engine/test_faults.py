@@ -21,6 +21,10 @@ def test_settings_parsing():
     assert slow.faults == {"slow_tokens", "wrong_usage"} and slow.token_delay_s == 0.25
     assert faults.load({"DSPARK_SIM_FAULT": "slow_tokens", "DSPARK_SIM_TOKEN_DELAY_S": "0.01"}).token_delay_s == 0.01
     assert faults.load({"DSPARK_SIM_KV_TOKENS": "42"}).kv_tokens == 42
+    matched = faults.load({"DSPARK_SIM_TOKEN_DELAY_S": "2", "DSPARK_SIM_TOKEN_DELAY_MATCH": "NEEDLE-7"})
+    assert matched.token_delay_for("a haystack with NEEDLE-7 in it") == 2.0
+    assert matched.token_delay_for("a runtime-gate canary") == 0.0 and matched.token_delay_for(None) == 0.0
+    assert faults.load({"DSPARK_SIM_TOKEN_DELAY_S": "2"}).token_delay_for("anything") == 2.0
     with pytest.raises(faults.SettingsError, match="unknown fault name"):
         faults.load({"DSPARK_SIM_FAULT": "crash_on_start,explode"})
     for bad in ({"DSPARK_SIM_STARTUP_DELAY_S": "soon"}, {"DSPARK_SIM_TOKEN_DELAY_S": "-1"},
@@ -70,6 +74,17 @@ def test_slow_tokens(engines, model_dir):
     started = time.monotonic()
     assert proc.post("/v1/completions", {"prompt": "Hi", "max_tokens": 5, "ignore_eos": True})[0] == 200
     assert time.monotonic() - started >= 0.5
+
+
+def test_slow_tokens_only_for_matching_prompts(engines, model_dir):
+    proc = start_head(engines, model_dir, {"DSPARK_SIM_TOKEN_DELAY_S": "0.2",
+                                           "DSPARK_SIM_TOKEN_DELAY_MATCH": "slow-me"}).wait_ready()
+    started = time.monotonic()
+    assert proc.post("/v1/completions", {"prompt": "Hi", "max_tokens": 5, "ignore_eos": True})[0] == 200
+    assert time.monotonic() - started < 0.5
+    started = time.monotonic()
+    assert proc.post("/v1/completions", {"prompt": "Hi slow-me", "max_tokens": 5, "ignore_eos": True})[0] == 200
+    assert time.monotonic() - started >= 1.0
 
 
 def test_die_after_requests(engines, model_dir):
