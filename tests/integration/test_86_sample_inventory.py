@@ -65,6 +65,10 @@ def fill_in(dest: Path, pair, evidence: Path, pin: dict | None) -> Path:
         assert key in ours, f"the sample's site.yml no longer sets {key}; update this test"
         ours[key] = sim_site[key]
     ours["dspark_evidence_dir"] = str(evidence)
+    # The unprivileged account the ranks let in (the sample's gb10-ops is the site's to choose).
+    connection = yaml.safe_load((INVENTORY / "group_vars" / "all" / "connection.yml").read_text())
+    assert "ansible_user" in ours and ours["ansible_user"] != "root", "the sample should log in unprivileged"
+    ours["ansible_user"] = connection["ansible_user"]
     site_file.write_text(yaml.safe_dump(ours, sort_keys=False))
     # The SSH key and known hosts of the simulator (the sample leaves the key commented out).
     shutil.copy(INVENTORY / "group_vars" / "all" / "connection.yml", dest / "group_vars" / "all" / "connection.yml")
