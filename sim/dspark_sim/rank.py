@@ -190,11 +190,16 @@ def wait_ready(rank: layout.Rank, timeout: float = 90) -> None:
     raise SimError(f"rank {rank.name}: dockerd did not answer within {timeout}s (see {rank.sub('log')}/dockerd.log)")
 
 
-def ssh_argv(rank: layout.Rank) -> list[str]:
-    """ssh to the rank as the operator, ending in ``sudo -n --``: the command appended runs as root."""
+def ssh_login(rank: layout.Rank, user: str) -> list[str]:
+    """ssh to the rank as ``user`` with the control key and the simulator's known hosts (no command yet)."""
     return ["ssh", "-i", str(control_key()), "-o", f"UserKnownHostsFile={layout.STATE_DIR / 'ssh' / 'known_hosts'}",
             "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5",
-            f"{layout.OPERATOR}@{rank.mgmt_ip}", "--", "sudo", "-n", "--"]
+            f"{user}@{rank.mgmt_ip}"]
+
+
+def ssh_argv(rank: layout.Rank) -> list[str]:
+    """ssh to the rank as the operator, ending in ``sudo -n --``: the command appended runs as root."""
+    return [*ssh_login(rank, layout.OPERATOR), "--", "sudo", "-n", "--"]
 
 
 def ssh(rank: layout.Rank, argv: list[str], check: bool = True, timeout: float = 60):

@@ -69,9 +69,12 @@ def wait_for(pred, timeout: float, interval: float = 0.5, what: str = "condition
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
+def container_inspect(rank: layout.Rank, name: str = "dspark_vllm") -> dict:
+    return json.loads(on_rank(rank, ["docker", "container", "inspect", name]).stdout)[0]
+
+
 def container_state(rank: layout.Rank, name: str = "dspark_vllm") -> dict:
-    out = on_rank(rank, ["docker", "container", "inspect", name]).stdout
-    return json.loads(out)[0]["State"]
+    return container_inspect(rank, name)["State"]
 
 
 def playbook(name: str, tree: Path, *extra: str, check: bool = True, timeout: float = 1800,

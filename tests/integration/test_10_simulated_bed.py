@@ -8,6 +8,7 @@ import subprocess
 
 from simhelpers import PAIRS, ansible, container_state, http_get, on_rank, playbook, sim_cli, wait_for
 from dspark_sim import layout
+from dspark_sim import rank as sim_rank
 
 
 def test_ansible_pings_every_rank_over_ssh(sim):
@@ -71,9 +72,7 @@ def test_ranks_refuse_root_and_the_operator_needs_become(sim):
     """As many sites do, the ranks refuse SSH logins as root; Ansible logs in as an unprivileged
     operator, who cannot reach Docker without become, and becomes root through sudo."""
     head = sim[0].head
-    key = layout.STATE_DIR / "ssh" / "id_ed25519"
-    res = subprocess.run(["ssh", "-i", str(key), "-o", f"UserKnownHostsFile={layout.STATE_DIR / 'ssh' / 'known_hosts'}",
-                          "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", f"root@{head.mgmt_ip}", "true"],
+    res = subprocess.run([*sim_rank.ssh_login(head, "root"), "--", "true"],
                          capture_output=True, text=True, timeout=30, check=False)
     assert res.returncode == 255 and "Permission denied" in res.stderr, res.stderr
     plain = ansible(head.name, "-m", "ansible.builtin.command", "-a", "id -un", "-o").stdout

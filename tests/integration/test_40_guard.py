@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from simhelpers import INVENTORY, ansible, container_state, on_rank, playbook, site
+from simhelpers import INVENTORY, ansible, container_inspect, container_state, on_rank, playbook, site
 
 
 def guard(pair, *extra: str, check: bool = False):
@@ -77,11 +77,6 @@ def test_slow_tokens_stop_at_the_bound(sim, clean_tree, host_vars):
     assert any("time bound" in e or "transport" in e for e in doc["errors"])
 
 
-def container_env(rank) -> list[str]:
-    out = on_rank(rank, ["docker", "container", "inspect", "--format", "{{json .Config.Env}}", "dspark_vllm"]).stdout
-    return json.loads(out)
-
-
 def labelled(rank) -> list[str]:
     out = on_rank(rank, ["docker", "container", "ls", "--all", "--filter", "label=io.gb10.dspark.pair",
                          "--format", "{{.Names}}"]).stdout
@@ -106,11 +101,11 @@ def test_ci_guard_takes_the_model_dir_from_the_runner_and_removes_leftovers(sim,
 
     # The module's previous test left the head serving with slow tokens (a rank-local extra env);
     # the CI job's provision removes that variable, and a removed variable replaces the engine.
-    faulty = [e for e in container_env(pair.head) if e.startswith("DSPARK_SIM_FAULT=")]
+    faulty = [e for e in container_inspect(pair.head)["Config"]["Env"] if e.startswith("DSPARK_SIM_FAULT=")]
     started = container_state(pair.head)["StartedAt"]
     ok = playbook("guard_ci.yml", clean_tree, "--limit", pair.group, env={"DSPARK_MODEL_DIR": model_dir})
     assert "serving guard PASS" in flat(ok)
-    assert not [e for e in container_env(pair.head) if e.startswith(("DSPARK_SIM_FAULT=", "DSPARK_SIM_TOKEN_DELAY"))]
+    assert not [e for e in container_inspect(pair.head)["Config"]["Env"] if e.startswith(("DSPARK_SIM_FAULT=", "DSPARK_SIM_TOKEN_DELAY"))]
     assert not faulty or container_state(pair.head)["StartedAt"] != started, "the engine kept a removed variable"
 
     assert labelled(pair.head) == ["dspark_vllm"]
