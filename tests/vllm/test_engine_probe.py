@@ -55,21 +55,29 @@ def test_probe_reports_the_head_ready(real):
 
 
 def _stream_in_background(real, stop: threading.Event, first_chunk: threading.Event) -> threading.Thread:
+    """Streams one long completion after another until stop is set, so that a request is in flight whenever the
+    test looks, however fast the machine generates (a fast host finishes 3500 tokens of the tiny model in well
+    under a second, quicker than one metrics read under load)."""
     body = {"model": real.model, "prompt": "Describe the harbor ledger at length.", "max_tokens": 3500,
             "ignore_eos": True, "temperature": 0, "stream": True}
 
-    def reader():
+    def one_request():
         host, port = real.url.split("://", 1)[1].split(":")
         conn = http.client.HTTPConnection(host, int(port), timeout=120)
         try:
             conn.request("POST", "/v1/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
             resp = conn.getresponse()
+            assert resp.status == 200, resp.read()[:300]
             resp.readline()
             first_chunk.set()
             while not stop.is_set() and resp.readline():
                 pass
         finally:
             conn.close()  # the server aborts the request when its client goes away
+
+    def reader():
+        while not stop.is_set():
+            one_request()
 
     thread = threading.Thread(target=reader, daemon=True)
     thread.start()
@@ -80,14 +88,15 @@ def _poll_running(real, want: int, timeout: float) -> dict:
     deadline = time.monotonic() + timeout
     state = P.api_state(real.url, real.model, TIMEOUT)
     while state["num_requests_running"] != want and time.monotonic() < deadline:
-        time.sleep(0.2)
+        time.sleep(0.05)
         state = P.api_state(real.url, real.model, TIMEOUT)
     return state
 
 
 def test_a_request_in_flight_blocks_a_replace(real, note):
     """num_requests_running counts a streamed request while it runs, and busy_message refuses to stop the
-    engine under it; once the client has gone, the count is 0 again and the replace is allowed."""
+    engine under it; once the client has gone (and no new request follows), the count is 0 again and the
+    replace is allowed."""
     stop, first = threading.Event(), threading.Event()
     thread = _stream_in_background(real, stop, first)
     try:
