@@ -84,6 +84,15 @@ def playbook(name: str, tree: Path, *extra: str, check: bool = True, timeout: fl
                    tool="ansible-playbook", check=check, timeout=timeout, env=env)
 
 
+def unconverge(pair: layout.Pair) -> None:
+    """Back to an unconverged pair: no container, no image, no archive copy on either rank."""
+    for r in pair.ranks:
+        on_rank(r, ["sh", "-c", "docker rm -f $(docker ps -aq) >/dev/null 2>&1; "
+                                "docker image rm -f $(docker image ls -aq) >/dev/null 2>&1; "
+                                "rm -rf /var/lib/dspark/images; true"])
+        assert snapshot(r)["images"] == []
+
+
 def snapshot(rank: layout.Rank) -> dict:
     """Everything on a rank that a run could change: images, containers (ID, name, state, start time,
     restart count) and the files under the collection's folders and the model directory."""

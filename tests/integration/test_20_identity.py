@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from simhelpers import INVENTORY, ROOT, ansible, on_rank, site, snapshot
+from simhelpers import INVENTORY, ROOT, ansible, on_rank, site, snapshot, unconverge
 
 sys.path.insert(0, str(ROOT))
 from tests.support import synthetic_archive  # noqa: E402
@@ -33,15 +33,6 @@ def pin() -> dict:
 def run(pair, clean_tree, *extra: str, check: bool = False, tree: Path | None = None):
     return ansible(PLAYBOOK, "--limit", pair.group, "-e", f"dspark_preflight_wrapper_path={tree or clean_tree}",
                    *extra, tool="ansible-playbook", check=check)
-
-
-def reset(pair) -> None:
-    """Back to an unconverged pair: no engine, no image, no archive copy."""
-    for r in pair.ranks:
-        on_rank(r, ["sh", "-c", "docker rm -f $(docker ps -aq) >/dev/null 2>&1; "
-                                "docker image rm -f $(docker image ls -aq) >/dev/null 2>&1; "
-                                "rm -rf /var/lib/dspark/images; true"])
-        assert snapshot(r)["images"] == []
 
 
 def fails_closed(pair, clean_tree, *extra: str, expect: list[str], tree: Path | None = None) -> str:
@@ -60,13 +51,13 @@ def fails_closed(pair, clean_tree, *extra: str, expect: list[str], tree: Path | 
 @pytest.fixture
 def pair2(sim):
     pair = sim[1]
-    reset(pair)
+    unconverge(pair)
     return pair
 
 
 def test_identity_converges_then_changes_nothing(sim, clean_tree):
     pair = sim[0]
-    reset(pair)
+    unconverge(pair)
     p = pin()
     first = run(pair, clean_tree, check=True)
     assert "changed=0" not in first.stdout.split("PLAY RECAP")[1].splitlines()[1]

@@ -1,0 +1,197 @@
+"""Staging the image by relay on the simulator: a pair that lacks the image takes one copy from the
+control node (or none, from a site mirror), to its head; the worker fetches it from the head over the
+pair's own link. Bytes the control node sends are read from the management bridge's counters. A
+corrupt relayed archive, a mirror with the wrong checksum and a fabric link that goes down during
+the relay each stop the run with a clear error and nothing loaded on either rank."""
+from __future__ import annotations
+
+import hashlib
+import http.server
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from simhelpers import INVENTORY, ROOT, ansible, on_rank, site, snapshot, unconverge
+from dspark_sim import layout
+from dspark_sim import rank as sim_rank
+
+PLAYBOOK = "playbooks/identity.yml"  # preflight and the image role, under the pair's lock
+FAST = ("-e", "dspark_image_relay_idle_timeout=15", "-e", "dspark_image_fetch_timeout=10")
+
+
+def pin() -> dict:
+    return yaml.safe_load((INVENTORY / "group_vars" / "all" / "pin.yml").read_text())["dspark_pin"]
+
+
+def archive() -> Path:
+    return Path(site()["dspark_image_archive"])
+
+
+def control_sent() -> int:
+    """Bytes this machine (the control node) sent into the management bridge, towards the ranks."""
+    return int(Path(f"/sys/class/net/{layout.BRIDGE}/statistics/tx_bytes").read_text())
+
+
+def flat(res) -> str:
+    return " ".join((res.stdout + res.stderr).split())
+
+
+def run(pair, clean_tree, *extra: str, check: bool = True):
+    return ansible(PLAYBOOK, "--limit", pair.group, "-e", f"dspark_preflight_wrapper_path={clean_tree}", *FAST,
+                   *extra, tool="ansible-playbook", check=check)
+
+
+def state(pair) -> dict:
+    """Each rank's snapshot without the archive folder's own entry: a staging that fails may leave
+    that (empty) folder made, and nothing else."""
+    out = {}
+    for rank_ in pair.ranks:
+        snap = snapshot(rank_)
+        snap["files"] = [f for f in snap["files"] if not f.startswith("/var/lib/dspark/images ")]
+        out[rank_.name] = snap
+    return out
+
+
+def image_ids(rank) -> list[str]:
+    return on_rank(rank, ["docker", "image", "ls", "--no-trunc", "--format", "{{.ID}}"]).stdout.split()
+
+
+def archive_sha(rank) -> str:
+    name = archive().name
+    return on_rank(rank, ["sha256sum", f"/var/lib/dspark/images/{name}"]).stdout.split()[0]
+
+
+@pytest.fixture
+def pair2(sim):
+    pair = sim[1]
+    unconverge(pair)
+    return pair
+
+
+@pytest.fixture
+def mirror(tmp_path):
+    """A site mirror on the control node's management address: serves whatever the test puts in ``root``."""
+    root = tmp_path / "mirror"
+    root.mkdir()
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(root), **kwargs)
+
+        def log_message(self, *args):
+            return None
+
+    server = http.server.ThreadingHTTPServer((str(layout.CONTROL_IP), 0), Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield root, f"http://{layout.CONTROL_IP}:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_pair_lacking_the_image_takes_one_copy_from_the_control_node(pair2, clean_tree):
+    p, size = pin(), archive().stat().st_size
+    before = control_sent()
+    res = run(pair2, clean_tree)
+    sent = control_sent() - before
+    out = flat(res)
+    for rank_ in pair2.ranks:
+        assert image_ids(rank_) == [p["image_id"]], rank_.name
+        assert archive_sha(rank_) == p["image_archive_sha256"], rank_.name
+    # one copy, to the head; the worker's came over the pair's link (2 x size when each rank was copied to)
+    assert size <= sent < 1.25 * size, (sent, size)
+    assert f"changed: [{pair2.worker.name}]" in out.split("Fetch the archive from the head over the pair's link")[1][:600]
+    assert f"changed: [{pair2.worker.name}]" not in out.split("Copy the archive from the control node")[1][:600]
+    # converged: nothing is sent again, neither from the control node nor over the pair's link
+    before = control_sent()
+    again = flat(run(pair2, clean_tree))
+    assert control_sent() - before < size / 20
+    assert "Serve the archive on the head's fabric address" not in again or "skipping" in again
+
+
+@pytest.mark.fault("mirror-checksum")
+def test_a_site_mirror_is_checked_against_the_pin_and_spares_the_control_node(pair2, clean_tree, mirror):
+    root, base = mirror
+    name = archive().name
+    data = archive().read_bytes()
+    (root / name).write_bytes(data[:-1] + bytes([data[-1] ^ 1]))  # one bit off
+    before = state(pair2)
+    bad = run(pair2, clean_tree, "-e", f"dspark_image_mirror_url={base}/{name}", check=False)
+    assert bad.returncode != 0
+    assert f"{base}/{name}" in flat(bad) and "checksum mismatch" in flat(bad).lower(), flat(bad)[-3000:]
+    assert state(pair2) == before, "a refused mirror changed a rank"
+
+    (root / name).write_bytes(data)
+    sent_before = control_sent()
+    run(pair2, clean_tree, "-e", f"dspark_image_mirror_url={base}/{name}")
+    assert control_sent() - sent_before < len(data) / 10  # the mirror and the head's link carried the archive
+    for rank_ in pair2.ranks:
+        assert image_ids(rank_) == [pin()["image_id"]], rank_.name
+
+
+@pytest.mark.fault("relay-corrupt")
+def test_a_corrupt_archive_relayed_by_the_head_is_refused_by_the_worker(pair2, clean_tree, host_vars):
+    head, worker = pair2.ranks
+    name = archive().name
+    data = archive().read_bytes()
+    corrupt = data[: len(data) // 2] + bytes(len(data) - len(data) // 2)
+    # bytes, not text: straight through the simulator's ssh (on_rank takes text)
+    subprocess.run([*sim_rank.ssh_argv(head), "sh", "-c", f"'mkdir -p /var/lib/dspark/images && cat > /var/lib/dspark/images/{name}'"],
+                   input=corrupt, check=True, timeout=120)
+    host_vars(head, {"dspark_image_archive_staged": True})  # staged on the head by hand
+    before = state(pair2)
+    res = run(pair2, clean_tree, check=False)
+    text = flat(res)
+    assert res.returncode != 0
+    assert (f"rank {worker.name}: no pinned archive from head {head.name} over the pair's link "
+            f"({head.fabric_ip}:25101)") in text, text[-4000:]
+    assert "checksum mismatch" in text.lower() and pin()["image_archive_sha256"] in text
+    assert state(pair2) == before, "a refused relay changed a rank"
+    assert hashlib.sha256(corrupt).hexdigest() != pin()["image_archive_sha256"]
+
+
+@pytest.mark.fault("relay-fabric-down")
+def test_a_fabric_link_that_goes_down_during_the_relay_stops_the_run(pair2, clean_tree):
+    head, worker = pair2.ranks
+    netdev = worker.port["netdev"]
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0", PYTHONUNBUFFERED="1")
+    argv = [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(INVENTORY), PLAYBOOK,
+            "--limit", pair2.group, "-e", f"dspark_preflight_wrapper_path={clean_tree}", *FAST]
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    seen: list[str] = []
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if "Serve the archive on the head's fabric address" in line:
+                on_rank(worker, ["ip", "link", "set", netdev, "down"])  # the cable is pulled as the relay starts
+                break
+        seen += proc.stdout.readlines()
+        proc.wait(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        on_rank(worker, ["ip", "link", "set", netdev, "up"])
+    text = " ".join("".join(seen).split())
+    assert proc.returncode != 0, text[-4000:]
+    assert f"rank {worker.name}: no pinned archive from head {head.name} over the pair's link ({head.fabric_ip}:25101)" in text, \
+        text[-4000:]
+    assert "the head's relay" in text
+    for rank_ in pair2.ranks:
+        assert image_ids(rank_) == [], f"{rank_.name} loaded an image although the relay failed"
+    assert on_rank(worker, ["test", "-e", f"/var/lib/dspark/images/{archive().name}"], check=False).returncode == 1
+
+
+def test_direct_staging_still_sends_each_rank_its_copy(pair2, clean_tree):
+    """dspark_image_staging=direct, for pairs whose link cannot carry it: the control node sends two copies."""
+    size = archive().stat().st_size
+    before = control_sent()
+    run(pair2, clean_tree, "-e", "dspark_image_staging=direct")
+    assert control_sent() - before >= 2 * size
+    for rank_ in pair2.ranks:
+        assert image_ids(rank_) == [pin()["image_id"]], rank_.name
