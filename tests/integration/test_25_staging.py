@@ -5,13 +5,13 @@ corrupt relayed archive, a mirror with the wrong checksum and a fabric link that
 the relay each stop the run with a clear error and nothing loaded on either rank."""
 from __future__ import annotations
 
-import hashlib
 import http.server
 import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +19,6 @@ import yaml
 
 from simhelpers import INVENTORY, ROOT, ansible, on_rank, site, snapshot, unconverge
 from dspark_sim import layout
-from dspark_sim import rank as sim_rank
 
 PLAYBOOK = "playbooks/identity.yml"  # preflight and the image role, under the pair's lock
 FAST = ("-e", "dspark_image_relay_idle_timeout=15", "-e", "dspark_image_fetch_timeout=10")
@@ -48,12 +47,13 @@ def run(pair, clean_tree, *extra: str, check: bool = True):
 
 
 def state(pair) -> dict:
-    """Each rank's snapshot without the archive folder's own entry: a staging that fails may leave
-    that (empty) folder made, and nothing else."""
+    """Each rank's snapshot without the archive folder's own entry and its parent's (whose time
+    that entry changes): a staging that fails may leave that (empty) folder made, and nothing else."""
     out = {}
     for rank_ in pair.ranks:
         snap = snapshot(rank_)
-        snap["files"] = [f for f in snap["files"] if not f.startswith("/var/lib/dspark/images ")]
+        snap["files"] = [f for f in snap["files"]
+                         if not f.startswith(("/var/lib/dspark/images ", "/var/lib/dspark "))]
         out[rank_.name] = snap
     return out
 
@@ -80,16 +80,23 @@ def mirror(tmp_path):
     root = tmp_path / "mirror"
     root.mkdir()
 
+    served = [0]
+
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, directory=str(root), **kwargs)
+
+        def copyfile(self, source, outputfile):
+            before = source.tell()
+            super().copyfile(source, outputfile)
+            served[0] += source.tell() - before
 
         def log_message(self, *args):
             return None
 
     server = http.server.ThreadingHTTPServer((str(layout.CONTROL_IP), 0), Quiet)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield root, f"http://{layout.CONTROL_IP}:{server.server_address[1]}"
+    yield root, f"http://{layout.CONTROL_IP}:{server.server_address[1]}", served
     server.shutdown()
     server.server_close()
 
@@ -116,43 +123,64 @@ def test_a_pair_lacking_the_image_takes_one_copy_from_the_control_node(pair2, cl
 
 @pytest.mark.fault("mirror-checksum")
 def test_a_site_mirror_is_checked_against_the_pin_and_spares_the_control_node(pair2, clean_tree, mirror):
-    root, base = mirror
+    root, base, served = mirror
     name = archive().name
     data = archive().read_bytes()
     (root / name).write_bytes(data[:-1] + bytes([data[-1] ^ 1]))  # one bit off
     before = state(pair2)
     bad = run(pair2, clean_tree, "-e", f"dspark_image_mirror_url={base}/{name}", check=False)
     assert bad.returncode != 0
-    assert f"{base}/{name}" in flat(bad) and "checksum mismatch" in flat(bad).lower(), flat(bad)[-3000:]
+    text = flat(bad)
+    assert f"rank {pair2.head.name}: no pinned archive from the site mirror {base}/{name}" in text, text[-3000:]
+    assert "did not match" in text and f"expected sha256 {pin()['image_archive_sha256']}" in text, text[-3000:]
     assert state(pair2) == before, "a refused mirror changed a rank"
 
     (root / name).write_bytes(data)
-    sent_before = control_sent()
+    sent_before, mirrored_before = control_sent(), served[0]
     run(pair2, clean_tree, "-e", f"dspark_image_mirror_url={base}/{name}")
-    assert control_sent() - sent_before < len(data) / 10  # the mirror and the head's link carried the archive
+    mirrored = served[0] - mirrored_before
+    # The mirror runs on this machine, so its bytes leave through the same bridge: subtract them.
+    assert mirrored == len(data)  # one copy, to the head; the worker's came over the pair's link
+    assert control_sent() - sent_before - mirrored < len(data) / 10
     for rank_ in pair2.ranks:
         assert image_ids(rank_) == [pin()["image_id"]], rank_.name
 
 
+ROGUE = """
+import http.server, sys
+body = bytes(int(sys.argv[3]))
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+http.server.HTTPServer((sys.argv[1], int(sys.argv[2])), H).serve_forever()
+"""
+
+
 @pytest.mark.fault("relay-corrupt")
-def test_a_corrupt_archive_relayed_by_the_head_is_refused_by_the_worker(pair2, clean_tree, host_vars):
+def test_a_corrupt_archive_over_the_relay_is_refused_by_the_worker(pair2, clean_tree):
+    """Another process already answers on the head's relay port with other bytes of the same length
+    (the worker cannot tell who answers; it trusts only the sha256)."""
     head, worker = pair2.ranks
-    name = archive().name
-    data = archive().read_bytes()
-    corrupt = data[: len(data) // 2] + bytes(len(data) - len(data) // 2)
-    # bytes, not text: straight through the simulator's ssh (on_rank takes text)
-    subprocess.run([*sim_rank.ssh_argv(head), "sh", "-c", f"'mkdir -p /var/lib/dspark/images && cat > /var/lib/dspark/images/{name}'"],
-                   input=corrupt, check=True, timeout=120)
-    host_vars(head, {"dspark_image_archive_staged": True})  # staged on the head by hand
-    before = state(pair2)
-    res = run(pair2, clean_tree, check=False)
+    size = archive().stat().st_size
+    rogue = subprocess.Popen(["nsenter", f"--net=/var/run/netns/{head.netns}", sys.executable, "-c", ROGUE,
+                              head.fabric_ip, "25101", str(size)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1)
+        res = run(pair2, clean_tree, check=False)
+    finally:
+        rogue.kill()
+        rogue.wait()
     text = flat(res)
     assert res.returncode != 0
     assert (f"rank {worker.name}: no pinned archive from head {head.name} over the pair's link "
             f"({head.fabric_ip}:25101)") in text, text[-4000:]
-    assert "checksum mismatch" in text.lower() and pin()["image_archive_sha256"] in text
-    assert state(pair2) == before, "a refused relay changed a rank"
-    assert hashlib.sha256(corrupt).hexdigest() != pin()["image_archive_sha256"]
+    assert "did not match" in text and f"expected sha256 {pin()['image_archive_sha256']}" in text, text[-4000:]
+    assert "cannot listen on" in text  # the head's own relay, in the report
+    for rank_ in pair2.ranks:
+        assert image_ids(rank_) == [], f"{rank_.name} loaded an image although the relay was refused"
+    assert on_rank(worker, ["test", "-e", f"/var/lib/dspark/images/{archive().name}"], check=False).returncode == 1
 
 
 @pytest.mark.fault("relay-fabric-down")
