@@ -5,9 +5,11 @@ Nothing here touches the simulator, the clock or the file system; tests/unit/ben
 
 A *row* is one measured ratio, as bench/ratios.py builds it with :func:`row`::
 
-    {"id", "name", "numerator": {"label", "seconds"}, "denominator": {"label", "seconds"},
-     "numerator_s", "denominator_s", "ratio", "target", "met", "checks": [...], "why": [...],
-     "notes": [...], "extra": {...}}
+    {"id", "name", "unit", "numerator": {"label", "value", "unit"}, "denominator": {"label", "value", "unit"},
+     "ratio", "target", "met", "checks": [...], "why": [...], "notes": [...], "extra": {...}}
+
+Most rows divide seconds by seconds (unit "s"; their parts also carry "seconds", and the row
+"numerator_s" and "denominator_s"); the relay rows divide bytes by bytes (unit "bytes").
 
 A *check* is an absolute target beside a ratio (zero container restarts, a second staging within
 3 s): ``{"name", "value", "target", "op", "unit", "met"}``. A row is met when its ratio is within
@@ -28,13 +30,14 @@ OP_SIGN = {"<=": "≤", "==": "="}
 
 
 # ---- ratios and targets ---------------------------------------------------------------------
-def ratio(numerator_s: float, denominator_s: float) -> float:
-    """numerator / denominator, rounded to RATIO_DIGITS; a denominator that is not positive has no ratio."""
-    if not isinstance(denominator_s, (int, float)) or not math.isfinite(denominator_s) or denominator_s <= 0:
-        raise ValueError(f"denominator must be a positive number of seconds, got {denominator_s!r}")
-    if not isinstance(numerator_s, (int, float)) or not math.isfinite(numerator_s) or numerator_s < 0:
-        raise ValueError(f"numerator must be a non-negative number of seconds, got {numerator_s!r}")
-    return round(numerator_s / denominator_s, RATIO_DIGITS)
+def ratio(numerator: float, denominator: float) -> float:
+    """numerator / denominator (seconds or bytes), rounded to RATIO_DIGITS; a denominator that is not
+    positive has no ratio."""
+    if not isinstance(denominator, (int, float)) or not math.isfinite(denominator) or denominator <= 0:
+        raise ValueError(f"denominator must be a positive number, got {denominator!r}")
+    if not isinstance(numerator, (int, float)) or not math.isfinite(numerator) or numerator < 0:
+        raise ValueError(f"numerator must be a non-negative number, got {numerator!r}")
+    return round(numerator / denominator, RATIO_DIGITS)
 
 
 def target_met(value: float, target: float, op: str = "<=") -> bool:
@@ -64,30 +67,42 @@ def check_text(c: dict) -> str:
     return f"{c['name']} {_num(c['value'], c['unit'])}, target {OP_SIGN[c['op']]} {_num(c['target'], c['unit'])}"
 
 
+def amount(value: float, unit: str) -> str:
+    """``30.00 s``, ``4,295,032,832 bytes`` (bytes as the exact count a counter gave)."""
+    return f"{int(value):,} bytes" if unit == "bytes" else f"{value:.2f} {unit}"
+
+
+def _part(label: str, value: float, unit: str) -> dict:
+    part = {"label": label, "value": round(value, 2) if unit == "s" else value, "unit": unit}
+    if unit == "s":
+        part["seconds"] = part["value"]
+    return part
+
+
 def row(row_id: str, name: str, numerator: tuple[str, float], denominator: tuple[str, float], target: float,
         notes: list[str] | None = None, checks: list[dict] | None = None, extra: dict | None = None,
-        causes: list[str] | None = None) -> dict:
-    """One measured ratio with its verdict: met only when the ratio is within ``target`` (≤) and
-    every check holds. ``why`` says what missed, followed by ``causes`` (measured explanations the
-    caller gives) when anything missed; the notes explain the measurement."""
-    (num_label, num_s), (den_label, den_s) = numerator, denominator
-    value = ratio(num_s, den_s)
+        causes: list[str] | None = None, unit: str = "s") -> dict:
+    """One measured ratio of two amounts in ``unit`` (seconds unless told) with its verdict: met only
+    when the ratio is within ``target`` (≤) and every check holds. ``why`` says what missed, followed by
+    ``causes`` (measured explanations the caller gives) when anything missed; the notes explain the
+    measurement."""
+    (num_label, num), (den_label, den) = numerator, denominator
+    value = ratio(num, den)
     checks = list(checks or [])
     ratio_ok = target_met(value, target, "<=")
     why = []
     if not ratio_ok:
         why.append(f"ratio {value:.{RATIO_DIGITS}f} is above the target {target} "
-                   f"({num_label} {num_s:.2f} s against {den_label} {den_s:.2f} s)")
+                   f"({num_label} {amount(num, unit)} against {den_label} {amount(den, unit)})")
     why += [f"{check_text(c)}: missed" for c in checks if not c["met"]]
     if why:
         why += list(causes or [])
-    return {
+    out = {
         "id": row_id,
         "name": name,
-        "numerator": {"label": num_label, "seconds": round(num_s, 2)},
-        "denominator": {"label": den_label, "seconds": round(den_s, 2)},
-        "numerator_s": round(num_s, 2),
-        "denominator_s": round(den_s, 2),
+        "unit": unit,
+        "numerator": _part(num_label, num, unit),
+        "denominator": _part(den_label, den, unit),
         "ratio": value,
         "target": target,
         "met": ratio_ok and all(c["met"] for c in checks),
@@ -96,6 +111,9 @@ def row(row_id: str, name: str, numerator: tuple[str, float], denominator: tuple
         "notes": list(notes or []),
         "extra": dict(extra or {}),
     }
+    if unit == "s":
+        out["numerator_s"], out["denominator_s"] = round(num, 2), round(den, 2)
+    return out
 
 
 # ---- the guard's theoretical server time ----------------------------------------------------
@@ -212,8 +230,9 @@ def _cell(text: object) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-def _seconds(part: dict) -> str:
-    return f"{part['label']}: {part['seconds']:.2f} s"
+def part_text(part: dict) -> str:
+    """``re-provision of pair_sim01: 18.91 s``; rows written before units were recorded are in seconds."""
+    return f"{part['label']}: {amount(part.get('value', part.get('seconds')), part.get('unit', 's'))}"
 
 
 def _extra_value(value: object) -> str:
@@ -256,7 +275,7 @@ def render(run: dict) -> str:
     for r in rows:
         notes = ([f"Missed: {'; '.join(r['why'])}."] if not r["met"] else []) + r["notes"]
         out.append("| " + " | ".join(_cell(x) for x in (
-            r["name"], _seconds(r["numerator"]), _seconds(r["denominator"]), f"{r['ratio']:.{RATIO_DIGITS}f}",
+            r["name"], part_text(r["numerator"]), part_text(r["denominator"]), f"{r['ratio']:.{RATIO_DIGITS}f}",
             f"≤ {r['target']}", "met" if r["met"] else "**missed**", " ".join(notes))) + " |")
     checks = [(r, c) for r in rows for c in r["checks"]]
     if checks:

@@ -7,9 +7,13 @@ pair simulator, written to artifacts/bench/ratios.json and artifacts/reports/PER
 2. staging a multi-GB synthetic archive on both ranks of a pair (gb10.dspark.image_identity, one
    ad-hoc run, -f 2) vs a bare `docker load -i` of it on one rank: ratio ≤ 1.25; a second staging
    (the image held: nothing loaded) within 3 s; the module's peak memory reported;
-3. playbooks/audit.yml on 8 pairs vs on 1 pair, same forks: ratio ≤ 2.5; and the one-call-per-rank
+3. staging by relay (playbooks/identity.yml): the bytes the control node sends for a pair that lacks
+   the image vs the archive's size, with a multi-GB synthetic archive: ratio ≤ 1.02; and a rollout to
+   every pair with the control node's uplink capped by tc (--uplink-mbit) vs the physical limit
+   pairs × archive / uplink: ratio ≤ 1.15;
+4. playbooks/audit.yml on 8 pairs vs on 1 pair, same forks: ratio ≤ 2.5; and the one-call-per-rank
    audit vs bench/naive_audit.yml (one command task per fact) on 8 pairs: ratio ≤ 0.5;
-4. playbooks/guard.yml (64 prompts × 128 tokens, concurrency 16) against the stand-in with a fixed
+5. playbooks/guard.yml (64 prompts × 128 tokens, concurrency 16) against the stand-in with a fixed
    per-token delay vs the theoretical server time: ratio ≤ 1.2.
 
 Run as root (the simulator needs it), usually through `make bench`:
@@ -43,7 +47,7 @@ import yaml
 
 import _common as common  # bench/_common.py (this script's folder is on sys.path)
 import _report as report
-from dspark_sim import layout
+from dspark_sim import layout, network
 from dspark_sim.image import _sha256_file
 from tests.support import synthetic_archive
 
@@ -58,12 +62,14 @@ HEAD, WORKER = PAIR.head, PAIR.worker
 MARK = "AnsiballZ_image_identity"
 STAGE_TAG = "dspark-bench:ratios"
 
-TARGETS = {"reprovision": 0.2, "staging": 1.25, "audit-scaling": 2.5, "audit-naive": 0.5, "guard": 1.2}
+TARGETS = {"reprovision": 0.2, "staging": 1.25, "relay-bytes": 1.02, "rollout": 1.15, "audit-scaling": 2.5,
+           "audit-naive": 0.5, "guard": 1.2}
 SECOND_STAGING_MAX_S = 3.0
 GATE_SUITE_TASK = "Provision GB10 pairs: gb10.dspark.gate : Gate | Run the runtime gate suite"
-ORDER = ["reprovision", "staging", "audit-scaling", "audit-naive", "guard"]  # the issue's order, for the doc
-GROUPS = {"reprovision": ["reprovision"], "staging": ["staging"], "audit": ["audit-scaling", "audit-naive"],
-          "guard": ["guard"]}
+ORDER = ["reprovision", "staging", "relay-bytes", "rollout", "audit-scaling", "audit-naive", "guard"]  # for the doc
+GROUPS = {"reprovision": ["reprovision"], "staging": ["staging"], "relay": ["relay-bytes", "rollout"],
+          "audit": ["audit-scaling", "audit-naive"], "guard": ["guard"]}
+RELAY_TAG = "dspark-bench:relay"
 
 BenchError = common.BenchError
 
@@ -345,7 +351,146 @@ def measure_staging(b: Bench) -> dict:
                "image store": sorted({str(r.get("image_store")) for r in first.values()})})
 
 
-# ---- 3. audits --------------------------------------------------------------------------------------
+# ---- 3. staging by relay: the control node's bytes, and a fleet rollout at the uplink's limit -------
+def unstage(b: Bench, groups: list[str], extra_vars: dict | None = None) -> None:
+    """The pairs lack the image again: teardown.yml removes their engines, the pinned image (the
+    pin of ``extra_vars`` when given) and its staged archive."""
+    b.playbook("teardown.yml", "--limit", ",".join(groups),
+               extra_vars={"dspark_teardown_remove_images": True, **(extra_vars or {})})
+
+
+def staged_run(b: Bench, groups: list[str], extra_vars: dict | None = None) -> tuple[common.PlaybookRun, int]:
+    """playbooks/identity.yml (preflight and the image role, under each pair's lock) on ``groups``, and
+    the bytes the control node sent into the management bridge meanwhile."""
+    before = network.control_sent_bytes()
+    run = b.playbook("identity.yml", "-f", str(b.args.forks), "--limit", ",".join(groups), extra_vars=extra_vars,
+                     junit=True)
+    return run, network.control_sent_bytes() - before
+
+
+def fabric_rx_bytes(pair: layout.Pair) -> int:
+    """Bytes the worker has received on its end of the pair's primary fabric link."""
+    worker_if = next(w for _a, _b, _h, w, kind in pair.fabric_links() if kind == "primary")
+    res = subprocess.run(["ip", "-n", pair.worker.netns, "-s", "-j", "link", "show", "dev", worker_if],
+                         text=True, capture_output=True, check=False)
+    if res.returncode != 0:
+        raise BenchError(f"{pair.worker.name}: no counters for {worker_if}: {res.stderr.strip()}")
+    return int(json.loads(res.stdout)[0]["stats64"]["rx"]["bytes"])
+
+
+def stand_in_labels(b: Bench) -> dict:
+    """The labels of the pinned stand-in image as the head holds it (a synthetic archive carries them
+    to pass the image role's label check)."""
+    out = common.on_rank(HEAD, ["docker", "image", "inspect", "--format", "{{json .Config.Labels}}", b.pin["image_id"]])
+    return json.loads(out.stdout) or {}
+
+
+def measure_relay_bytes(b: Bench) -> dict:
+    gib = b.args.archive_gib
+    labels = stand_in_labels(b)
+    shutil.rmtree(WORK, ignore_errors=True)
+    WORK.mkdir(parents=True)
+    made = over = None
+    try:
+        made = synthetic_archive.write(WORK / "relay.tar", tag=RELAY_TAG, layer_bytes=int(gib * common.GIB),
+                                       labels=labels, arch=b.pin["image_architecture"], salt="bench-relay")
+        size = Path(made["path"]).stat().st_size
+        # The role's own path with a pin for the synthetic image: preflight, the copy to the head, the relay
+        # over the pair's link, the sha256 on the worker, the load and the tag on both ranks.
+        pin = dict(b.pin, image_tag=RELAY_TAG, image_id=made["image_id"], image_manifest_digest=None,
+                   image_archive_sha256=_sha256_file(Path(made["path"])))
+        over = {"dspark_pin": pin, "dspark_image_archive": made["path"], "dspark_image_staging": "relay"}
+        say(f"relay: {PAIR.group} stages a {size / common.GIB:.2f} GiB archive by relay")
+        rx0 = fabric_rx_bytes(PAIR)
+        run, sent = staged_run(b, [PAIR.group], over)
+        relayed = fabric_rx_bytes(PAIR) - rx0
+        held = {r.name: image_present(r, made["image_id"]) for r in PAIR.ranks}
+        if not all(held.values()):
+            raise BenchError(f"identity.yml left the synthetic image missing: {held}")
+        say("relay: the same run again (both ranks hold the image)")
+        again, sent_again = staged_run(b, [PAIR.group], over)
+    finally:
+        if over:
+            try:
+                unstage(b, [PAIR.group], over)
+            except BenchError as exc:
+                say(f"cleanup: {exc}")
+        shutil.rmtree(WORK, ignore_errors=True)
+    copy = [t for doc in run.junit for name, t in report.slowest_tasks(doc, limit=100) if "Copy the archive" in name]
+    notes = [
+        f"playbooks/identity.yml on {PAIR.group} with dspark_image_staging=relay and a pin for a {gib:g} GiB synthetic "
+        "archive that carries the stand-in's labels: preflight, one copy from the control node to the head, the relay "
+        "from the head to the worker over the pair's link (the worker checks the pin's sha256), the load and the tag "
+        "on both ranks. Both ranks lacked the image.",
+        f"Numerator: the management bridge's transmit counter (/sys/class/net/{layout.BRIDGE}/statistics/tx_bytes) "
+        "across the run: everything the control node sent to the ranks, SSH, Ansible's modules and the copy. "
+        "Denominator: the archive's size.",
+        f"The same run again with the image held sends {sent_again:,} bytes ({report.ratio(sent_again, size):.4f}× "
+        "the archive): Ansible's own module traffic, the same for an archive of any size.",
+    ]
+    return report.row(
+        "relay-bytes", f"Bytes the control node sends for a pair lacking the image vs the archive ({gib:g} GiB)",
+        (f"sent during identity.yml on {PAIR.group}", sent), ("archive", size), TARGETS["relay-bytes"], unit="bytes",
+        notes=notes,
+        checks=[report.check("bytes the worker received over the pair's link / archive",
+                             report.ratio(relayed, size), 1.02, "<=")],
+        causes=[f"A converged run of the same playbook sends {sent_again:,} bytes: Ansible's module traffic, "
+                "not the archive."],
+        extra={"archive (bytes)": size, "sent by the control node (bytes)": sent,
+               "received by the worker over the pair's link (bytes)": relayed,
+               "sent by the control node, image held (bytes)": sent_again,
+               "identity.yml, lacking the image (s)": round(run.seconds, 2),
+               "identity.yml, image held (s)": round(again.seconds, 2),
+               "copy to the head (s)": round(copy[0], 2) if copy else None,
+               "control node to head (MiB/s)": round(size / common.MIB / copy[0], 1) if copy and copy[0] else None})
+
+
+def measure_rollout(b: Bench) -> dict:
+    pairs, rate = layout.pairs(b.args.pairs), b.args.uplink_mbit
+    groups = [p.group for p in pairs]
+    size = Path(b.site["dspark_image_archive"]).stat().st_size
+    say(f"rollout: teardown of {len(pairs)} pairs with their images and staged archives")
+    unstage(b, groups)
+    limit = len(pairs) * size * 8 / (rate * 1e6)
+    say(f"rollout: identity.yml on {len(pairs)} pairs with the uplink capped at {rate:g} Mbit/s "
+        f"(the limit: {len(pairs)} × {size:,} bytes at {rate:g} Mbit/s = {limit:.1f} s)")
+    with network.uplink_cap(rate):
+        run, sent = staged_run(b, groups)
+    held = [r.name for p in pairs for r in p.ranks if not image_present(r, b.pin["image_id"])]
+    if held:
+        raise BenchError(f"the rollout left the image missing on {held}")
+    tasks = [t for doc in run.junit for t in report.slowest_tasks(doc, limit=100)]
+    copy = next((t for name, t in tasks if "Copy the archive" in name), 0.0)
+    rest = sorted(((name.split(": ", 1)[-1], t) for name, t in tasks if "Copy the archive" not in name),
+                  key=lambda nt: -nt[1])
+    notes = [
+        f"All {len(pairs)} pairs lacked the image (teardown.yml with dspark_teardown_remove_images); playbooks/identity.yml "
+        f"on all of them with -f {b.args.forks} and relay staging: the control node copies the stand-in archive once "
+        "per pair, to its head, and each head relays it to its worker over the pair's link; then both ranks load it.",
+        f"The uplink is the control node's side of the management bridge, capped with a tc token bucket (tbf) at "
+        f"{rate:g} Mbit/s for the run. Denominator: the physical limit, pairs × archive size / uplink = "
+        f"{len(pairs)} × {size:,} bytes × 8 / {rate:g} Mbit/s.",
+        f"The control node sent {sent:,} bytes, {report.ratio(sent, len(pairs) * size):.3f}× pairs × archive.",
+    ]
+    return report.row(
+        "rollout", f"Rollout of the image to {len(pairs)} pairs, uplink capped at {rate:g} Mbit/s, vs the uplink's limit",
+        (f"identity.yml on {len(pairs)} pairs", run.seconds), ("pairs × archive / uplink", limit), TARGETS["rollout"],
+        notes=notes,
+        causes=[f"The copy to the heads took {copy:.2f} s, {report.ratio(copy, limit):.3f}× the limit: the token bucket "
+                "counts frames with their TCP/IP headers, and SSH frames the archive; on the bridge the control node "
+                f"sent {report.ratio(sent, len(pairs) * size):.3f}× pairs × archive in all.",
+                f"The other {run.seconds - copy:.2f} s of the run do not use the uplink: tasks before and after the copy "
+                f"that run for all {2 * len(pairs)} ranks on this machine's {os.cpu_count()} shared cores, where each "
+                "GB10 rank has its own: " + "; ".join(f"{n} {t:.2f} s" for n, t in rest[:4])
+                + f"; {max(0, len(rest) - 4)} more tasks {sum(t for _n, t in rest[4:]):.2f} s."],
+        extra={"archive (bytes)": size, "uplink cap (Mbit/s)": rate, "sent by the control node (bytes)": sent,
+               "sent / (pairs × archive)": report.ratio(sent, len(pairs) * size),
+               "copy to the heads (s)": round(copy, 2),
+               "uplink use during the copy (Mbit/s)": round(len(pairs) * size * 8 / 1e6 / copy, 1) if copy else None,
+               "slowest tasks": rest[:5]})
+
+
+# ---- 4. audits --------------------------------------------------------------------------------------
 def audit_times(b: Bench) -> dict:
     """audit.yml on 1 pair and on every pair, and naive_audit.yml on every pair, all with the same
     forks: a warm-up of each, then ``--audit-repeats`` interleaved rounds; medians."""
@@ -360,15 +505,22 @@ def audit_times(b: Bench) -> dict:
     def naive() -> common.PlaybookRun:
         return b.playbook("bench/naive_audit.yml", *forks)
 
+    def floor(*limit: str) -> common.PlaybookRun:  # Ansible's own cost of ten pings per rank, on the same ranks
+        return b.playbook("bench/module_floor.yml", *forks, *limit)
+
     say("audit: warm-up (SSH connections)")
     audit()
     naive()
-    runs: dict[str, list[common.PlaybookRun]] = {"one": [], "every": [], "naive": []}
+    runs: dict[str, list[common.PlaybookRun]] = {"one": [], "every": [], "naive": [], "floor-one": [], "floor-every": []}
     for i in range(b.args.audit_repeats):
         say(f"audit: round {i + 1} of {b.args.audit_repeats}")
         runs["one"].append(audit("--limit", PAIR.group))
         runs["every"].append(audit())
         runs["naive"].append(naive())
+    say("audit: Ansible's floor, ten pings per rank, on 1 pair and on every pair")
+    for _round in range(2):
+        runs["floor-one"].append(floor("--limit", PAIR.group))
+        runs["floor-every"].append(floor())
     counts = json.loads((b.tmp / "audit" / "audit.json").read_text()).get("counts")
     out = {k: [r.seconds for r in v] for k, v in runs.items()}
     out.update(counts=counts, median={k: statistics.median(r.seconds for r in v) for k, v in runs.items()},
@@ -393,6 +545,7 @@ def _runs(values: list[float]) -> str:
 def measure_audit_scaling(b: Bench) -> dict:
     t = audit_times(b)
     n = b.args.pairs
+    floor_ratio = report.ratio(t["median"]["floor-every"], t["median"]["floor-one"])
     return report.row(
         "audit-scaling", f"Auditing {n} pairs vs auditing 1 pair (same forks)",
         (f"audit.yml on {n} pairs", t["median"]["every"]), (f"audit.yml on {PAIR.group}", t["median"]["one"]),
@@ -400,12 +553,19 @@ def measure_audit_scaling(b: Bench) -> dict:
         notes=[f"playbooks/audit.yml with -f {b.args.forks} on {n} pairs and with --limit {PAIR.group}; the median "
                f"of {b.args.audit_repeats} interleaved runs each, after a warm-up run; every run exited 0 (all pairs OK).",
                f"Every rank runs its own sshd and dockerd on this machine's {os.cpu_count()} cores."],
-        causes=[cpu_cause(f"audit.yml on {n} pairs (median)", t["median"]["every"], t["cpu"]["every"], t["busy"]["every"]),
-                cpu_cause("audit.yml on 1 pair (median)", t["median"]["one"], t["cpu"]["one"], t["busy"]["one"]),
-                f"The {2 * n} ranks' audit modules run on the same cores as the control node here; on a fleet each "
-                "rank's module runs on that rank's own CPU, and only the control node's share grows with the pairs."],
+        causes=[f"Ansible's own floor grows faster on this machine: bench/module_floor.yml (ansible.builtin.ping ten "
+                f"times in one loop, nothing else) takes {t['median']['floor-every']:.2f} s on the {2 * n} ranks of "
+                f"{n} pairs against {t['median']['floor-one']:.2f} s on the 2 ranks of {PAIR.group}, "
+                f"{floor_ratio:.3f}×, above the audit's {report.ratio(t['median']['every'], t['median']['one']):.3f}×: "
+                "every rank's Python and sshd run on the same cores, so any task costs more per rank as ranks are "
+                "added, which a fleet of GB10s, each rank on its own CPU, does not.",
+                cpu_cause(f"audit.yml on {n} pairs (median)", t["median"]["every"], t["cpu"]["every"], t["busy"]["every"]),
+                cpu_cause("audit.yml on 1 pair (median)", t["median"]["one"], t["cpu"]["one"], t["busy"]["one"])],
         extra={f"audit.yml on {n} pairs (s, each run)": _runs(t["every"]),
                "audit.yml on 1 pair (s, each run)": _runs(t["one"]), "last verdicts": t["counts"],
+               f"module_floor.yml on {n} pairs (s, each run)": _runs(t["floor-every"]),
+               "module_floor.yml on 1 pair (s, each run)": _runs(t["floor-one"]),
+               f"module_floor.yml, {n} pairs / 1 pair": floor_ratio,
                f"control-node CPU, audit.yml on {n} pairs (s, median)": t["cpu"]["every"],
                "control-node CPU, audit.yml on 1 pair (s, median)": t["cpu"]["one"],
                f"machine busy, audit.yml on {n} pairs (median)": t["busy"]["every"],
@@ -434,7 +594,7 @@ def measure_audit_naive(b: Bench) -> dict:
                f"machine busy, naive_audit.yml on {n} pairs (median)": t["busy"]["naive"]})
 
 
-# ---- 4. the guard against the theoretical server time --------------------------------------------
+# ---- 5. the guard against the theoretical server time --------------------------------------------
 def max_num_seqs(b: Bench) -> int:
     catalog = yaml.safe_load((ROOT / "roles" / "profile" / "vars" / "main.yml").read_text())["__dspark_profile_catalog"]
     return int(catalog[b.site.get("dspark_profile", "production")]["max_num_seqs"])
@@ -489,6 +649,8 @@ MEASUREMENTS = [  # the order they run in: the audits first, on the fleet as the
     ("guard", measure_guard),
     ("reprovision", measure_reprovision),
     ("staging", measure_staging),
+    ("relay-bytes", measure_relay_bytes),
+    ("rollout", measure_rollout),  # last: it tears every pair down (restore puts back what served)
 ]
 
 
@@ -541,7 +703,7 @@ def sim_pairs() -> int:
 
 
 def print_row(r: dict) -> None:
-    say(f"{r['name']}: {r['numerator']['seconds']:.2f} s / {r['denominator']['seconds']:.2f} s = {r['ratio']:.3f} "
+    say(f"{r['name']}: {report.part_text(r['numerator'])} / {report.part_text(r['denominator'])} = {r['ratio']:.3f} "
         f"(target ≤ {r['target']}): {'met' if r['met'] else 'MISSED'}")
     for c in r["checks"]:
         say(f"  {report.check_text(c)}: {'met' if c['met'] else 'MISSED'}")
@@ -560,6 +722,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help="DSPARK_SIM_STARTUP_DELAY_S of the re-provision measurement, on both ranks")
     ap.add_argument("--token-delay", type=float, default=0.02, help="DSPARK_SIM_TOKEN_DELAY_S of the guard measurement")
     ap.add_argument("--guard-concurrency", type=int, default=16, help="dspark_guard_concurrency")
+    ap.add_argument("--uplink-mbit", type=float, default=50.0,
+                    help="the control node's uplink cap (Mbit/s) during the fleet rollout")
     ap.add_argument("--audit-repeats", type=int, default=3, help="timed rounds of each audit (the median is used)")
     ap.add_argument("--only", nargs="+", choices=sorted(GROUPS), metavar="NAME",
                     help=f"measure only these ({', '.join(sorted(GROUPS))}); artifacts/reports/PERFORMANCE.md is then left alone")
@@ -568,8 +732,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.pairs < 1 or args.forks < 1 or args.audit_repeats < 1 or args.guard_concurrency < 1:
         ap.error("--pairs, --forks, --audit-repeats and --guard-concurrency must be at least 1")
-    if args.archive_gib <= 0 or args.token_delay <= 0 or args.startup_delay < 0:
-        ap.error("--archive-gib and --token-delay must be positive, --startup-delay not negative")
+    if args.archive_gib <= 0 or args.token_delay <= 0 or args.uplink_mbit <= 0 or args.startup_delay < 0:
+        ap.error("--archive-gib, --token-delay and --uplink-mbit must be positive, --startup-delay not negative")
     return args
 
 
@@ -593,7 +757,7 @@ def main(argv: list[str] | None = None) -> int:
         site = yaml.safe_load((INVENTORY / "group_vars" / "all" / "site.yml").read_text())
         pin = yaml.safe_load((INVENTORY / "group_vars" / "all" / "pin.yml").read_text())["dspark_pin"]
         b = Bench(args, tmp, tree, site, pin)
-        fleet = layout.pairs(args.pairs) if any(m.startswith("audit") for m in wanted) else [PAIR]
+        fleet = layout.pairs(args.pairs) if any(m.startswith("audit") or m == "rollout" for m in wanted) else [PAIR]
         before = fleet_state(b, fleet)
         try:
             say(f"provision: {', '.join(p.group for p in fleet)} with -f {args.forks}")
@@ -629,7 +793,8 @@ def main(argv: list[str] | None = None) -> int:
         "commit": commit(), "machine": machine(),
         "settings": {"pairs": args.pairs, "forks": args.forks, "archive_gib": args.archive_gib,
                      "startup_delay_s": args.startup_delay, "token_delay_s": args.token_delay,
-                     "guard_concurrency": args.guard_concurrency, "audit_repeats": args.audit_repeats},
+                     "guard_concurrency": args.guard_concurrency, "audit_repeats": args.audit_repeats,
+                     "uplink_mbit": args.uplink_mbit},
         "results": results, "errors": errors,
     }
     OUT_JSON.parent.mkdir(parents=True, exist_ok=True)

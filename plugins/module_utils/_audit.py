@@ -674,3 +674,26 @@ def pair_verdict(pair: str, desired: dict, head: object, worker: object,
     elif differences:
         result.update(verdict="DRIFT")  # every difference is in ``differences``, with rank, expected, actual
     return result
+
+
+def fleet_verdicts(ranks: list[dict]) -> list[dict]:
+    """The verdict documents of the play's pairs, for the fleet report: one per head in ``ranks``, in
+    their order. Each entry of ``ranks`` is ``{"pair", "rank" (0 head, 1 worker), "verdict" (the head's
+    judged document, or None), "failure" (why the rank could not be judged, or None)}``. A pair with a
+    rank that could not be judged is FAILED with every such rank's reason (the head's first), whatever
+    its head judged; a head with neither a verdict nor a failure gives nothing (the report names the
+    pair as missing)."""
+    failures: dict[str, list[tuple[int, str]]] = {}
+    for entry in ranks:
+        if entry.get("failure"):
+            failures.setdefault(str(entry.get("pair")), []).append((int(entry.get("rank") or 0), str(entry["failure"])))
+    out = []
+    for entry in ranks:
+        if entry.get("rank") != 0:
+            continue
+        pair = str(entry.get("pair"))
+        if pair in failures:
+            out.append({"pair": pair, "verdict": "FAILED", "reasons": [why for _rank, why in sorted(failures[pair])]})
+        elif entry.get("verdict") is not None:
+            out.append(entry["verdict"])
+    return out

@@ -90,6 +90,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+changed:
+  description: Always false - serving a copy of a file changes nothing on the rank.
+  returned: always
+  type: bool
+  sample: false
 relay:
   description: What the relay did.
   returned: success or failure, outside check mode

@@ -9,6 +9,8 @@
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
+from pathlib import Path
 
 from . import layout
 from .proc import ok, run, say
@@ -96,6 +98,26 @@ def pair_fabric_up(pair: layout.Pair) -> None:
                 run(["ip", "-n", r.netns, "link", "set", ifname, "mtu", "9000"])
         for r, ifname in ((head, head_if), (worker, worker_if)):
             run(["ip", "-n", r.netns, "link", "set", ifname, "up"])
+
+
+def control_sent_bytes() -> int:
+    """Bytes the control node has sent into the management bridge, towards the ranks (the bridge's
+    own transmit counter: what leaves the control node's side, whatever the protocol)."""
+    return int(Path(f"/sys/class/net/{layout.BRIDGE}/statistics/tx_bytes").read_text())
+
+
+@contextmanager
+def uplink_cap(rate_mbit: float):
+    """Cap the control node's uplink (its side of the management bridge) at ``rate_mbit`` Mbit/s
+    with a token bucket for the duration of the block; the cap is removed whatever happens."""
+    if rate_mbit <= 0:
+        raise ValueError(f"the uplink cap must be positive, got {rate_mbit!r} Mbit/s")
+    run(["tc", "qdisc", "replace", "dev", layout.BRIDGE, "root", "tbf", "rate", f"{rate_mbit:g}mbit",
+         "burst", "256kb", "latency", "500ms"])
+    try:
+        yield
+    finally:
+        run(["tc", "qdisc", "del", "dev", layout.BRIDGE, "root"], check=False)
 
 
 def netns_pids(name: str) -> list[int]:

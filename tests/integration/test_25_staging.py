@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from simhelpers import INVENTORY, ROOT, ansible, on_rank, site, snapshot, unconverge
-from dspark_sim import layout
+from dspark_sim import layout, network
 
 PLAYBOOK = "playbooks/identity.yml"  # preflight and the image role, under the pair's lock
 FAST = ("-e", "dspark_image_relay_idle_timeout=15", "-e", "dspark_image_fetch_timeout=10")
@@ -30,11 +30,6 @@ def pin() -> dict:
 
 def archive() -> Path:
     return Path(site()["dspark_image_archive"])
-
-
-def control_sent() -> int:
-    """Bytes this machine (the control node) sent into the management bridge, towards the ranks."""
-    return int(Path(f"/sys/class/net/{layout.BRIDGE}/statistics/tx_bytes").read_text())
 
 
 def flat(res) -> str:
@@ -103,9 +98,9 @@ def mirror(tmp_path):
 
 def test_a_pair_lacking_the_image_takes_one_copy_from_the_control_node(pair2, clean_tree):
     p, size = pin(), archive().stat().st_size
-    before = control_sent()
+    before = network.control_sent_bytes()
     res = run(pair2, clean_tree)
-    sent = control_sent() - before
+    sent = network.control_sent_bytes() - before
     out = flat(res)
     for rank_ in pair2.ranks:
         assert image_ids(rank_) == [p["image_id"]], rank_.name
@@ -115,9 +110,9 @@ def test_a_pair_lacking_the_image_takes_one_copy_from_the_control_node(pair2, cl
     assert f"changed: [{pair2.worker.name}]" in out.split("Fetch the archive from the head over the pair's link")[1][:600]
     assert f"changed: [{pair2.worker.name}]" not in out.split("Copy the archive from the control node")[1][:600]
     # converged: nothing is sent again, neither from the control node nor over the pair's link
-    before = control_sent()
+    before = network.control_sent_bytes()
     again = flat(run(pair2, clean_tree))
-    assert control_sent() - before < size / 20
+    assert network.control_sent_bytes() - before < size / 20
     assert "Serve the archive on the head's fabric address" not in again or "skipping" in again
 
 
@@ -136,12 +131,12 @@ def test_a_site_mirror_is_checked_against_the_pin_and_spares_the_control_node(pa
     assert state(pair2) == before, "a refused mirror changed a rank"
 
     (root / name).write_bytes(data)
-    sent_before, mirrored_before = control_sent(), served[0]
+    sent_before, mirrored_before = network.control_sent_bytes(), served[0]
     run(pair2, clean_tree, "-e", f"dspark_image_mirror_url={base}/{name}")
     mirrored = served[0] - mirrored_before
     # The mirror runs on this machine, so its bytes leave through the same bridge: subtract them.
     assert mirrored == len(data)  # one copy, to the head; the worker's came over the pair's link
-    assert control_sent() - sent_before - mirrored < len(data) / 10
+    assert network.control_sent_bytes() - sent_before - mirrored < len(data) / 10
     for rank_ in pair2.ranks:
         assert image_ids(rank_) == [pin()["image_id"]], rank_.name
 
@@ -218,8 +213,8 @@ def test_a_fabric_link_that_goes_down_during_the_relay_stops_the_run(pair2, clea
 def test_direct_staging_still_sends_each_rank_its_copy(pair2, clean_tree):
     """dspark_image_staging=direct, for pairs whose link cannot carry it: the control node sends two copies."""
     size = archive().stat().st_size
-    before = control_sent()
+    before = network.control_sent_bytes()
     run(pair2, clean_tree, "-e", "dspark_image_staging=direct")
-    assert control_sent() - before >= 2 * size
+    assert network.control_sent_bytes() - before >= 2 * size
     for rank_ in pair2.ranks:
         assert image_ids(rank_) == [pin()["image_id"]], rank_.name

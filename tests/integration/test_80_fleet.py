@@ -186,6 +186,19 @@ def test_unreachable_rank_back_on_the_network_is_ok_again(fleet, drifted, clean_
     assert verdicts(doc) == {"sim01": "OK", "sim04": "OK"}
 
 
+def test_a_rank_that_cannot_be_judged_fails_its_pair_with_the_reason(fleet, clean_tree, host_vars):
+    """A worker whose profile cannot be resolved is not left out: its pair is FAILED with the rank and why,
+    the other pair is still judged, and the audit exits non-zero."""
+    s1 = fleet[0]
+    host_vars(s1.worker, {"dspark_profile_name": "no-such-profile"})
+    res, doc = audit(clean_tree, "--limit", "pair_sim01:pair_sim04")
+    assert res.returncode == 2, res.stdout[-3000:]
+    assert verdicts(doc) == {"sim01": "FAILED", "sim04": "OK"}
+    reasons = messages(doc, "sim01")
+    assert reasons and any(r.startswith(f"rank {s1.worker.name}: ") and "no-such-profile" in r for r in reasons), reasons
+    assert "sim01 not OK" in " ".join(res.stdout.split())
+
+
 def test_rollback_and_forward_keep_the_image_and_pass_the_gate(fleet, clean_tree):
     s1 = fleet[0]
     p = pin()

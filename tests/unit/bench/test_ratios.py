@@ -176,7 +176,8 @@ class TimedBench(FakeBench):
 
     def playbook(self, name, *extra, extra_vars=None, junit=False, check=True):
         self.calls.append((name, extra, extra_vars))
-        key = name if name != "audit.yml" else ("audit-1" if "--limit" in extra else "audit-all")
+        key = name if name not in ("audit.yml", "bench/module_floor.yml") else (
+            name.split("/")[-1].split(".")[0] + ("-1" if "--limit" in extra else "-all"))
         if name == "audit.yml":
             (self.tmp / "audit").mkdir(exist_ok=True)
             (self.tmp / "audit" / "audit.json").write_text(json.dumps({"counts": {"OK": 8, "DRIFT": 0}}))
@@ -186,13 +187,15 @@ class TimedBench(FakeBench):
 def test_the_audits_are_timed_with_the_same_forks_and_compared_by_median(tmp_path):
     b = TimedBench(tmp_path, {"audit-all": [30.0, 10.0, 12.0, 11.0],  # the warm-up first
                               "bench/naive_audit.yml": [50.0, 25.0, 20.0, 30.0],
-                              "audit-1": [5.0, 4.0, 6.0]})
+                              "audit-1": [5.0, 4.0, 6.0],
+                              "module_floor-1": [2.0, 3.0], "module_floor-all": [16.0, 18.0]})
     scaling = ratios.measure_audit_scaling(b)
     naive = ratios.measure_audit_naive(b)
     assert all(c[1][:2] == ("-f", "16") for c in b.calls)
-    assert len(b.calls) == 2 + 3 * 3  # measured once for both rows
+    assert len(b.calls) == 2 + 3 * 3 + 2 * 2  # measured once for both rows
     assert (scaling["numerator_s"], scaling["denominator_s"], scaling["ratio"]) == (11.0, 5.0, 2.2)
     assert scaling["met"]
     assert (naive["numerator_s"], naive["denominator_s"], naive["ratio"]) == (11.0, 25.0, 0.44)
     assert naive["met"]
     assert scaling["extra"]["last verdicts"] == {"OK": 8, "DRIFT": 0}
+    assert scaling["extra"]["module_floor.yml, 8 pairs / 1 pair"] == 6.8  # medians 17.0 / 2.5

@@ -244,3 +244,26 @@ def test_proc_stat_cpu_without_the_cpu_line_is_an_error():
 def test_busy_fraction_between_two_readings():
     assert report.busy_fraction((100, 1000), (250, 1200)) == 0.75
     assert report.busy_fraction((100, 1000), (100, 1000)) is None
+
+
+# ---- rows in bytes (the relay's control-node traffic) ---------------------------------------------
+def test_a_bytes_row_is_judged_and_explained_in_bytes():
+    r = report.row("relay-bytes", "Bytes", ("sent", 1_031_000), ("archive", 1_000_000), 1.02, unit="bytes",
+                   causes=["a converged run sends 6,000 bytes"])
+    assert r["ratio"] == 1.031 and not r["met"]
+    assert r["why"] == ["ratio 1.031 is above the target 1.02 (sent 1,031,000 bytes against archive 1,000,000 bytes)",
+                        "a converged run sends 6,000 bytes"]
+    assert r["numerator"] == {"label": "sent", "value": 1_031_000, "unit": "bytes"}
+    assert "numerator_s" not in r and "seconds" not in r["denominator"]
+    assert report.row("relay-bytes", "Bytes", ("sent", 1_001_000), ("archive", 1_000_000), 1.02, unit="bytes")["met"]
+
+
+def test_render_shows_a_bytes_row_as_exact_byte_counts():
+    rows = _rows() + [report.row("relay-bytes", "Bytes per pair", ("sent", 4_300_000_000), ("archive", 4_295_000_000),
+                                 1.02, unit="bytes")]
+    line = next(ln for ln in report.render(_run(rows)).splitlines() if ln.startswith("| Bytes per pair |"))
+    assert "sent: 4,300,000,000 bytes" in line and "archive: 4,295,000,000 bytes" in line and "| 1.001 |" in line
+
+
+def test_a_row_written_before_units_reads_as_seconds():
+    assert report.part_text({"label": "fresh", "seconds": 88.7}) == "fresh: 88.70 s"
