@@ -134,8 +134,9 @@ def parse_recap(stdout: str) -> dict[str, dict[str, int]]:
 
 def adhoc(pattern: str, module: str, args: dict, forks: int | None = None, env: dict | None = None,
           timeout: float = 3600) -> tuple[subprocess.CompletedProcess, dict[str, dict]]:
-    """``ansible <pattern> -o -m <module> -a <json>`` on the simulator inventory; the parsed results."""
-    argv = [tool("ansible"), "-i", str(INVENTORY), pattern, "-o", "-m", module, "-a", json.dumps(args)]
+    """``ansible <pattern> --become -o -m <module> -a <json>`` on the simulator inventory (root on the
+    ranks through the operator's sudo, as every play on a rank); the parsed results."""
+    argv = [tool("ansible"), "-i", str(INVENTORY), pattern, "--become", "-o", "-m", module, "-a", json.dumps(args)]
     if forks:
         argv += ["-f", str(forks)]
     res = subprocess.run(argv, cwd=ROOT, env=ansible_env(**(env or {})), text=True, capture_output=True,

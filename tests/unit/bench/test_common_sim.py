@@ -67,6 +67,6 @@ def test_ansible_env_turns_colour_off_for_the_parsers():
 def test_adhoc_runs_the_venvs_ansible_on_the_sim_inventory(fake_run):
     common.adhoc("sim01-head", "ping", {}, forks=3, env={"X_EXTRA": "1"})
     argv, kw = fake_run.calls[-1]
-    assert argv == [common.tool("ansible"), "-i", str(common.INVENTORY), "sim01-head", "-o", "-m", "ping", "-a", "{}",
+    assert argv == [common.tool("ansible"), "-i", str(common.INVENTORY), "sim01-head", "--become", "-o", "-m", "ping", "-a", "{}",
                     "-f", "3"]
     assert kw["env"]["ANSIBLE_NOCOLOR"] == "1" and kw["env"]["X_EXTRA"] == "1" and kw["cwd"] == common.ROOT
