@@ -368,6 +368,19 @@ def staged_run(b: Bench, groups: list[str], extra_vars: dict | None = None) -> t
     return run, network.control_sent_bytes() - before
 
 
+COPY_TASK = "Copy the archive"  # the image role's copy from the control node, in a junit task name
+
+
+def task_times(run: common.PlaybookRun) -> list[tuple[str, float]]:
+    """Every task of a run with its slowest host's seconds (the junit callback), slowest first."""
+    return [t for doc in run.junit for t in report.slowest_tasks(doc, limit=100)]
+
+
+def copy_seconds(tasks: list[tuple[str, float]]) -> float | None:
+    """The control node's copy of the archive, from :func:`task_times` (None: it did not run)."""
+    return next((t for name, t in tasks if COPY_TASK in name), None)
+
+
 def fabric_rx_bytes(pair: layout.Pair) -> int:
     """Bytes the worker has received on its end of the pair's primary fabric link."""
     worker_if = next(w for _a, _b, _h, w, kind in pair.fabric_links() if kind == "primary")
@@ -416,7 +429,7 @@ def measure_relay_bytes(b: Bench) -> dict:
             except BenchError as exc:
                 say(f"cleanup: {exc}")
         shutil.rmtree(WORK, ignore_errors=True)
-    copy = [t for doc in run.junit for name, t in report.slowest_tasks(doc, limit=100) if "Copy the archive" in name]
+    copy = copy_seconds(task_times(run))
     notes = [
         f"playbooks/identity.yml on {PAIR.group} with dspark_image_staging=relay and a pin for a {gib:g} GiB synthetic "
         "archive that carries the stand-in's labels: preflight, one copy from the control node to the head, the relay "
@@ -441,8 +454,8 @@ def measure_relay_bytes(b: Bench) -> dict:
                "sent by the control node, image held (bytes)": sent_again,
                "identity.yml, lacking the image (s)": round(run.seconds, 2),
                "identity.yml, image held (s)": round(again.seconds, 2),
-               "copy to the head (s)": round(copy[0], 2) if copy else None,
-               "control node to head (MiB/s)": round(size / common.MIB / copy[0], 1) if copy and copy[0] else None})
+               "copy to the head (s)": round(copy, 2) if copy is not None else None,
+               "control node to head (MiB/s)": round(size / common.MIB / copy, 1) if copy else None})
 
 
 def measure_rollout(b: Bench) -> dict:
@@ -459,9 +472,9 @@ def measure_rollout(b: Bench) -> dict:
     held = [r.name for p in pairs for r in p.ranks if not image_present(r, b.pin["image_id"])]
     if held:
         raise BenchError(f"the rollout left the image missing on {held}")
-    tasks = [t for doc in run.junit for t in report.slowest_tasks(doc, limit=100)]
-    copy = next((t for name, t in tasks if "Copy the archive" in name), 0.0)
-    rest = sorted(((name.split(": ", 1)[-1], t) for name, t in tasks if "Copy the archive" not in name),
+    tasks = task_times(run)
+    copy = copy_seconds(tasks) or 0.0
+    rest = sorted(((name.split(": ", 1)[-1], t) for name, t in tasks if COPY_TASK not in name),
                   key=lambda nt: -nt[1])
     notes = [
         f"All {len(pairs)} pairs lacked the image (teardown.yml with dspark_teardown_remove_images); playbooks/identity.yml "

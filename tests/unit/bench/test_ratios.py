@@ -199,3 +199,15 @@ def test_the_audits_are_timed_with_the_same_forks_and_compared_by_median(tmp_pat
     assert naive["met"]
     assert scaling["extra"]["last verdicts"] == {"OK": 8, "DRIFT": 0}
     assert scaling["extra"]["module_floor.yml, 8 pairs / 1 pair"] == 6.8  # medians 17.0 / 2.5
+
+
+def test_the_copy_task_is_found_among_a_runs_task_times():
+    junit = """<testsuites><testsuite name="x">
+  <testcase name="[sim01-head] Identity: gb10.dspark.image : Image | Copy the archive from the control node" time="12.5"/>
+  <testcase name="[sim02-head] Identity: gb10.dspark.image : Image | Copy the archive from the control node" time="13.0"/>
+  <testcase name="[sim01-head] Identity: gb10.dspark.image : Image | Load the archive" time="4.0"/>
+</testsuite></testsuites>"""
+    tasks = ratios.task_times(common.PlaybookRun(["identity.yml"], 0, 20.0, "", "", junit=[junit]))
+    assert tasks[0] == ("Identity: gb10.dspark.image : Image | Copy the archive from the control node", 13.0)
+    assert ratios.copy_seconds(tasks) == 13.0
+    assert ratios.copy_seconds([t for t in tasks if ratios.COPY_TASK not in t[0]]) is None
