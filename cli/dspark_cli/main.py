@@ -78,7 +78,7 @@ HELP = {
     "rollback": "roll pairs back to the breakable CUDA-graph A/B profile with the image they already hold: "
                 "preflight, both engines replaced together (refused while the head serves), the runtime gate, "
                 "the evidence; --forward rolls forward to production; needs --limit or --all",
-    "audit": "audit the fleet, read-only: one verdict per pair (OK, DRIFT, DOWN, UNREACHABLE), a report "
+    "audit": "audit the fleet, read-only: one verdict per pair (OK, DRIFT, DOWN, HUNG, UNREACHABLE), a report "
              "(text, HTML, JSON) and the drift table; exit 2 when a pair is not OK",
     "status": "the audit of the pairs named by --limit (or of every pair with --all): read-only, prints their "
               "drift table; exit 2 when one is not OK",

@@ -41,6 +41,7 @@ from ansible_collections.gb10.dspark.plugins.module_utils._engine_probe import (
     api_state,
     container_state,
     http_json,
+    liveness_state,
     parse_metrics,
 )
 from ansible_collections.gb10.dspark.plugins.module_utils._files import read_limited
@@ -54,9 +55,11 @@ from ansible_collections.gb10.dspark.plugins.module_utils._secrets import (
 )
 from ansible_collections.gb10.dspark.plugins.module_utils._site import SITE_DEFAULTS, local_api_url
 
-# FAILED: the audit itself failed for the pair before it could be judged (a bad inventory value, a
-# task error); the pair is reported with the reason, never left out of the report.
-VERDICTS = ("OK", "DRIFT", "DOWN", "UNREACHABLE", "FAILED")
+# HUNG: the head's API answers, but a one-token generation does not finish within the liveness
+# timeout (a wedged rank: vLLM keeps answering /health, /v1/models and /metrics until a step outlives
+# its execute timeout). FAILED: the audit itself failed for the pair before it could be judged (a bad
+# inventory value, a task error); the pair is reported with the reason, never left out of the report.
+VERDICTS = ("OK", "DRIFT", "DOWN", "HUNG", "UNREACHABLE", "FAILED")
 ROLES = ("head", "worker")
 EXIT_OK = 0
 EXIT_NOT_OK = 2
@@ -409,12 +412,15 @@ def collect(engine: Engine, *, rank: str, container: str = SITE_DEFAULTS["contai
             manifest_path: str = "/etc/dspark/runtime-manifest.json", profiles_dir: str = "/etc/dspark/profiles",
             model_dir: str | None = None, revision_marker: str = REVISION_MARKER, api: bool = False,
             base_url: str = local_api_url(), model: str | None = None, api_key: str | None = None,
-            timeout: float = 5.0, runtime: dict | None = None) -> dict:
+            timeout: float = 5.0, runtime: dict | None = None, liveness_timeout: float | None = None) -> dict:
     """Everything the fleet audit needs from one rank. ``engine`` is the rank's Docker engine
     (:class:`_docker_engine.Engine`, or any object with its ``list_images`` and
     ``inspect_container``, and with ``runtime`` also ``inspect_image``, ``exec_run`` and
     ``logs``); one that does not answer reads as unreachable. Raises CheckError only for unusable
     options, before the engine is asked anything.
+
+    ``liveness_timeout`` (with ``api``): when the API serves ``model``, one bounded generation of one
+    token too (``liveness``, :func:`_engine_probe.liveness_state`); None: not tried.
 
     ``model_dir`` None: the model is not read (``model`` is None). ``runtime``
     (``{log_tail, env_prefixes}``): also ``runtime``, what the runtime gate reads
@@ -442,6 +448,7 @@ def collect(engine: Engine, *, rank: str, container: str = SITE_DEFAULTS["contai
         "model": None if model_dir is None else model_state(model_dir, revision_marker),
         "api": None,
         "metrics": None,
+        "liveness": None,
     }
     if runtime is not None:
         audit["runtime"] = runtime_state(engine, container, doc, inspect_error, docker_section["reachable"],
@@ -449,6 +456,8 @@ def collect(engine: Engine, *, rank: str, container: str = SITE_DEFAULTS["contai
     if api:
         audit["api"] = api_state(base_url, model, timeout, api_key)  # type: ignore[arg-type]
         audit["metrics"] = metrics_state(base_url, timeout, api_key)
+        if liveness_timeout and audit["api"].get("ready"):
+            audit["liveness"] = liveness_state(base_url, model, liveness_timeout, api_key)  # type: ignore[arg-type]
     secrets = ([api_key] if api_key else []) + secret_env_values(env or [], SCRUB_MIN)
     return redact(audit, secrets)  # type: ignore[return-value]
 
@@ -523,6 +532,15 @@ def _down(role: str, name: str, audit: dict) -> list[Mismatch]:
         if not up:
             out.append(Mismatch(name, "OpenAI API", "answering /v1/models", actual, expected_word="expected"))
     return out
+
+
+def _hung(name: str, audit: dict) -> list[Mismatch]:
+    """The head answers its API but does not generate: its liveness probe failed."""
+    live = audit.get("liveness")
+    if not isinstance(live, dict) or live.get("ok") is not False:
+        return []
+    return [Mismatch(name, "generation", "one token", "stalled" if live.get("stalled") else "failing",
+                     reason=str(live.get("error") or "the liveness probe failed"), expected_word="expected")]
 
 
 def _norm_revision(value: object) -> object:
@@ -636,7 +654,7 @@ def _as_dict(role: str, mismatch: Mismatch) -> dict:
 
 def pair_verdict(pair: str, desired: dict, head: object, worker: object,
                  names: tuple[str | None, str | None] = (None, None)) -> dict:
-    """One verdict for a pair: UNREACHABLE, DOWN, DRIFT or OK (first that applies).
+    """One verdict for a pair: UNREACHABLE, DOWN, HUNG, DRIFT or OK (first that applies).
 
     ``head`` and ``worker`` are the ranks' ``audit`` results (a registered module result holding
     ``audit`` is accepted too), or None / ``{"unreachable": True, "msg": ...}`` for a rank that
@@ -669,8 +687,11 @@ def pair_verdict(pair: str, desired: dict, head: object, worker: object,
     (head_audit, head_name, _unused), (worker_audit, worker_name, _unused) = ranks["head"], ranks["worker"]
     differences += [("worker", m) for m in _cross_rank((head_name, head_audit), (worker_name, worker_audit))]  # type: ignore[arg-type]
     result["differences"] = [_as_dict(role, m) for role, m in differences]
+    hung = _hung(ranks["head"][1], ranks["head"][0]) if not down else []  # type: ignore[arg-type]
     if down:
         result.update(verdict="DOWN", reasons=[m.message for m in down])
+    elif hung:
+        result.update(verdict="HUNG", reasons=[m.message for m in hung])
     elif differences:
         result.update(verdict="DRIFT")  # every difference is in ``differences``, with rank, expected, actual
     return result

@@ -15,6 +15,8 @@ from __future__ import annotations
 import http.client
 import json
 import re
+import socket
+import time
 
 from ansible_collections.gb10.dspark.plugins.module_utils._docker_engine import DEFAULT_DOCKER_HOST, Engine, EngineError
 from ansible_collections.gb10.dspark.plugins.module_utils._http import open_http
@@ -183,6 +185,34 @@ def api_state(base_url: str, model: str, timeout: float, api_key: str | None = N
     else:
         out["metrics_error"] = None
     return out
+
+
+def liveness_state(base_url: str, model: str, timeout: float, api_key: str | None = None,
+                   clock=time.monotonic) -> dict:
+    """One bounded generation of one token (``/v1/completions``, ``max_tokens`` 1, temperature 0), the only
+    way to tell a serving head from a hung one: a pair whose engine is wedged on a stalled rank still
+    answers /health, /v1/models and /metrics. ``{"ok", "status", "seconds", "error", "stalled"}``; a request
+    that outlives ``timeout`` is ``stalled``, with the error saying for how long."""
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    body = json.dumps({"model": model, "prompt": "ping", "max_tokens": 1, "temperature": 0}).encode()
+    started = clock()
+    try:
+        with open_http("POST", base_url.rstrip("/") + "/v1/completions", body, headers, timeout) as resp:
+            status = resp.status
+            resp.read()
+    except (socket.timeout, TimeoutError):
+        return {"ok": False, "status": None, "seconds": round(clock() - started, 2),
+                "error": f"the API answers, but no token came within {timeout:g} s", "stalled": True}
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        return {"ok": False, "status": None, "seconds": round(clock() - started, 2),
+                "error": f"a one-token completion failed: {exc}", "stalled": False}
+    seconds = round(clock() - started, 2)
+    if status != 200:
+        return {"ok": False, "status": status, "seconds": seconds, "error": f"a one-token completion answered HTTP {status}",
+                "stalled": False}
+    return {"ok": True, "status": status, "seconds": seconds, "error": None, "stalled": False}
 
 
 def _no_api(reason: str) -> dict:

@@ -134,7 +134,7 @@ def _check_pair(index: int, pair: object) -> tuple[dict | None, list[Mismatch]]:
         found.append(_bad(f"{where} reasons", "none for verdict OK", f"{len(out['reasons'])} listed"))
     if verdict == "DRIFT" and not out["differences"]:
         found.append(_bad(f"{where} differences", "at least one for verdict DRIFT", "none"))
-    if verdict in ("DOWN", "UNREACHABLE", "FAILED") and not out["reasons"]:
+    if verdict in ("DOWN", "HUNG", "UNREACHABLE", "FAILED") and not out["reasons"]:
         found.append(_bad(f"{where} reasons", f"at least one for verdict {verdict}", "none"))
     try:
         check_finite(out, "$")
@@ -283,6 +283,7 @@ code { font-family: ui-monospace, "SFMono-Regular", Menlo, monospace; font-size:
 .ok { background: #dcf3e1; color: #14532d; }
 .drift { background: #fff1c2; color: #713f12; }
 .down { background: #fbd5d5; color: #7f1d1d; }
+.hung { background: #fed7aa; color: #7c2d12; }
 .unreachable { background: #e2e3f3; color: #312e81; }
 .failed { background: #f5d0fe; color: #701a75; }
 .counts span { display: inline-block; padding: .15rem .6rem; margin-right: .4rem; border-radius: .3rem; }

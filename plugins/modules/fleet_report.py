@@ -86,7 +86,7 @@ notes:
   - Files are written with mode 0644 through a temporary file and a rename; C(audit.json) is written last.
   - The Markdown table shows image IDs shortened to 12 hex digits; C(audit.json) and the HTML C(title)
     attributes keep the full IDs.
-  - "Failures read like C(rank control node: pair sim02 verdict is BROKEN, expected one of OK, DRIFT, DOWN, UNREACHABLE, FAILED)."
+  - "Failures read like C(rank control node: pair sim02 verdict is BROKEN, expected one of OK, DRIFT, DOWN, HUNG, UNREACHABLE, FAILED)."
 seealso:
   - module: gb10.dspark.pair_identity
   - module: gb10.dspark.evidence_pack
@@ -187,11 +187,11 @@ mismatches:
   sample:
     - rank: control node
       item: pair sim02 verdict
-      expected: one of OK, DRIFT, DOWN, UNREACHABLE
+      expected: one of OK, DRIFT, DOWN, HUNG, UNREACHABLE, FAILED
       actual: BROKEN
       reason: ""
       expected_word: expected
-      message: "rank control node: pair sim02 verdict is BROKEN, expected one of OK, DRIFT, DOWN, UNREACHABLE, FAILED"
+      message: "rank control node: pair sim02 verdict is BROKEN, expected one of OK, DRIFT, DOWN, HUNG, UNREACHABLE, FAILED"
 diff:
   description: With C(--diff), the content of C(audit.md) before and after.
   returned: when diff mode is on and the module succeeds

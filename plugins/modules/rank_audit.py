@@ -29,7 +29,7 @@ description:
   - Something that is down never fails the module; it is reported. A Docker engine that does not answer
     (or no socket at I(docker_host)) is RV(audit.docker.reachable=false), a missing file is C(present=false),
     an API that does not answer is RV(audit.api.ready=false) with its error.
-  - The pair's verdict (OK, DRIFT, DOWN or UNREACHABLE) is computed from both ranks' results by
+  - The pair's verdict (OK, DRIFT, DOWN, HUNG or UNREACHABLE) is computed from both ranks' results by
     C(pair_verdict) in the collection's C(_audit) module_utils.
 extends_documentation_fragment:
   - gb10.dspark._attributes
@@ -81,6 +81,13 @@ options:
     description: Seconds to wait for each HTTP request to the API.
     type: float
     default: 5.0
+  liveness_timeout:
+    description:
+      - With I(api=true), when the API serves I(model), also ask for one token (C(/v1/completions), C(max_tokens=1))
+        and wait this many seconds for it (RV(audit.liveness)). A wedged pair still answers C(/health),
+        C(/v1/models) and C(/metrics); only a generation tells it from a serving one.
+      - Omitted or 0, no generation is asked for.
+    type: float
   docker_host:
     description:
       - The Docker engine's socket, C(unix:///path) or a bare path. Other schemes (C(tcp://)) fail the module.
@@ -288,6 +295,14 @@ audit:
       returned: success
       type: dict
       sample: {"generation_tokens_total": 48213, "prompt_tokens_total": 913377, "error": null}
+    liveness:
+      description:
+        - The one-token generation (I(liveness_timeout)) - C(ok), the HTTP C(status), C(seconds) it took, C(error)
+          and C(stalled) (no answer within the timeout; C(error) reads C(the API answers, but no token came within N s)).
+        - Null when it was not asked for or the API does not serve I(model).
+      returned: success
+      type: dict
+      sample: {"ok": true, "status": 200, "seconds": 0.04, "error": null, "stalled": false}
     runtime:
       description:
         - What the runtime gate reads of the rank, each piece as the C(docker) CLI would have answered it.
@@ -352,6 +367,7 @@ def main() -> None:
             "model": {"type": "str"},
             "api_key": {"type": "str", "no_log": True},
             "timeout": {"type": "float", "default": 5.0},
+            "liveness_timeout": {"type": "float"},
             "docker_host": {"type": "str", "default": DEFAULT_DOCKER_HOST},
             "rank": {"type": "str"},
             "runtime": {"type": "dict", "options": {
@@ -367,7 +383,7 @@ def main() -> None:
         open_engine(rank, p["docker_host"]), rank=rank, container=p["container"],
         manifest_path=p["manifest_path"], profiles_dir=p["profiles_dir"], model_dir=p["model_dir"],
         revision_marker=p["revision_marker"], api=p["api"], base_url=p["base_url"], model=p["model"],
-        api_key=p["api_key"], timeout=p["timeout"], runtime=p["runtime"]))
+        api_key=p["api_key"], timeout=p["timeout"], runtime=p["runtime"], liveness_timeout=p["liveness_timeout"]))
     module.exit_json(changed=False, audit=audit)
 
 

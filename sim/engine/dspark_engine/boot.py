@@ -66,6 +66,7 @@ class Boot:
             args.tensor_parallel_size, args.pipeline_parallel_size, args.node_rank))
         self.cfg = self.engine = self.http = None
         self.ready = set()
+        self.steps = 0  # generation requests the head has started (a worker counts them)
 
     # ---- failure and exit ------------------------------------------------------------------
     def _fail(self, proc, where, headline, frames, exception):
@@ -104,6 +105,14 @@ class Boot:
             self.ready.add(link.peer_rank)
         elif kind == "replay":
             self.engine.log_replay()
+        elif kind == "step":
+            self.steps += 1
+            if self.settings.has("worker_hangs_after_requests") and self.steps >= self.settings.hang_after_requests:
+                link.frozen = True  # stalled: no answer, no heartbeat, no log line; the process lives on
+            else:
+                link.send({"type": "step_done", "id": msg.get("id")})
+        elif kind == "step_done":
+            link.acked = max(link.acked, int(msg.get("id") or 0))
         elif kind == "error":
             link.closing = True
             self.procs.core.error("multiproc_executor.py:246",
@@ -346,6 +355,9 @@ class Boot:
             self._serve()
         else:
             self.engine.broadcast({"type": "ready"})
+            if self.settings.has("worker_hangs_after_requests") and self.settings.hang_after_requests == 0:
+                for link in self.engine.peers:  # stalls as soon as it has started: a pair hung while idle
+                    link.frozen = True
 
     def run(self):
         signal.signal(signal.SIGTERM, self.lc.on_signal)

@@ -12,7 +12,7 @@ from array import array
 from collections import OrderedDict
 
 from . import model
-from .faults import DEATH_GRACE_S
+from .faults import DEATH_GRACE_S, STALL_S
 from .logs import traceback_text
 from .metrics import Metrics
 
@@ -37,6 +37,7 @@ class Engine:
         self._lock = threading.Lock()
         self._finished = 0
         self._replayed = False
+        self._steps = 0
         self._prefix = OrderedDict()
 
     # ---- cross-rank ------------------------------------------------------------------------
@@ -58,8 +59,38 @@ class Engine:
         self.log_replay()
         self.broadcast({"type": "replay"})
 
+    def step(self):
+        """Start a generation request on every rank: one round trip (``step`` / ``step_done``), as
+        vLLM's executor RPC is; returns once every peer has answered (see :meth:`wait_for_peers`)."""
+        with self._lock:
+            self._steps += 1
+            step_id = self._steps
+        self.broadcast({"type": "step", "id": step_id})
+        self.wait_for_peers(step_id)
+
+    def wait_for_peers(self, step_id=0):
+        """A model step needs every rank (an all-reduce per layer): while a peer has not answered step
+        ``step_id`` or has been silent for STALL_S, the step waits, as vLLM's does on a wedged NCCL peer;
+        the API keeps answering. A step that has waited the execute timeout
+        (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS) kills the engine with vLLM's TimeoutError. Raises EngineDead."""
+        started = None
+        while True:
+            if self.dead:
+                raise EngineDead()
+            waiting = [link.peer_rank for link in list(self.peers)
+                       if link.acked < step_id or link.silent_for() >= STALL_S]
+            if not waiting:
+                return
+            now = time.monotonic()
+            started = now if started is None else started
+            if now - started >= self.settings.execute_timeout_s:
+                self.die(f"RPC call to sample_tokens timed out after {self.settings.execute_timeout_s:g} s "
+                         f"(no answer from rank(s) {waiting})", exception="TimeoutError")
+                raise EngineDead()
+            time.sleep(0.01)
+
     # ---- death -----------------------------------------------------------------------------
-    def die(self, reason, grace_s=DEATH_GRACE_S):
+    def die(self, reason, grace_s=DEATH_GRACE_S, exception="RuntimeError"):
         """Mark the engine dead (/health 503), log vLLM's errors and exit 1 after ``grace_s``."""
         with self._lock:
             if self.dead:
@@ -68,7 +99,7 @@ class Engine:
         self.procs.core.error("core.py:935", "EngineCore encountered a fatal error.\n" + traceback_text(
             [(f"{PKG}/v1/engine/core.py", 926, "run_engine_core", "engine_core.run_busy_loop()"),
              (f"{PKG}/v1/executor/multiproc_executor.py", 298, "collective_rpc", "raise RuntimeError(...)")],
-            f"RuntimeError: {reason}"))
+            f"{exception}: {reason}"))
         self.procs.api.error("async_llm.py:480", "AsyncLLM output_handler failed.\n" + traceback_text(
             [(f"{PKG}/v1/engine/async_llm.py", 439, "output_handler", "outputs = await engine_core.get_output_async()"),
              (f"{PKG}/v1/engine/core_client.py", 668, "get_output_async", "raise self._format_exception(outputs)")],
@@ -145,13 +176,13 @@ class Generation:
             m.tokens_in_use += len(self.prompt_ids)
         emitted, completed, ttft, cached = 0, False, None, 0
         try:
+            eng.step()
             eng._first_replay()
             cached = eng._prefix_hits(self.prompt_ids)
             for token in self.output.tokens:
                 if self.token_delay_s:
                     time.sleep(self.token_delay_s)
-                if eng.dead:
-                    raise EngineDead()
+                eng.wait_for_peers()
                 if ttft is None:
                     ttft = time.monotonic() - self.arrival
                 emitted += 1

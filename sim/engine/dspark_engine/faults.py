@@ -3,8 +3,15 @@
 ``DSPARK_SIM_FAULT`` is a comma-separated list of FAULTS; an unknown name refuses start-up.
 Numeric knobs (all optional): ``DSPARK_SIM_STARTUP_DELAY_S`` (0), ``DSPARK_SIM_TOKEN_DELAY_S``
 (0, or 0.25 under ``slow_tokens``), ``DSPARK_SIM_JOIN_TIMEOUT_S`` (600),
-``DSPARK_SIM_HEARTBEAT_TIMEOUT_S`` (5), ``DSPARK_SIM_DIE_AFTER_REQUESTS`` (3, used by
-``die_after_requests``), ``DSPARK_SIM_KV_TOKENS`` (overrides the KV capacity).
+``DSPARK_SIM_HEARTBEAT_TIMEOUT_S`` (0: off), ``DSPARK_SIM_DIE_AFTER_REQUESTS`` (3, used by
+``die_after_requests``), ``DSPARK_SIM_HANG_AFTER_REQUESTS`` (3, used by ``worker_hangs_after_requests``),
+``DSPARK_SIM_KV_TOKENS`` (overrides the KV capacity).
+
+A stalled peer does not end the engine by itself, as in vLLM: the head keeps answering /health,
+/v1/models and /metrics, each model step waits for every rank, and a step that has waited
+``VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS`` (vLLM's own variable, 300 s by default) kills the engine with
+vLLM's timeout. A closed connection (a rank that exited) is noticed at once. The old shortcut, a rank
+silent for ``DSPARK_SIM_HEARTBEAT_TIMEOUT_S`` is lost, is opt-in.
 ``DSPARK_SIM_TOKEN_DELAY_MATCH``: when set, the token delay applies only to requests whose prompt
 text contains it (a test slows the requests it makes, not the runtime gate's canaries).
 ``DSPARK_SIM_OVERLONG`` says what a request whose prompt fits the window but whose prompt +
@@ -23,10 +30,14 @@ FAULTS = {
     "wrong_cudagraph_mode": "the Worker_TP CUDA_GRAPH_RUNTIME line reports mode=PIECEWISE",
     "slow_tokens": "each generated token takes DSPARK_SIM_TOKEN_DELAY_S (default 0.25 s)",
     "die_after_requests": "the engine dies after DSPARK_SIM_DIE_AFTER_REQUESTS generation requests",
+    "worker_hangs_after_requests": "the worker stalls (alive, silent, making no progress) after the head has "
+                                   "started DSPARK_SIM_HANG_AFTER_REQUESTS generation requests",
 }
 OVERLONG_MODES = ("cap", "reject")
 DEATH_GRACE_S = 1.0          # /health answers 503 this long before a dead engine exits
 SLOW_TOKEN_DELAY_S = 0.25
+HEARTBEAT_INTERVAL_S = 0.5   # how often a rank tells its peer it is alive (when no loss timeout is set)
+STALL_S = 1.5                # a peer silent this long blocks the next model step
 
 
 class SettingsError(ValueError):
@@ -40,8 +51,10 @@ class SimSettings:
     token_delay_s: float = 0.0
     token_delay_match: str = ""
     join_timeout_s: float = 600.0
-    heartbeat_timeout_s: float = 5.0
+    heartbeat_timeout_s: float = 0.0
+    execute_timeout_s: float = 300.0
     die_after_requests: int = 3
+    hang_after_requests: int = 3
     kv_tokens: int = None
     kv_overcommit: bool = False
     overlong: str = "cap"
@@ -57,7 +70,7 @@ class SimSettings:
 
     @property
     def heartbeat_interval_s(self):
-        return min(0.5, self.heartbeat_timeout_s / 4)
+        return min(HEARTBEAT_INTERVAL_S, self.heartbeat_timeout_s / 4) if self.heartbeat_timeout_s else HEARTBEAT_INTERVAL_S
 
 
 def _number(env, name, default, cast, minimum):
@@ -91,6 +104,14 @@ def _choice(env, name, choices):
     return raw
 
 
+def _heartbeat_timeout(env):
+    """0 (off) unless set; a value that is set must be at least 0.1 s."""
+    value = _number(env, "DSPARK_SIM_HEARTBEAT_TIMEOUT_S", 0.0, float, 0)
+    if 0 < value < 0.1:
+        raise SettingsError(f"DSPARK_SIM_HEARTBEAT_TIMEOUT_S={value!r} must be 0 (off) or at least 0.1")
+    return value
+
+
 def load(env=None):
     """SimSettings from ``env`` (default ``os.environ``); SettingsError when invalid."""
     env = os.environ if env is None else env
@@ -107,8 +128,10 @@ def load(env=None):
         token_delay_s=_number(env, "DSPARK_SIM_TOKEN_DELAY_S", slow_default, float, 0),
         token_delay_match=env.get("DSPARK_SIM_TOKEN_DELAY_MATCH", ""),
         join_timeout_s=_number(env, "DSPARK_SIM_JOIN_TIMEOUT_S", 600.0, float, 0),
-        heartbeat_timeout_s=_number(env, "DSPARK_SIM_HEARTBEAT_TIMEOUT_S", 5.0, float, 0.1),
+        heartbeat_timeout_s=_heartbeat_timeout(env),
+        execute_timeout_s=_number(env, "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", 300.0, float, 1),
         die_after_requests=_number(env, "DSPARK_SIM_DIE_AFTER_REQUESTS", 3, int, 1),
+        hang_after_requests=_number(env, "DSPARK_SIM_HANG_AFTER_REQUESTS", 3, int, 0),
         kv_tokens=_number(env, "DSPARK_SIM_KV_TOKENS", None, int, 0),
         kv_overcommit=_flag(env, "DSPARK_SIM_KV_OVERCOMMIT"),
         overlong=_choice(env, "DSPARK_SIM_OVERLONG", OVERLONG_MODES),

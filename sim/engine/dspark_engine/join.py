@@ -9,10 +9,13 @@ Protocol: newline-delimited JSON objects over one TCP connection per worker.
    ``{"type": "welcome"}`` or ``{"type": "reject", "reason": ...}``.  A fingerprint mismatch
    (version, nnodes, world size, tp, pp, max_model_len, kv dtype, speculative and compilation
    config) is fatal for both ranks; a second worker claiming a joined rank is only rejected.
-3. After the join both sides send ``{"type": "heartbeat"}`` every interval; EOF, a send error
-   or silence longer than the heartbeat timeout means the peer is lost.  Other messages:
-   ``ready`` (worker finished start-up), ``replay`` (first served request), ``error`` (peer
-   failed; carries ``message``) and ``shutdown`` (orderly head shutdown).
+3. After the join both sides send ``{"type": "heartbeat"}`` every interval; EOF or a send error
+   means the peer is lost, and so does silence longer than the heartbeat timeout when one is set
+   (opt-in: by default a silent peer is only *stalled*, see :meth:`PeerLink.silent_for`, as a wedged
+   NCCL peer is to vLLM).  Other messages: ``ready`` (worker finished start-up), ``replay`` (first
+   served request), ``step`` (the head starts generation request ``id``; the worker answers
+   ``step_done`` with the same ``id``), ``error`` (peer failed; carries ``message``) and
+   ``shutdown`` (orderly head shutdown).
 """
 import json
 import select
@@ -81,6 +84,9 @@ class PeerLink:
         self.on_message, self.on_lost = on_message, on_lost
         self.closing = False
         self.draining = False
+        self.frozen = False  # a stalled rank: sends nothing more (its process lives on)
+        self.last_heard = time.monotonic()
+        self.acked = 0  # the last generation step the peer answered
         self._lost = False
         self._lock = threading.Lock()
         self._ended = threading.Event()
@@ -89,7 +95,13 @@ class PeerLink:
         for target, name in ((self._receive, "rx"), (self._heartbeat, "hb")):
             threading.Thread(target=target, name=f"peer{self.peer_rank}-{name}", daemon=True).start()
 
+    def silent_for(self):
+        """Seconds since anything was last heard from the peer."""
+        return time.monotonic() - self.last_heard
+
     def send(self, obj):
+        if self.frozen:
+            return
         try:
             self.channel.send(obj)
         except OSError as exc:
@@ -115,7 +127,7 @@ class PeerLink:
 
     def _lose(self, reason):
         with self._lock:
-            if self.closing or self.draining or self._lost:
+            if self.closing or self.draining or self._lost or self.frozen:
                 return
             self._lost = True
         self.on_lost(self, reason)
@@ -136,16 +148,16 @@ class PeerLink:
                 return
             now = time.monotonic()
             if msg is None:
-                if now - last > self.timeout:
+                if self.timeout and now - last > self.timeout:
                     self._lose(f"no heartbeat for {now - last:.1f} s")
                     return
                 continue
-            last = now
-            if msg["type"] != "heartbeat" and not self.draining:
+            last = self.last_heard = now
+            if msg["type"] != "heartbeat" and not (self.draining or self.frozen):
                 self.on_message(self, msg)
 
     def _heartbeat(self):
-        while not (self.closing or self.draining):
+        while not (self.closing or self.draining or self.frozen):
             self.send({"type": "heartbeat"})
             time.sleep(self.interval)
 

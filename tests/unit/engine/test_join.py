@@ -145,3 +145,61 @@ def test_head_failure_after_join_takes_the_worker_down(engines, model_dir):
     assert worker.wait_exit(10) == 1
     assert "larger than the available KV cache memory" in head.logs()
     assert "Node rank 0 failed" in worker.logs()
+
+
+def _post_in_background(head, body, timeout):
+    import threading
+
+    out = {}
+
+    def run():
+        try:
+            out["answer"] = head.post("/v1/completions", body, timeout=timeout)
+        except OSError as exc:
+            out["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def test_a_stopped_worker_hangs_the_pair_until_the_execute_timeout(engines, model_dir):
+    """As vLLM on a wedged peer: a stopped worker does not end the head; its API keeps answering, a
+    generation request stalls, and only a step that has waited VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS kills
+    the engine with vLLM's timeout."""
+    pair = Pair(engines, model_dir)
+    head = pair.head({"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "3"})
+    worker = pair.worker()
+    head.wait_ready()
+    assert head.post("/v1/completions", {"prompt": "hi", "max_tokens": 2})[0] == 200
+    worker.signal(signal.SIGSTOP)
+    try:
+        time.sleep(4)  # idle: nothing waits on the worker, so nothing times out
+        assert head.proc.poll() is None
+        for path in ("/health", "/v1/models", "/metrics"):
+            assert head.request("GET", path)[0] == 200, path
+        started = time.monotonic()
+        thread, out = _post_in_background(head, {"prompt": "hi", "max_tokens": 2}, timeout=20)
+        thread.join(2)
+        assert thread.is_alive(), f"the request finished against a stopped worker: {out}"
+        assert head.wait_exit(8) == 1
+        assert 3 <= time.monotonic() - started < 8
+        thread.join(5)
+        logs = head.logs()
+        assert "TimeoutError: RPC call to sample_tokens timed out after 3 s (no answer from rank(s) [1])" in logs
+        assert "no heartbeat" not in logs
+    finally:
+        worker.signal(signal.SIGCONT)
+
+
+def test_the_worker_hang_fault_stalls_the_request_after_the_nth(engines, model_dir):
+    pair = Pair(engines, model_dir)
+    head = pair.head({"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "30"})
+    worker = pair.worker({"DSPARK_SIM_FAULT": "worker_hangs_after_requests", "DSPARK_SIM_HANG_AFTER_REQUESTS": "2"})
+    head.wait_ready()
+    assert head.post("/v1/completions", {"prompt": "hi", "max_tokens": 2})[0] == 200
+    thread, out = _post_in_background(head, {"prompt": "hi", "max_tokens": 2}, timeout=30)
+    thread.join(3)
+    assert thread.is_alive(), f"the second request, which the worker stalled on, finished: {out}"
+    assert head.get("/health")[0] == 200 and worker.proc.poll() is None and head.proc.poll() is None
+    assert "EngineDeadError" not in head.logs()

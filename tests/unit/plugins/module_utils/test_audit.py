@@ -6,6 +6,7 @@ import hashlib
 import json
 import re
 import threading
+import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -167,13 +168,29 @@ def docker_up(role: str, inspect: list[dict] | None = None, images: list[dict] |
 class FakeAPI:
     """The head's OpenAI API on 127.0.0.1: /v1/models and /metrics, recording Authorization headers."""
 
-    def __init__(self, models: list[str] | None = None, status: int = 200):
+    def __init__(self, models: list[str] | None = None, status: int = 200, stall_s: float = 0.0):
         self.models = [SERVED] if models is None else models
         self.status = status
+        self.stall_s = stall_s  # a one-token completion answers after this long (a hung engine: longer than asked)
         self.auth: list[str | None] = []
+        self.completions: list[dict] = []
         api = self
 
         class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's name
+                api.auth.append(self.headers.get("Authorization"))
+                api.completions.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                time.sleep(api.stall_s)
+                body = json.dumps({"choices": [{"text": "x", "finish_reason": "length"}]}).encode()
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except OSError:
+                    pass  # the client gave up waiting
+
             def do_GET(self):  # noqa: N802 - http.server's name
                 api.auth.append(self.headers.get("Authorization"))
                 if self.path == "/v1/models":
@@ -481,6 +498,48 @@ def test_ok(pair_audits):
     assert result["ranks"]["head"]["rank"] == NAMES["head"] and result["ranks"]["head"]["api_ready"] is True
     assert result["ranks"]["worker"]["image_id"] == IMAGE_ID and result["ranks"]["worker"]["running"] is True
     assert_no_secret(result)
+
+
+def test_liveness_is_one_token_within_its_bound_with_the_key_in_the_header(tmp_path, api):
+    head = collect_rank(tmp_path, "head", api_url=api.url, liveness_timeout=5)
+    assert head["liveness"]["ok"] is True and head["liveness"]["status"] == 200 and head["liveness"]["error"] is None
+    assert api.completions == [{"model": SERVED, "prompt": "ping", "max_tokens": 1, "temperature": 0}]
+    assert api.auth[-1] == f"Bearer {API_KEY}"
+    assert_no_secret(head)
+
+
+def test_no_liveness_unless_asked_or_when_the_api_does_not_serve_the_model(tmp_path):
+    with FakeAPI() as served:
+        assert collect_rank(tmp_path / "a", "head", api_url=served.url)["liveness"] is None
+        assert served.completions == []
+    with FakeAPI(models=["another-model"]) as other:
+        assert collect_rank(tmp_path / "b", "head", api_url=other.url, liveness_timeout=5)["liveness"] is None
+        assert other.completions == []
+
+
+def test_an_api_that_answers_but_does_not_generate_is_hung_with_the_reason(tmp_path):
+    with FakeAPI(stall_s=3) as stalled:
+        started = time.monotonic()
+        head = collect_rank(tmp_path, "head", api_url=stalled.url, liveness_timeout=0.5)
+        assert time.monotonic() - started < 2.5  # bounded by the liveness timeout, not by the engine
+    worker = collect_rank(tmp_path, "worker")
+    assert head["api"]["ready"] is True and head["liveness"]["ok"] is False
+    assert head["liveness"]["error"] == "the API answers, but no token came within 0.5 s"
+    assert head["liveness"]["stalled"] is True
+    result = _audit.pair_verdict(PAIR, desired(), head, worker)
+    assert result["verdict"] == "HUNG"
+    assert result["reasons"] == [f"rank {NAMES['head']}: generation is stalled, expected one token "
+                                 "(the API answers, but no token came within 0.5 s)"]
+
+
+def test_down_wins_over_hung(tmp_path):
+    with FakeAPI(stall_s=2) as stalled:
+        head = collect_rank(tmp_path, "head", api_url=stalled.url, liveness_timeout=0.3)
+    worker = collect_rank(tmp_path, "worker", engine=docker_up("worker", inspect=inspect_doc("worker", running=False,
+                                                                                               exit_code=137)))
+    result = _audit.pair_verdict(PAIR, desired(), head, worker)
+    assert result["verdict"] == "DOWN"
+    assert any("exit code 137" in r for r in result["reasons"]), result["reasons"]
 
 
 def test_registered_module_results_are_accepted(pair_audits):
