@@ -43,6 +43,7 @@ from ansible_collections.gb10.dspark.plugins.module_utils._engine_probe import (
     http_json,
     liveness_state,
     parse_metrics,
+    printable,
 )
 from ansible_collections.gb10.dspark.plugins.module_utils._files import read_limited
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, Mismatch
@@ -61,6 +62,7 @@ from ansible_collections.gb10.dspark.plugins.module_utils._site import SITE_DEFA
 # inventory value, a task error); the pair is reported with the reason, never left out of the report.
 VERDICTS = ("OK", "DRIFT", "DOWN", "HUNG", "UNREACHABLE", "FAILED")
 ROLES = ("head", "worker")
+LAST_LOG_LINES = 5  # of a stopped engine container, in its DOWN reason
 EXIT_OK = 0
 EXIT_NOT_OK = 2
 
@@ -181,8 +183,19 @@ def _read_container(engine: Engine, name: str) -> tuple[dict, list[str] | None, 
         "env_sha256": env_sha256(env),
         "profile": labels.get(LABEL_PROFILE),
         "error": None,
+        "last_log_lines": _last_log_lines(engine, name, doc) if state.get("running") is False else [],
     }
     return section, env, doc, None
+
+
+def _last_log_lines(engine: Engine, name: str, doc: dict) -> list[str]:
+    """The last lines a stopped container logged (why it stopped, for the report); none when unreadable."""
+    try:
+        out, err = engine.logs(name, LAST_LOG_LINES, tty=bool((doc.get("Config") or {}).get("Tty")))
+    except (EngineError, AttributeError):
+        return []
+    text = (out + err).decode("utf-8", "replace")
+    return [printable(line)[:300] for line in text.splitlines() if line.strip()][-LAST_LOG_LINES:]
 
 
 # ============================================================================================
@@ -526,7 +539,9 @@ def _down(role: str, name: str, audit: dict) -> list[Mismatch]:
                             expected_word="expected"))
     elif container.get("running") is not True:
         actual = f"{container.get('status') or 'not running'} (exit code {container.get('exit_code')})"
-        out.append(Mismatch(name, f"container {cname}", "running", actual, expected_word="expected"))
+        last = [line for line in container.get("last_log_lines") or [] if isinstance(line, str)]
+        out.append(Mismatch(name, f"container {cname}", "running", actual, expected_word="expected",
+                            reason=("last log lines: " + " | ".join(last)) if last else ""))
     if role == "head":
         up, actual = _api_up(audit.get("api"))
         if not up:

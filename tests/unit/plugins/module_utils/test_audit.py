@@ -135,12 +135,17 @@ class FakeEngine:
     ``inspect_error`` what a failing inspect raises."""
 
     def __init__(self, images: list[dict] | None = None, containers: dict | None = None, down: str | None = None,
-                 inspect_error: str | None = None):
+                 inspect_error: str | None = None, log_text: str = ""):
         self.images = DEFAULT_IMAGES if images is None else images
         self.containers = containers or {}
         self.down = down
         self.inspect_error = inspect_error
+        self.log_text = log_text
         self.calls: list[tuple] = []
+
+    def logs(self, name: str, tail: int, tty: bool = False) -> tuple[bytes, bytes]:
+        self.calls.append(("logs", name, tail))
+        return b"", self.log_text.encode()
 
     def list_images(self) -> list[dict]:
         self.calls.append(LIST_IMAGES)
@@ -530,6 +535,23 @@ def test_an_api_that_answers_but_does_not_generate_is_hung_with_the_reason(tmp_p
     assert result["verdict"] == "HUNG"
     assert result["reasons"] == [f"rank {NAMES['head']}: generation is stalled, expected one token "
                                  "(the API answers, but no token came within 0.5 s)"]
+
+
+def test_a_stopped_engine_is_down_with_its_exit_code_and_last_log_lines(tmp_path, api):
+    lines = "\n".join([f"INFO line {i}" for i in range(8)] + [
+        "ERROR core.py:935 EngineCore encountered a fatal error.",
+        "TimeoutError: RPC call to sample_tokens timed out after 300 s (no answer from rank(s) [1])", ""])
+    engine = docker_up("head", inspect=inspect_doc("head", running=False, exit_code=1))
+    engine.log_text = lines
+    head = collect_rank(tmp_path, "head", engine=engine, api_url=api.url)
+    assert head["container"]["last_log_lines"][-1].startswith("TimeoutError: RPC call to sample_tokens timed out")
+    assert len(head["container"]["last_log_lines"]) == _audit.LAST_LOG_LINES
+    result = _audit.pair_verdict(PAIR, desired(), head, collect_rank(tmp_path, "worker"))
+    assert result["verdict"] == "DOWN"
+    reason = next(r for r in result["reasons"] if "container dspark_vllm" in r)
+    assert reason.startswith(f"rank {NAMES['head']}: container dspark_vllm is exited (exit code 1), expected running")
+    assert "last log lines: INFO line 5 | INFO line 6 | INFO line 7 | ERROR core.py:935" in reason
+    assert reason.endswith("(no answer from rank(s) [1]))")
 
 
 def test_down_wins_over_hung(tmp_path):
