@@ -87,6 +87,7 @@ class _Watch:
         show_bar = sys.stdout.isatty()
         start = time.monotonic()
         last_print, last_phases = -every, None
+        progress = W.Progress()
         while True:
             probe = self._probe()
             elapsed = time.monotonic() - start
@@ -97,7 +98,12 @@ class _Watch:
             W.write_report(self.folder, self.role, mine)
             theirs = W.read_report(self.folder, self.peer)
             if self.role == W.HEAD:
-                verdict = W.head_verdict(mine, theirs, probe["api"], elapsed, budget, args["model"], self.fail_lines)
+                now = time.monotonic()
+                progress.see(W.HEAD, mine, now)
+                progress.see(W.WORKER, theirs, now)
+                quiet = {W.HEAD: progress.quiet_for(W.HEAD, now), W.WORKER: progress.quiet_for(W.WORKER, now)}
+                verdict = W.head_verdict(mine, theirs, probe["api"], elapsed, budget, args["model"], self.fail_lines,
+                                         quiet=quiet, stall_timeout=args["stall_timeout"])
                 phases = (W.phase_key(mine), W.phase_key(theirs))  # a phase, or its n/N, moved
                 if verdict.final is None and (phases != last_phases or elapsed - last_print >= every):
                     display.display(f"[{self.host}] {time.strftime('%H:%M:%S')} "

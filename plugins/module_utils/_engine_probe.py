@@ -51,6 +51,7 @@ WAIT_ARGUMENT_SPEC = {
     "interval": {"type": "float", "default": 5},
     "progress_every": {"type": "float", "default": 30},
     "fail_log_lines": {"type": "int", "default": 30},
+    "stall_timeout": {"type": "float", "default": 900},
 }
 
 # Control characters other than tab: a container's log line carrying them (ANSI colours, a cursor

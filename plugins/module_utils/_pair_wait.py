@@ -20,6 +20,7 @@ Standard library only; it runs on the control node.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -29,7 +30,7 @@ from ansible_collections.gb10.dspark.plugins.module_utils._files import read_lim
 from ansible_collections.gb10.dspark.plugins.module_utils._startup import Phase, progress_bar
 
 __all__ = ["HEAD", "WORKER", "Verdict", "folder_for", "make_report", "write_report", "read_report",
-           "head_verdict", "worker_verdict", "progress_line", "logs_text"]
+           "head_verdict", "worker_verdict", "progress_line", "logs_text", "Progress", "stalled_message"]
 
 HEAD, WORKER = "head", "worker"
 READY, FAILED, LEFT = "ready", "failed", "left"
@@ -53,7 +54,39 @@ def make_report(role: str, host: str, container: dict, phase: Phase, now: float,
             "exit_code": container.get("exit_code"), "error": container.get("error"),
             "phase": phase.key, "phase_text": phase.text(), "done": phase.done, "total": phase.total,
             "log_error": phase.error, "logs": list(container.get("logs") or [])[-log_lines:] if log_lines else [],
-            "final": final, "msg": msg}
+            "progress": _progress_mark(phase, container.get("logs") or []), "final": final, "msg": msg}
+
+
+def _progress_mark(phase: Phase, logs: list) -> str:
+    """What moves while a rank makes progress: its phase, the phase's count, and its newest log line."""
+    last = str(logs[-1]) if logs else ""
+    return hashlib.sha256(f"{phase.key}|{phase.done}|{last}".encode()).hexdigest()[:16]
+
+
+class Progress:
+    """When each rank's progress mark last moved, as the head's wait saw it (monotonic seconds)."""
+
+    def __init__(self):
+        self.marks: dict[str, tuple[str | None, float]] = {}
+
+    def see(self, role: str, report: dict | None, now: float) -> None:
+        mark = (report or {}).get("progress")
+        if role not in self.marks or self.marks[role][0] != mark:
+            self.marks[role] = (mark, now)
+
+    def quiet_for(self, role: str, now: float) -> float:
+        return now - self.marks[role][1] if role in self.marks else 0.0
+
+
+def stalled_message(head: dict, worker: dict | None, quiet: dict[str, float], bound: float, lines: int) -> str:
+    """Neither rank moved (no new log line, no phase change) for ``bound`` seconds: name the one that
+    went quiet first, both ranks' phases, and both ranks' last log lines."""
+    ranks = [(HEAD, head)] + ([(WORKER, worker)] if worker is not None else [])
+    first_role, first = max(ranks, key=lambda r: quiet.get(r[0], 0.0))
+    phases = "; ".join(f"{role} {rep['host']} in {rep.get('phase_text')}, quiet {quiet.get(role, 0.0):.0f} s"
+                       for role, rep in ranks)
+    return (f"STALLED rank {first['host']}: the pair made no progress (no new log line, no phase change on either "
+            f"rank) for {bound:.0f} s; the {first_role} went quiet first ({phases})\n{logs_text([head, worker], lines)}")
 
 
 def write_report(folder: str, role: str, report: dict) -> None:
@@ -92,8 +125,10 @@ def _exited(rep: dict, elapsed: float, reports: list[dict | None], lines: int) -
 
 
 def head_verdict(head: dict, worker: dict | None, api: dict, elapsed: float, budget: float, model: str,
-                 lines: int) -> Verdict:
-    """The head's verdict, from its own report, the API and the worker's latest report."""
+                 lines: int, quiet: dict[str, float] | None = None, stall_timeout: float = 0.0) -> Verdict:
+    """The head's verdict, from its own report, the API and the worker's latest report. ``quiet``: how
+    long each rank's progress mark has not moved; with ``stall_timeout`` set, a pair where neither rank
+    moved for that long fails as STALLED (a wedged rank: its container runs, nothing advances)."""
     both = [head, worker]
     if not head["exists"]:
         return Verdict(FAILED, _missing(head))
@@ -109,6 +144,8 @@ def head_verdict(head: dict, worker: dict | None, api: dict, elapsed: float, bud
     if api.get("ready"):
         return Verdict(READY, f"READY served={model} kv_cache_size_tokens={api.get('kv_cache_size_tokens')} "
                               f"after {elapsed:.0f} s")
+    if stall_timeout and quiet and min(quiet.values()) >= stall_timeout:
+        return Verdict(FAILED, stalled_message(head, worker, quiet, stall_timeout, lines))
     if elapsed >= budget:
         return Verdict(FAILED, f"TIMEOUT rank {head['host']}: the pair did not serve {model} within {budget:.0f} s "
                                f"(API: {api.get('error') or api.get('status')})\n{logs_text(both, lines)}")

@@ -21,7 +21,9 @@ description:
     bar is added on a terminal. It prints the C(READY) line when the pair serves.
   - Either rank fails within one interval when its own or its peer's container exits, with both
     ranks' last log lines; the head fails with C(TIMEOUT) and the same logs when I(budget) runs
-    out; the worker's wait ends with the head's verdict, so a failed start fails on both ranks.
+    out, and with C(STALLED) when neither rank made progress (no new log line, no phase change) for
+    I(stall_timeout) seconds - a wedged rank whose container still runs; the worker's wait ends with
+    the head's verdict, so a failed start fails on both ranks.
   - With too few forks to run both waits at once, each goes on alone after I(peer_grace) seconds
     (the head judges readiness by its API, the worker leaves while its engine runs) rather than
     waiting for the other forever.
@@ -59,6 +61,14 @@ options:
     description: Seconds a rank's wait waits for the other rank's wait to report before it goes on alone.
     type: float
     default: 120
+  stall_timeout:
+    description:
+      - Seconds without progress on either rank (no new log line, no change of start-up phase or of its
+        n/N) after which the head's wait fails as C(STALLED), naming the rank that went quiet first.
+      - The real engine's longest quiet stretch is a kernel compile or a CUDA graph capture, minutes
+        long; 0 turns the check off (only I(budget) bounds the wait).
+    type: float
+    default: 900
 seealso:
   - module: gb10.dspark.engine_probe
 author:

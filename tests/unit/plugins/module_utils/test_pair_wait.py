@@ -86,6 +86,7 @@ def test_folder_for_sanitises_and_stays_under_the_base(tmp_path, pair):
 def test_make_report_fields():
     phase = phase_of(HEAD_LOGS)
     rep = W.make_report(W.HEAD, "spark-a-head", running(HEAD_LOGS), phase, NOW, 2)
+    assert len(rep.pop("progress")) == 16
     assert rep == {"role": "head", "host": "spark-a-head", "t": NOW, "status": "running", "exists": True, "running": True,
                    "exit_code": 0, "error": None, "phase": "weights", "phase_text": "loading weights 24/48",
                    "done": 24, "total": 48, "log_error": None, "logs": HEAD_LOGS[-2:], "final": None, "msg": None}
@@ -355,3 +356,36 @@ def test_logs_text_skips_missing_reports():
     assert W.logs_text([None, None], 5) == ""
     text = W.logs_text([None, worker(running([]))], 5)
     assert text == "--- worker spark-a-worker (running, exit 0), last 5 log lines:\n(none)"
+
+
+# --- a wedged pair: neither rank moves ----------------------------------------------------------------
+def test_progress_marks_move_with_a_new_log_line_or_phase_and_not_otherwise():
+    p = W.Progress()
+    p.see(W.HEAD, head(), 100.0)
+    p.see(W.HEAD, head(), 130.0)  # the same logs: no progress
+    assert p.quiet_for(W.HEAD, 130.0) == 30.0
+    p.see(W.HEAD, head(running(HEAD_LOGS + ["Loading safetensors checkpoint shards:  52% Completed | 25/48"])), 131.0)
+    assert p.quiet_for(W.HEAD, 140.0) == 9.0
+    assert p.quiet_for(W.WORKER, 140.0) == 0.0  # never seen: nothing to judge yet
+
+
+def test_a_pair_where_neither_rank_moves_fails_as_stalled_naming_the_rank_quiet_first():
+    final, msg = W.head_verdict(head(), worker(), api(), 700.0, 3600.0, MODEL, LINES,
+                                quiet={W.HEAD: 600.0, W.WORKER: 640.0}, stall_timeout=600)
+    assert final == W.FAILED
+    first = msg.splitlines()[0]
+    assert first.startswith("STALLED rank spark-a-worker: the pair made no progress (no new log line, no phase change "
+                            "on either rank) for 600 s; the worker went quiet first (head spark-a-head in ")
+    assert "quiet 600 s; worker spark-a-worker in" in first and first.endswith("quiet 640 s)")
+    assert "--- head spark-a-head" in msg and "--- worker spark-a-worker" in msg
+
+
+@pytest.mark.parametrize("quiet, stall, ready", [
+    ({W.HEAD: 10.0, W.WORKER: 900.0}, 600, False),   # the head still moves (the worker may just be done)
+    ({W.HEAD: 900.0, W.WORKER: 900.0}, 0, False),     # the check is off
+    ({W.HEAD: 900.0, W.WORKER: 900.0}, 600, True),    # serving wins
+])
+def test_no_stall_while_a_rank_moves_when_off_or_once_serving(quiet, stall, ready):
+    final, _msg = W.head_verdict(head(), worker(), api(ready), 950.0, 3600.0, MODEL, LINES, quiet=quiet,
+                                 stall_timeout=stall)
+    assert final == (W.READY if ready else None)
