@@ -44,20 +44,44 @@ def open_http(method: str, url: str, body: bytes | None = None, headers: dict | 
         conn.close()
 
 
-def json_client(base_url: str, api_key: str | None):
+class ApiUnreachable(ConnectionError):
+    """The head's API did not answer a request; the message names the head (when known), the address
+    and the state (refused, stalled, reset), never a bare errno."""
+
+
+def transport_state(exc: BaseException, timeout: float) -> str:
+    """What a transport failure says about the engine behind the address."""
+    if isinstance(exc, ConnectionRefusedError):
+        return "refused the connection: nothing listens there (the engine is down or not started)"
+    if isinstance(exc, TimeoutError):  # socket.timeout is TimeoutError
+        return f"took the request but sent no answer within {timeout:g} s: the engine is stalled (hung)"
+    if isinstance(exc, ConnectionResetError):
+        return "reset the connection: the engine went away mid-request"
+    return "could not be reached"
+
+
+def json_client(base_url: str, api_key: str | None, head: str | None = None):
     """``call(method, path, body, timeout)`` -> (status, body) against ``base_url``: the parsed JSON, the raw
     text of a streamed answer (``body["stream"]``) or of a non-JSON one; for an HTTP error status the
     error document (vLLM's ``{"error": {...}}``) when it is JSON, else ``None``. ``body=None`` sends no body.
-    Transport errors (refused, reset, timeout) raise ``OSError``; the key goes only into the Authorization
-    header."""
+    Transport errors (refused, reset, timeout) raise :class:`ApiUnreachable` (an ``OSError``) whose message
+    names ``head`` (the head's inventory name, when given), the URL and the engine's state; the key goes only
+    into the Authorization header."""
     def call(method: str, path: str, body: dict | None, timeout: float):
         headers = {"Content-Type": "application/json"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
         data = None if body is None else json.dumps(body).encode()
-        with open_http(method, base_url.rstrip("/") + path, data, headers, timeout) as resp:
-            status = resp.status
-            text = resp.read().decode("utf-8", "replace")
+        url = base_url.rstrip("/") + path
+        try:
+            with open_http(method, url, data, headers, timeout) as resp:
+                status = resp.status
+                text = resp.read().decode("utf-8", "replace")
+        except ApiUnreachable:
+            raise
+        except OSError as exc:
+            who = f"head {head}: " if head else ""
+            raise ApiUnreachable(f"{who}{method} {url} {transport_state(exc, timeout)} ({exc})") from exc
         if status >= 400:
             try:
                 return status, json.loads(text)

@@ -270,13 +270,13 @@ def judge(item: dict, status: int | None, payload: object, model: str, prompt_to
 
 
 def run(base_url: str, model: str, api_key: str | None, plan: list[dict], concurrency: int,
-        request_timeout: float, overall_timeout: float, threshold: float, http=None) -> dict:
+        request_timeout: float, overall_timeout: float, threshold: float, http=None, head: str | None = None) -> dict:
     """Send the plan, judge every answer, and return the report. ``http(method, path, body, timeout)``
     returns (status, parsed JSON or SSE text); the default speaks urllib to ``base_url``."""
     import concurrent.futures as cf
     import time
 
-    http = http or json_client(base_url, api_key)
+    http = http or json_client(base_url, api_key, head)
     start = time.monotonic()
     counts: dict[str, int | None] = {}
     for item in plan:  # the server's own count of each prompt, for usage.prompt_tokens

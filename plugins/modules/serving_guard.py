@@ -28,6 +28,11 @@ options:
     description: The head's API.
     type: str
     required: true
+  head:
+    description:
+      - The head's inventory name, named in every message about its API (for example C(head lab01-head -
+        POST http://10.0.0.11:8888/v1/completions refused the connection ...)). Roles pass C(inventory_hostname).
+    type: str
   model:
     description: The served model name.
     type: str
@@ -114,6 +119,7 @@ report:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gb10.dspark.plugins.module_utils._files import write_json_atomic
+from ansible_collections.gb10.dspark.plugins.module_utils._http import ApiUnreachable
 from ansible_collections.gb10.dspark.plugins.module_utils._serving_guard import requests_plan, run
 
 
@@ -121,6 +127,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "base_url": {"type": "str", "required": True},
+            "head": {"type": "str"},
             "model": {"type": "str", "required": True},
             "api_key": {"type": "str", "no_log": True},
             "prompts": {"type": "int", "default": 64},
@@ -137,8 +144,12 @@ def main() -> None:
     p = module.params
     if module.check_mode:
         module.exit_json(changed=False, skipped=True, msg="check mode: no requests sent", report={})
-    report = run(p["base_url"], p["model"], p["api_key"], requests_plan(p["prompts"], p["max_tokens"]),
-                 p["concurrency"], p["request_timeout"], p["overall_timeout"], p["accuracy_threshold"])
+    try:
+        report = run(p["base_url"], p["model"], p["api_key"], requests_plan(p["prompts"], p["max_tokens"]),
+                     p["concurrency"], p["request_timeout"], p["overall_timeout"], p["accuracy_threshold"],
+                     head=p["head"])
+    except ApiUnreachable as exc:  # before any completion: the head's API is not there to guard
+        module.fail_json(msg=f"serving guard: {exc}", report={})
     report["context"] = p["context"]
     if p["report_path"]:
         write_json_atomic(p["report_path"], report, make_dirs=True)

@@ -73,6 +73,11 @@ options:
     description: The engine's OpenAI-compatible API, seen from where the module runs.
     type: str
     default: http://127.0.0.1:8888
+  head:
+    description:
+      - The head's inventory name, named in every message about its API (for example C(head lab01-head -
+        POST http://10.0.0.11:8888/v1/completions refused the connection ...)). Roles pass C(inventory_hostname).
+    type: str
   model:
     description: The served model name; must be listed by C(GET /v1/models).
     type: str
@@ -361,6 +366,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "base_url": {"type": "str", "default": local_api_url()},
+            "head": {"type": "str"},
             "model": {"type": "str", "required": True},
             "api_key": {"type": "str", "no_log": True},
             "output_dir": {"type": "path", "required": True},
@@ -406,7 +412,7 @@ def main() -> None:
     if module.check_mode:
         result = guarded(module, lambda: _systems.plan(settings, _systems.run_process))
     else:
-        result = guarded(module, lambda: _systems.run(settings, json_client(p["base_url"], p["api_key"]),
+        result = guarded(module, lambda: _systems.run(settings, json_client(p["base_url"], p["api_key"], p["head"]),
                                                       _systems.stream_client(p["base_url"], p["api_key"]),
                                                       p["api_key"], _systems.run_process))
     diff = result.pop("diff")

@@ -5,7 +5,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from ansible_collections.gb10.dspark.plugins.module_utils._http import json_client, open_http
+from ansible_collections.gb10.dspark.plugins.module_utils._http import ApiUnreachable, json_client, open_http
 
 SEEN = []
 
@@ -77,6 +77,45 @@ def test_http_errors_keep_the_error_document(base_url):
 def test_transport_errors_raise_oserror():
     with pytest.raises(OSError):
         json_client("http://127.0.0.1:9", None)("GET", "/v1/models", None, 2)
+
+
+def _free_port() -> int:
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_a_refused_head_is_named_with_its_address_and_state_never_a_bare_errno():
+    port = _free_port()
+    with pytest.raises(ApiUnreachable) as err:
+        json_client(f"http://127.0.0.1:{port}", "sk-never-shown", head="sim01-head")("POST", "/tokenize", {"x": 1}, 2)
+    text = str(err.value)
+    assert text.startswith(f"head sim01-head: POST http://127.0.0.1:{port}/tokenize refused the connection: nothing "
+                           "listens there (the engine is down or not started) (")
+    assert "sk-never-shown" not in text and isinstance(err.value, OSError)
+
+
+def test_a_stalled_head_is_named_as_stalled_with_the_bound():
+    import socket
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen()
+    port = lsock.getsockname()[1]
+    held = []
+    t = threading.Thread(target=lambda: held.append(lsock.accept()), daemon=True)  # accepts, never answers
+    t.start()
+    try:
+        with pytest.raises(ApiUnreachable, match=r"^head h0: POST http://127\.0\.0\.1:\d+/v1/completions took the request "
+                                                 r"but sent no answer within 0\.3 s: the engine is stalled \(hung\)"):
+            json_client(f"http://127.0.0.1:{port}", None, head="h0")("POST", "/v1/completions", {"x": 1}, 0.3)
+    finally:
+        t.join(5)
+        for conn, _addr in held:
+            conn.close()
+        lsock.close()
 
 
 # ---- open_http: the one opener every engine client uses ----------------------------------------
