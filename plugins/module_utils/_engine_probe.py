@@ -19,7 +19,7 @@ import socket
 import time
 
 from ansible_collections.gb10.dspark.plugins.module_utils._docker_engine import DEFAULT_DOCKER_HOST, Engine, EngineError
-from ansible_collections.gb10.dspark.plugins.module_utils._http import open_http
+from ansible_collections.gb10.dspark.plugins.module_utils._http import open_http, transport_state
 from ansible_collections.gb10.dspark.plugins.module_utils._labels import PREFIX as LABEL_PREFIX
 from ansible_collections.gb10.dspark.plugins.module_utils._site import SITE_DEFAULTS, local_api_url
 
@@ -151,7 +151,9 @@ def http_json(url: str, timeout: float, api_key: str | None = None) -> tuple[int
         with open_http("GET", url, None, headers, timeout) as resp:
             status = resp.status
             body = resp.read().decode("utf-8", "replace")
-    except (OSError, ValueError, http.client.HTTPException) as exc:
+    except OSError as exc:
+        return None, None, f"{transport_state(exc, timeout)} ({exc})"
+    except (ValueError, http.client.HTTPException) as exc:
         return None, None, str(exc)
     if status >= 400:
         return status, None, f"HTTP {status}"
