@@ -46,7 +46,12 @@ def open_http(method: str, url: str, body: bytes | None = None, headers: dict | 
 
 class ApiUnreachable(ConnectionError):
     """The head's API did not answer a request; the message names the head (when known), the address
-    and the state (refused, stalled, reset), never a bare errno."""
+    and the state (refused, stalled, reset), never a bare errno. ``stalled``: it took the request and
+    sent nothing back in time (a hung engine), as opposed to refusing or dropping it."""
+
+    def __init__(self, message: str, stalled: bool = False):
+        super().__init__(message)
+        self.stalled = stalled
 
 
 def transport_state(exc: BaseException, timeout: float) -> str:
@@ -81,7 +86,8 @@ def json_client(base_url: str, api_key: str | None, head: str | None = None):
             raise
         except OSError as exc:
             who = f"head {head}: " if head else ""
-            raise ApiUnreachable(f"{who}{method} {url} {transport_state(exc, timeout)} ({exc})") from exc
+            raise ApiUnreachable(f"{who}{method} {url} {transport_state(exc, timeout)} ({exc})",
+                                 stalled=isinstance(exc, TimeoutError)) from exc
         if status >= 400:
             try:
                 return status, json.loads(text)

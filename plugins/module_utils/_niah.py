@@ -37,6 +37,7 @@ from typing import Callable
 
 from ansible_collections.gb10.dspark.plugins.module_utils._engine_probe import kv_cache_tokens, parse_metrics
 from ansible_collections.gb10.dspark.plugins.module_utils._files import write_json_atomic
+from ansible_collections.gb10.dspark.plugins.module_utils._http import ApiUnreachable
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError
 
 # call(method, path, body or None, timeout) -> (status, parsed body); see _http.json_client.
@@ -353,6 +354,8 @@ def capacity_problem(depth: int, reserve: int, kv: int | None) -> str | None:
 
 
 def _reason(exc: BaseException) -> str:
+    if isinstance(exc, ApiUnreachable):
+        return str(exc)  # it names the head, the address and the state already
     reason = getattr(exc, "reason", None) or exc
     return f"{type(exc).__name__}: {reason}"
 
@@ -380,7 +383,8 @@ def send_depth(call: Call, s: Settings, ids: list[int], row: dict,
         status, doc = call("POST", "/v1/completions", body, s.request_timeout)
     except OSError as exc:
         row["elapsed_s"] = round(monotonic() - started, 3)
-        what = f"no answer within {s.request_timeout} s" if isinstance(exc, TimeoutError) else "transport error"
+        stalled = isinstance(exc, TimeoutError) or getattr(exc, "stalled", False)
+        what = f"no answer within {s.request_timeout} s" if stalled else "transport error"
         return _infra(row, f"{what}: {_reason(exc)}")
     row["elapsed_s"] = round(monotonic() - started, 3)
     row["http_status"] = status

@@ -137,7 +137,8 @@ def test_a_metrics_timeout_is_unknown_load_never_idle(stalled_api):
     assert "timed out" in out["api"]["metrics_error"]
     msg = ep.busy_message(out, "sim01-head")
     assert msg is not None and msg.startswith("rank sim01-head: cannot tell how many requests the head is serving")
-    assert "/metrics: timed out" in msg and "dspark_engine_force_replace=true" in msg
+    assert "/metrics: took the request but sent no answer within 0.5 s: the engine is stalled (hung) (timed out)" in msg
+    assert "dspark_engine_force_replace=true" in msg
 
 
 def test_busy_message_refuses_running_requests_and_missing_metrics(api):

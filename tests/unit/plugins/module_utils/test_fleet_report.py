@@ -119,7 +119,7 @@ def parse(text: str) -> Page:
 def test_document_sorts_counts_and_exit_code():
     doc = document()
     assert [p["pair"] for p in doc["pairs"]] == ["spark-a", "spark-b", "spark-c", "spark-d"]
-    assert doc["counts"] == {"OK": 1, "DRIFT": 1, "DOWN": 1, "UNREACHABLE": 1, "FAILED": 0}
+    assert doc["counts"] == {"OK": 1, "DRIFT": 1, "DOWN": 1, "HUNG": 0, "UNREACHABLE": 1, "FAILED": 0}
     assert doc["exit_code"] == 2
     assert doc["not_ok"] == ["spark-b", "spark-c", "spark-d"]
     assert doc["schema_version"] == 1 and doc["generated"] == T0
@@ -133,7 +133,7 @@ def test_all_ok_exits_zero():
     pairs.append(dict(copy.deepcopy(pairs[0]), pair="spark-e"))
     doc = document(pairs)
     assert doc["exit_code"] == 0 and doc["not_ok"] == []
-    assert doc["counts"] == {"OK": 2, "DRIFT": 0, "DOWN": 0, "UNREACHABLE": 0, "FAILED": 0}
+    assert doc["counts"] == {"OK": 2, "DRIFT": 0, "DOWN": 0, "HUNG": 0, "UNREACHABLE": 0, "FAILED": 0}
 
 
 def test_missing_lists_count_as_empty_and_extra_keys_are_kept():
@@ -145,8 +145,8 @@ def test_missing_lists_count_as_empty_and_extra_keys_are_kept():
 
 
 @pytest.mark.parametrize("change, item, expected, actual", [
-    ({"verdict": "BROKEN"}, "pair spark-b verdict", "one of OK, DRIFT, DOWN, UNREACHABLE, FAILED", "BROKEN"),
-    ({"verdict": "drift"}, "pair spark-b verdict", "one of OK, DRIFT, DOWN, UNREACHABLE, FAILED", "drift"),
+    ({"verdict": "BROKEN"}, "pair spark-b verdict", "one of OK, DRIFT, DOWN, HUNG, UNREACHABLE, FAILED", "BROKEN"),
+    ({"verdict": "drift"}, "pair spark-b verdict", "one of OK, DRIFT, DOWN, HUNG, UNREACHABLE, FAILED", "drift"),
     ({"verdict": "OK"}, "pair spark-b differences", "none for verdict OK", "2 listed"),
     ({"differences": []}, "pair spark-b differences", "at least one for verdict DRIFT", "none"),
     ({"differences": [{"rank": "worker", "item": "image_id", "actual": STALE}]},
@@ -362,7 +362,7 @@ def test_terminal_table():
                        "    head: profile is production-k8, expected production"]
     after_d = lines[lines.index(pair_lines[3]) + 1:-1]
     assert after_d == ["    reason: worker spark-d1: ssh timed out after 30 s"]
-    assert lines[-1] == "4 pairs: 1 OK, 1 DRIFT, 1 DOWN, 1 UNREACHABLE, 0 FAILED; exit code 2"
+    assert lines[-1] == "4 pairs: 1 OK, 1 DRIFT, 1 DOWN, 0 HUNG, 1 UNREACHABLE, 0 FAILED; exit code 2"
 
 
 def test_terminal_table_neutralises_escape_sequences():

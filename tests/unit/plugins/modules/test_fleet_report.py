@@ -49,7 +49,7 @@ def test_report_is_written(tmp_path, run_module):
     assert result["failed"] is False, result.get("msg")
     assert result["changed"] is True
     assert result["exit_code"] == 2
-    assert result["counts"] == {"OK": 1, "DRIFT": 1, "DOWN": 0, "UNREACHABLE": 1, "FAILED": 0}
+    assert result["counts"] == {"OK": 1, "DRIFT": 1, "DOWN": 0, "HUNG": 0, "UNREACHABLE": 1, "FAILED": 0}
     assert result["not_ok"] == ["lab-02", "lab-03"]
     assert result["files"] == {"json": str(dest / "audit.json"), "md": str(dest / "audit.md"),
                                "html": str(dest / "audit.html"), "txt": str(dest / "audit.txt")}
@@ -141,7 +141,7 @@ def test_malformed_verdict_fails_and_writes_nothing(tmp_path, run_module):
     result = run_module(fleet_report, args(dest, pairs=bad))
     assert result["failed"] is True and result["changed"] is False
     assert result["msg"].startswith("2 identity mismatches:")
-    assert "rank control node: pair lab-01 verdict is FINE, expected one of OK, DRIFT, DOWN, UNREACHABLE" in result["msg"]
+    assert "rank control node: pair lab-01 verdict is FINE, expected one of OK, DRIFT, DOWN, HUNG, UNREACHABLE, FAILED" in result["msg"]
     assert "rank control node: pair lab-03 reasons is none, expected at least one for verdict UNREACHABLE" \
         in result["msg"]
     assert {(m["item"], m["actual"]) for m in result["mismatches"]} == {("pair lab-01 verdict", "FINE"),
