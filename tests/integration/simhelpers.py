@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -102,3 +104,45 @@ def snapshot(rank: layout.Rank) -> dict:
     files = on_rank(rank, ["find", "/var/lib/dspark", "/etc/dspark", "/srv/dspark/models", "-printf", "%p %s %T@\n"]).stdout
     return {"images": sorted(images.splitlines()), "containers": sorted(containers.splitlines()),
             "files": sorted(files.splitlines())}
+
+
+def stop_dockerd(rank: layout.Rank) -> None:
+    """Stop the rank's dockerd as `systemctl stop docker` does: SIGTERM (the daemon stops its containers
+    and its containerd; no live-restore). A SIGKILL would leave the daemon's containerd behind, which a
+    new dockerd cannot take over."""
+    pid = int((rank.dir / "run" / "dockerd.pid").read_text().strip())
+    os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: not Path(f"/proc/{pid}").exists(), 120, what="dockerd to exit")
+
+
+def start_dockerd(rank: layout.Rank) -> None:
+    """Start the rank's dockerd again in the rank's namespaces, and wait until it answers."""
+    init_pid = (rank.dir / "run" / "init.pid").read_text().strip()
+    with open(rank.dir / "log" / "dockerd.log", "ab") as log:
+        new = subprocess.Popen(["nsenter", "-t", init_pid, "--mount", "--net", "--uts",
+                                "dockerd", "--config-file", "/etc/docker/daemon.json"],
+                               stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    (rank.dir / "run" / "dockerd.pid").write_text(f"{new.pid}\n")
+    wait_for(lambda: on_rank(rank, ["docker", "version"], check=False).returncode == 0, 60, what="dockerd back")
+
+
+def engine_pids(rank: layout.Rank, name: str = "dspark_vllm") -> list[int]:
+    """The processes of the rank's engine container (the ranks share this machine's PID namespace)."""
+    out = on_rank(rank, ["docker", "top", name, "-eo", "pid"]).stdout.split()
+    return [int(p) for p in out if p.isdigit()]
+
+
+def freeze(rank: layout.Rank, name: str = "dspark_vllm") -> list[int]:
+    """Stop every process of the rank's engine (kill -STOP): a wedged rank whose container still runs."""
+    pids = engine_pids(rank, name)
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    return pids
+
+
+def thaw(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from simhelpers import INVENTORY, ROOT, on_rank, playbook, site, snapshot, wait_for
+from simhelpers import INVENTORY, ROOT, on_rank, playbook, site, snapshot, start_dockerd, stop_dockerd, wait_for
 
 
 def provision(pair, tree, *extra: str, check: bool = False):
@@ -153,25 +153,10 @@ def test_a_master_port_held_by_another_process_is_refused(served, clean_tree):
     assert set(profiles(served).values()) == {("production", "running")}
 
 
-def _restart_dockerd(rank) -> None:
-    """Restart the rank's dockerd as `systemctl restart docker` does: SIGTERM (the daemon stops its
-    containers and its containerd; no live-restore), then start it again in the rank's namespaces.
-    A SIGKILL would leave the daemon's containerd behind, which a new dockerd cannot take over."""
-    init_pid = (rank.dir / "run" / "init.pid").read_text().strip()
-    pid = int((rank.dir / "run" / "dockerd.pid").read_text().strip())
-    os.kill(pid, signal.SIGTERM)
-    wait_for(lambda: not Path(f"/proc/{pid}").exists(), 120, what="dockerd to exit")
-    log = open(rank.dir / "log" / "dockerd.log", "ab")
-    new = subprocess.Popen(["nsenter", "-t", init_pid, "--mount", "--net", "--uts",
-                            "dockerd", "--config-file", "/etc/docker/daemon.json"],
-                           stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
-    (rank.dir / "run" / "dockerd.pid").write_text(f"{new.pid}\n")
-    wait_for(lambda: on_rank(rank, ["docker", "version"], check=False).returncode == 0, 60, what="dockerd back")
-
-
 @pytest.mark.fault("dockerd-restart")
 def test_a_restarted_dockerd_is_down_in_the_audit_and_the_next_provision_recovers(served, clean_tree, tmp_path):
-    _restart_dockerd(served.worker)
+    stop_dockerd(served.worker)
+    start_dockerd(served.worker)
     audit = playbook("audit.yml", clean_tree, "--limit", served.group, "-e", f"dspark_audit_report_dir={tmp_path}",
                      check=False)
     assert audit.returncode != 0

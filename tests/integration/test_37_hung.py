@@ -1,0 +1,169 @@
+"""A hung pair on the simulator: a worker stopped (kill -STOP on every process of its engine, so its
+container still runs) while idle, during the serving guard and during readiness, and a worker whose
+Docker engine goes away during readiness. The stand-in hangs as vLLM does: the head's API keeps
+answering /health, /v1/models and /metrics, generation stalls, and only a step that outlives
+VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS ends the engine.
+
+Pair 2 (sim[1]) is used and provisioned again with the site's settings at the end."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from simhelpers import (INVENTORY, ROOT, container_state, freeze, on_rank, playbook, site, start_dockerd, stop_dockerd,
+                        thaw, wait_for)
+
+LIVENESS_S = 8
+EXECUTE_TIMEOUT_S = 25
+STALL_S = 15
+
+
+def provision(pair, tree, *extra: str, check: bool = True):
+    return playbook("provision.yml", tree, "--limit", pair.group, *extra, check=check)
+
+
+def flat(res) -> str:
+    return " ".join((res.stdout + res.stderr).split())
+
+
+def audit(pair, tree, report: Path, *extra: str):
+    res = playbook("audit.yml", tree, "--limit", pair.group, "-e", f"dspark_audit_report_dir={report}",
+                   "-e", f"dspark_audit_liveness_timeout={LIVENESS_S}", *extra, check=False)
+    return res, json.loads((report / "audit.json").read_text())
+
+
+def engine_env(**extra: str) -> dict:
+    return {"dspark_engine_extra_env": {**(site().get("dspark_engine_extra_env") or {}), **extra}}
+
+
+def background(pair, tree, name: str, *extra: str) -> subprocess.Popen:
+    """A playbook in its own process group, so that a test can act on the pair while it runs."""
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0")
+    return subprocess.Popen([str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(INVENTORY),
+                             f"playbooks/{name}", "-e", f"dspark_preflight_wrapper_path={tree}", "--limit", pair.group,
+                             *extra], cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+@pytest.fixture(scope="module")
+def pair(sim, clean_tree):
+    p = sim[1]
+    provision(p, clean_tree)
+    yield p
+    provision(p, clean_tree, "-e", "dspark_engine_force_replace=true")  # the site's engine again, serving
+
+
+@pytest.mark.fault("hung-idle")
+def test_a_worker_hung_while_idle_is_hung_in_the_audit_with_the_reason_everywhere(pair, clean_tree, tmp_path):
+    pids = freeze(pair.worker)
+    try:
+        started = time.monotonic()
+        res, doc = audit(pair, clean_tree, tmp_path)
+        took = time.monotonic() - started
+        assert res.returncode == 2, res.stdout[-3000:]
+        assert took < LIVENESS_S + 60, took
+        entry = doc["pairs"][0]
+        assert entry["verdict"] == "HUNG", entry
+        reason = (f"rank {pair.head.name}: generation is stalled, expected one token "
+                  f"(the API answers, but no token came within {LIVENESS_S} s)")
+        assert entry["reasons"] == [reason]
+        for name in ("audit.md", "audit.txt"):
+            assert reason in (tmp_path / name).read_text(), name
+        assert reason in (tmp_path / "audit.html").read_text()
+        assert reason in flat(res)
+        assert "HUNG" in flat(res) and f"{pair.group.removeprefix('pair_')} not OK" in flat(res)
+        assert container_state(pair.head)["Running"] and container_state(pair.worker)["Running"]
+    finally:
+        thaw(pids)
+    # the stalled request finishes once the worker runs again; the pair is OK again
+    res, doc = audit(pair, clean_tree, tmp_path)
+    assert res.returncode == 0 and doc["pairs"][0]["verdict"] == "OK", res.stdout[-3000:]
+
+
+@pytest.mark.fault("hung-guard")
+def test_a_worker_hung_during_the_guard_names_the_head_and_the_engine_dies_at_its_execute_timeout(
+        pair, clean_tree, host_vars, tmp_path):
+    env = engine_env(DSPARK_SIM_TOKEN_DELAY_S="0.05", VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=str(EXECUTE_TIMEOUT_S))
+    host_vars(pair.head, env)
+    host_vars(pair.worker, env)
+    provision(pair, clean_tree)
+    guard = background(pair, clean_tree, "guard.yml", "-e", "dspark_guard_request_timeout=15")
+    pids: list[int] = []
+    try:
+        time.sleep(4)  # the guard is in its first waves
+        pids = freeze(pair.worker)
+        out, _unused = guard.communicate(timeout=600)
+    finally:
+        if guard.poll() is None:
+            guard.kill()
+    text = " ".join(out.split())
+    assert guard.returncode != 0, out[-3000:]
+    assert (f"head {pair.head.name}: POST http://{pair.head.mgmt_ip}:8888/v1/completions took the request but sent "
+            "no answer within 15 s: the engine is stalled (hung)") in text, out[-4000:]
+    # vLLM's own bound: the head's engine dies once a step has waited the execute timeout
+    wait_for(lambda: not container_state(pair.head)["Running"], EXECUTE_TIMEOUT_S + 60, what="the head to exit")
+    logs = on_rank(pair.head, ["docker", "logs", "--tail", "60", "dspark_vllm"]).stderr
+    assert f"TimeoutError: RPC call to sample_tokens timed out after {EXECUTE_TIMEOUT_S} s" in logs
+    thaw(pids)
+    wait_for(lambda: not container_state(pair.worker)["Running"], 30, what="the worker to follow its head")
+    res, doc = audit(pair, clean_tree, tmp_path)
+    entry = doc["pairs"][0]
+    assert res.returncode == 2 and entry["verdict"] == "DOWN", entry
+    assert any("exit code 1" in r and "last log lines:" in r and "TimeoutError: RPC call to sample_tokens" in r
+               for r in entry["reasons"]), entry["reasons"]
+
+
+@pytest.mark.fault("hung-readiness")
+def test_a_worker_hung_during_readiness_stalls_the_wait_with_both_logs_and_both_engines_stop(
+        pair, clean_tree, host_vars):
+    env = engine_env(DSPARK_SIM_STARTUP_DELAY_S="20")
+    host_vars(pair.head, env)
+    host_vars(pair.worker, env)
+    run = background(pair, clean_tree, "provision.yml", "-e", f"dspark_engine_ready_stall_timeout={STALL_S}",
+                     "-e", "dspark_engine_force_replace=true")
+    pids: list[int] = []
+    try:
+        wait_for(lambda: "Node rank 1 joined" in on_rank(pair.head, ["docker", "logs", "dspark_vllm"],
+                                                          check=False).stderr, 300, what="the worker to join")
+        pids = freeze(pair.worker)
+        out, _unused = run.communicate(timeout=900)
+    finally:
+        if run.poll() is None:
+            run.kill()
+        thaw(pids)
+    text = " ".join(out.split())
+    assert run.returncode != 0, out[-3000:]
+    assert (f"STALLED rank {pair.worker.name}: the pair made no progress (no new log line, no phase change on "
+            f"either rank) for {STALL_S} s") in text, out[-5000:]
+    assert f"--- head {pair.head.name}" in out and f"--- worker {pair.worker.name}" in out
+    # no half-pair left serving: both engines are stopped (kept, for their logs)
+    for rank in pair.ranks:
+        wait_for(lambda r=rank: not container_state(r)["Running"], 60, what=f"{rank.name} stopped")
+
+
+@pytest.mark.fault("readiness-docker-unreachable")
+def test_a_worker_whose_docker_engine_goes_away_during_readiness_is_named(pair, clean_tree, host_vars):
+    env = engine_env(DSPARK_SIM_STARTUP_DELAY_S="30")
+    host_vars(pair.head, env)
+    host_vars(pair.worker, env)
+    run = background(pair, clean_tree, "provision.yml", "-e", "dspark_engine_force_replace=true")
+    try:
+        wait_for(lambda: "Node rank 1 joined" in on_rank(pair.head, ["docker", "logs", "dspark_vllm"],
+                                                          check=False).stderr, 300, what="the worker to join")
+        stop_dockerd(pair.worker)
+        out, _unused = run.communicate(timeout=900)
+    finally:
+        if run.poll() is None:
+            run.kill()
+        start_dockerd(pair.worker)
+    text = " ".join(out.split())
+    assert run.returncode != 0, out[-3000:]
+    assert f"rank {pair.worker.name}: its Docker engine cannot be read" in text, out[-5000:]
+    assert "no engine container on the worker" not in text
+    wait_for(lambda: not container_state(pair.head)["Running"], 60, what="the head stopped")
