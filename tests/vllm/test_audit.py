@@ -54,3 +54,17 @@ def test_token_counters_move_by_one_completions_usage(real, note):
     assert after["prompt_tokens_total"] - before["prompt_tokens_total"] == usage["prompt_tokens"]
     assert after["generation_tokens_total"] - before["generation_tokens_total"] == usage["completion_tokens"]
     note(f"+{usage['prompt_tokens']} prompt, +{usage['completion_tokens']} generated")
+
+
+def test_liveness_is_one_token_from_the_real_server(real, lane_model, tmp_path, note):
+    """collect(liveness_timeout=...) asks the real server for one token: it comes, within the bound, and the
+    server counts exactly one generated token for it (the audit's only effect on the served state)."""
+    engine = A.open_engine("head", f"unix://{tmp_path}/no-dockerd.sock")
+    before = A.metrics_state(real.url, TIMEOUT, None)
+    audit = A.collect(engine, rank="head", model_dir=str(lane_model), api=True, base_url=real.url,
+                      model=real.model, timeout=TIMEOUT, liveness_timeout=60)
+    live = audit["liveness"]
+    assert live["ok"] is True and live["status"] == 200 and live["error"] is None and live["stalled"] is False
+    after = _settled(real.url, before, 1)
+    assert after["generation_tokens_total"] - before["generation_tokens_total"] == 1
+    note(f"one token in {live['seconds']} s")
