@@ -62,7 +62,10 @@ from ansible_collections.gb10.dspark.plugins.module_utils._site import SITE_DEFA
 # inventory value, a task error); the pair is reported with the reason, never left out of the report.
 VERDICTS = ("OK", "DRIFT", "DOWN", "HUNG", "UNREACHABLE", "FAILED")
 ROLES = ("head", "worker")
-LAST_LOG_LINES = 5  # of a stopped engine container, in its DOWN reason
+LAST_LOG_LINES = 5  # of a stopped engine container, in the report
+LOG_SCAN_LINES = 60  # read of a stopped container's log to find its exception lines
+LAST_ERROR_LINES = 3  # exception lines in its DOWN reason
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b[^:]*: ")
 EXIT_OK = 0
 EXIT_NOT_OK = 2
 
@@ -183,19 +186,25 @@ def _read_container(engine: Engine, name: str) -> tuple[dict, list[str] | None, 
         "env_sha256": env_sha256(env),
         "profile": labels.get(LABEL_PROFILE),
         "error": None,
-        "last_log_lines": _last_log_lines(engine, name, doc) if state.get("running") is False else [],
+        "last_log_lines": [],
+        "error_lines": [],
     }
+    if state.get("running") is False:
+        section["last_log_lines"], section["error_lines"] = _stopped_logs(engine, name, doc)
     return section, env, doc, None
 
 
-def _last_log_lines(engine: Engine, name: str, doc: dict) -> list[str]:
-    """The last lines a stopped container logged (why it stopped, for the report); none when unreadable."""
+def _stopped_logs(engine: Engine, name: str, doc: dict) -> tuple[list[str], list[str]]:
+    """What a stopped container last logged, for the report: its last LAST_LOG_LINES lines, and the
+    exception lines (``SomeError: ...``) among its last LOG_SCAN_LINES, the root cause usually being
+    above the last lines (vLLM logs the engine's error, then the API's). Unreadable: nothing."""
     try:
-        out, err = engine.logs(name, LAST_LOG_LINES, tty=bool((doc.get("Config") or {}).get("Tty")))
+        out, err = engine.logs(name, LOG_SCAN_LINES, tty=bool((doc.get("Config") or {}).get("Tty")))
     except (EngineError, AttributeError):
-        return []
-    text = (out + err).decode("utf-8", "replace")
-    return [printable(line)[:300] for line in text.splitlines() if line.strip()][-LAST_LOG_LINES:]
+        return [], []
+    lines = [printable(line)[:300] for line in (out + err).decode("utf-8", "replace").splitlines() if line.strip()]
+    errors = [line for line in lines if _EXCEPTION_LINE.match(line)]
+    return lines[-LAST_LOG_LINES:], errors[-LAST_ERROR_LINES:]
 
 
 # ============================================================================================
@@ -539,9 +548,10 @@ def _down(role: str, name: str, audit: dict) -> list[Mismatch]:
                             expected_word="expected"))
     elif container.get("running") is not True:
         actual = f"{container.get('status') or 'not running'} (exit code {container.get('exit_code')})"
+        errors = [line for line in container.get("error_lines") or [] if isinstance(line, str)]
         last = [line for line in container.get("last_log_lines") or [] if isinstance(line, str)]
-        out.append(Mismatch(name, f"container {cname}", "running", actual, expected_word="expected",
-                            reason=("last log lines: " + " | ".join(last)) if last else ""))
+        why = ("its errors: " + " | ".join(errors)) if errors else ("last log lines: " + " | ".join(last)) if last else ""
+        out.append(Mismatch(name, f"container {cname}", "running", actual, expected_word="expected", reason=why))
     if role == "head":
         up, actual = _api_up(audit.get("api"))
         if not up:

@@ -115,7 +115,7 @@ def test_a_worker_hung_during_the_guard_names_the_head_and_the_engine_dies_at_it
     res, doc = audit(pair, clean_tree, tmp_path)
     entry = doc["pairs"][0]
     assert res.returncode == 2 and entry["verdict"] == "DOWN", entry
-    assert any("exit code 1" in r and "last log lines:" in r and "TimeoutError: RPC call to sample_tokens" in r
+    assert any("exit code 1" in r and "its errors:" in r and "TimeoutError: RPC call to sample_tokens" in r
                for r in entry["reasons"]), entry["reasons"]
 
 

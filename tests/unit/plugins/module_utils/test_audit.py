@@ -537,21 +537,38 @@ def test_an_api_that_answers_but_does_not_generate_is_hung_with_the_reason(tmp_p
                                  "(the API answers, but no token came within 0.5 s)"]
 
 
-def test_a_stopped_engine_is_down_with_its_exit_code_and_last_log_lines(tmp_path, api):
+def test_a_stopped_engine_is_down_with_its_exit_code_and_its_errors(tmp_path, api):
     lines = "\n".join([f"INFO line {i}" for i in range(8)] + [
         "ERROR core.py:935 EngineCore encountered a fatal error.",
-        "TimeoutError: RPC call to sample_tokens timed out after 300 s (no answer from rank(s) [1])", ""])
+        "Traceback (most recent call last):",
+        '  File "/vllm/v1/executor/multiproc_executor.py", line 298, in collective_rpc',
+        "TimeoutError: RPC call to sample_tokens timed out after 300 s (no answer from rank(s) [1])",
+        "ERROR async_llm.py:480 AsyncLLM output_handler failed.",
+        "Traceback (most recent call last):",
+        '  File "/vllm/v1/engine/async_llm.py", line 439, in output_handler',
+        "    outputs = await engine_core.get_output_async()",
+        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.", ""])
     engine = docker_up("head", inspect=inspect_doc("head", running=False, exit_code=1))
     engine.log_text = lines
     head = collect_rank(tmp_path, "head", engine=engine, api_url=api.url)
-    assert head["container"]["last_log_lines"][-1].startswith("TimeoutError: RPC call to sample_tokens timed out")
+    assert head["container"]["last_log_lines"][-1].startswith("vllm.v1.engine.exceptions.EngineDeadError")
     assert len(head["container"]["last_log_lines"]) == _audit.LAST_LOG_LINES
     result = _audit.pair_verdict(PAIR, desired(), head, collect_rank(tmp_path, "worker"))
     assert result["verdict"] == "DOWN"
     reason = next(r for r in result["reasons"] if "container dspark_vllm" in r)
-    assert reason.startswith(f"rank {NAMES['head']}: container dspark_vllm is exited (exit code 1), expected running")
-    assert "last log lines: INFO line 5 | INFO line 6 | INFO line 7 | ERROR core.py:935" in reason
-    assert reason.endswith("(no answer from rank(s) [1]))")
+    assert reason == (f"rank {NAMES['head']}: container dspark_vllm is exited (exit code 1), expected running (its errors: "
+                      "TimeoutError: RPC call to sample_tokens timed out after 300 s (no answer from rank(s) [1]) | "
+                      "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.)")
+
+
+def test_a_stopped_engine_without_exception_lines_shows_its_last_lines(tmp_path, api):
+    engine = docker_up("head", inspect=inspect_doc("head", running=False, exit_code=137))
+    engine.log_text = "\n".join(f"INFO line {i}" for i in range(9))
+    result = _audit.pair_verdict(PAIR, desired(), collect_rank(tmp_path, "head", engine=engine, api_url=api.url),
+                                 collect_rank(tmp_path, "worker"))
+    reason = next(r for r in result["reasons"] if "container dspark_vllm" in r)
+    assert reason.endswith("(exit code 137), expected running (last log lines: INFO line 4 | INFO line 5 | INFO line 6 "
+                           "| INFO line 7 | INFO line 8)")
 
 
 def test_down_wins_over_hung(tmp_path):
