@@ -38,6 +38,11 @@ def audit(pair, tree, report: Path, *extra: str):
     return res, json.loads((report / "audit.json").read_text())
 
 
+def engine_log(rank) -> str:
+    res = on_rank(rank, ["docker", "logs", "dspark_vllm"], check=False)
+    return res.stdout + res.stderr
+
+
 def engine_env(**extra: str) -> dict:
     return {"dspark_engine_extra_env": {**(site().get("dspark_engine_extra_env") or {}), **extra}}
 
@@ -108,7 +113,7 @@ def test_a_worker_hung_during_the_guard_names_the_head_and_the_engine_dies_at_it
             "no answer within 15 s: the engine is stalled (hung)") in text, out[-4000:]
     # vLLM's own bound: the head's engine dies once a step has waited the execute timeout
     wait_for(lambda: not container_state(pair.head)["Running"], EXECUTE_TIMEOUT_S + 60, what="the head to exit")
-    logs = on_rank(pair.head, ["docker", "logs", "--tail", "60", "dspark_vllm"]).stderr
+    logs = engine_log(pair.head)
     assert f"TimeoutError: RPC call to sample_tokens timed out after {EXECUTE_TIMEOUT_S} s" in logs
     thaw(pids)
     wait_for(lambda: not container_state(pair.worker)["Running"], 30, what="the worker to follow its head")
@@ -129,8 +134,7 @@ def test_a_worker_hung_during_readiness_stalls_the_wait_with_both_logs_and_both_
                      "-e", "dspark_engine_force_replace=true")
     pids: list[int] = []
     try:
-        wait_for(lambda: "Node rank 1 joined" in on_rank(pair.head, ["docker", "logs", "dspark_vllm"],
-                                                          check=False).stderr, 300, what="the worker to join")
+        wait_for(lambda: "Node rank 1 joined" in engine_log(pair.head), 300, what="the worker to join")
         pids = freeze(pair.worker)
         out, _unused = run.communicate(timeout=900)
     finally:
@@ -154,8 +158,7 @@ def test_a_worker_whose_docker_engine_goes_away_during_readiness_is_named(pair, 
     host_vars(pair.worker, env)
     run = background(pair, clean_tree, "provision.yml", "-e", "dspark_engine_force_replace=true")
     try:
-        wait_for(lambda: "Node rank 1 joined" in on_rank(pair.head, ["docker", "logs", "dspark_vllm"],
-                                                          check=False).stderr, 300, what="the worker to join")
+        wait_for(lambda: "Node rank 1 joined" in engine_log(pair.head), 300, what="the worker to join")
         stop_dockerd(pair.worker)
         out, _unused = run.communicate(timeout=900)
     finally:
