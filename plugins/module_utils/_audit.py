@@ -65,7 +65,8 @@ ROLES = ("head", "worker")
 LAST_LOG_LINES = 5  # of a stopped engine container, in the report
 LOG_SCAN_LINES = 60  # read of a stopped container's log to find its exception lines
 LAST_ERROR_LINES = 3  # exception lines in its DOWN reason
-_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b[^:]*: ")
+# ``SomeError: ...``, also behind vLLM's process prefix ``(EngineCore_DP0 pid=212) ``
+_EXCEPTION_LINE = re.compile(r"^(\([^)]*\)\s+)?[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b[^:]*: ")
 EXIT_OK = 0
 EXIT_NOT_OK = 2
 
@@ -196,15 +197,16 @@ def _read_container(engine: Engine, name: str) -> tuple[dict, list[str] | None, 
 
 def _stopped_logs(engine: Engine, name: str, doc: dict) -> tuple[list[str], list[str]]:
     """What a stopped container last logged, for the report: its last LAST_LOG_LINES lines, and the
-    exception lines (``SomeError: ...``) among its last LOG_SCAN_LINES, the root cause usually being
-    above the last lines (vLLM logs the engine's error, then the API's). Unreadable: nothing."""
+    first distinct exception lines (``SomeError: ...``) among its last LOG_SCAN_LINES, the root cause
+    coming first (vLLM logs the engine's error, then the API's, then what its clients saw).
+    Unreadable: nothing."""
     try:
         out, err = engine.logs(name, LOG_SCAN_LINES, tty=bool((doc.get("Config") or {}).get("Tty")))
     except (EngineError, AttributeError):
         return [], []
     lines = [printable(line)[:300] for line in (out + err).decode("utf-8", "replace").splitlines() if line.strip()]
-    errors = [line for line in lines if _EXCEPTION_LINE.match(line)]
-    return lines[-LAST_LOG_LINES:], errors[-LAST_ERROR_LINES:]
+    errors = list(dict.fromkeys(line for line in lines if _EXCEPTION_LINE.match(line)))  # distinct, first seen first
+    return lines[-LAST_LOG_LINES:], errors[:LAST_ERROR_LINES]
 
 
 # ============================================================================================

@@ -94,7 +94,9 @@ def test_a_worker_hung_while_idle_is_hung_in_the_audit_with_the_reason_everywher
 @pytest.mark.fault("hung-guard")
 def test_a_worker_hung_during_the_guard_names_the_head_and_the_engine_dies_at_its_execute_timeout(
         pair, clean_tree, host_vars, tmp_path):
-    env = engine_env(DSPARK_SIM_TOKEN_DELAY_S="0.05", VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=str(EXECUTE_TIMEOUT_S))
+    # vLLM's own variable is an engine setting: a departure from the qualified profile, allowed for this test
+    env = dict(engine_env(DSPARK_SIM_TOKEN_DELAY_S="0.05", VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=str(EXECUTE_TIMEOUT_S)),
+               dspark_profile_allow_experimental=True)
     host_vars(pair.head, env)
     host_vars(pair.worker, env)
     provision(pair, clean_tree)

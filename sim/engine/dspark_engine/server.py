@@ -124,6 +124,14 @@ class Handler(BaseHTTPRequestHandler):
         given = self.headers.get("authorization", "")
         return hmac.compare_digest(given.encode(), f"Bearer {key}".encode())
 
+    def _answer_quietly(self, status, obj):
+        """An error answer to a client that may have gone (a timed-out client of a stalled engine): as
+        uvicorn, a vanished client is no error of the server's and logs nothing."""
+        try:
+            self._send_json(status, obj)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
     def _dispatch(self, method):
         path = urlsplit(self.path).path
         api = self.server.api
@@ -145,9 +153,9 @@ class Handler(BaseHTTPRequestHandler):
                 return self._send(200, result.encode(), METRICS_CONTENT_TYPE)
             return self._send_json(result.status, result.obj)
         except ApiError as exc:
-            self._send_json(exc.status, exc.body())
+            self._answer_quietly(exc.status, exc.body())
         except EngineDead:
-            self._send_json(500, ApiError(500, DEAD_MESSAGE).body())
+            self._answer_quietly(500, ApiError(500, DEAD_MESSAGE).body())
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         except Exception as exc:  # noqa: BLE001 - a server must answer 500, not die

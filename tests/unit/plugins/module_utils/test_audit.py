@@ -547,18 +547,31 @@ def test_a_stopped_engine_is_down_with_its_exit_code_and_its_errors(tmp_path, ap
         "Traceback (most recent call last):",
         '  File "/vllm/v1/engine/async_llm.py", line 439, in output_handler',
         "    outputs = await engine_core.get_output_async()",
-        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.", ""])
+        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
+        "BrokenPipeError: [Errno 32] Broken pipe", "BrokenPipeError: [Errno 32] Broken pipe",
+        "BrokenPipeError: [Errno 32] Broken pipe", "INFO shutting down", ""])
     engine = docker_up("head", inspect=inspect_doc("head", running=False, exit_code=1))
     engine.log_text = lines
     head = collect_rank(tmp_path, "head", engine=engine, api_url=api.url)
-    assert head["container"]["last_log_lines"][-1].startswith("vllm.v1.engine.exceptions.EngineDeadError")
+    assert head["container"]["last_log_lines"][-1] == "INFO shutting down"
     assert len(head["container"]["last_log_lines"]) == _audit.LAST_LOG_LINES
     result = _audit.pair_verdict(PAIR, desired(), head, collect_rank(tmp_path, "worker"))
     assert result["verdict"] == "DOWN"
     reason = next(r for r in result["reasons"] if "container dspark_vllm" in r)
     assert reason == (f"rank {NAMES['head']}: container dspark_vllm is exited (exit code 1), expected running (its errors: "
                       "TimeoutError: RPC call to sample_tokens timed out after 300 s (no answer from rank(s) [1]) | "
-                      "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.)")
+                      "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. | "
+                      "BrokenPipeError: [Errno 32] Broken pipe)")
+
+
+def test_exception_lines_are_found_behind_the_process_prefix(tmp_path, api):
+    engine = docker_up("worker", inspect=inspect_doc("worker", running=False, exit_code=1))
+    engine.log_text = ("(Worker_TP1 pid=212) Capturing CUDA graphs (decode, FULL): 100%\n"
+                       "(Worker_TP1 pid=212) ncclRemoteError: A call failed possibly due to a network error\n"
+                       "(Worker_TP1 pid=212) Last error:\n")
+    worker = collect_rank(tmp_path, "worker", engine=engine)
+    assert worker["container"]["error_lines"] == ["(Worker_TP1 pid=212) ncclRemoteError: A call failed possibly due "
+                                                  "to a network error"]
 
 
 def test_a_stopped_engine_without_exception_lines_shows_its_last_lines(tmp_path, api):
