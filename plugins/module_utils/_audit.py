@@ -63,7 +63,7 @@ from ansible_collections.gb10.dspark.plugins.module_utils._site import SITE_DEFA
 VERDICTS = ("OK", "DRIFT", "DOWN", "HUNG", "UNREACHABLE", "FAILED")
 ROLES = ("head", "worker")
 LAST_LOG_LINES = 5  # of a stopped engine container, in the report
-LOG_SCAN_LINES = 60  # read of a stopped container's log to find its exception lines
+LOG_SCAN_LINES = 1000  # read of a stopped container's log to find its exception lines (access lines follow them)
 LAST_ERROR_LINES = 3  # exception lines in its DOWN reason
 # ``SomeError: ...``, also behind vLLM's process prefix ``(EngineCore_DP0 pid=212) ``
 _EXCEPTION_LINE = re.compile(r"^(\([^)]*\)\s+)?[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b[^:]*: ")
