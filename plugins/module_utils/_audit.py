@@ -65,8 +65,10 @@ ROLES = ("head", "worker")
 LAST_LOG_LINES = 5  # of a stopped engine container, in the report
 LOG_SCAN_LINES = 1000  # read of a stopped container's log to find its exception lines (access lines follow them)
 LAST_ERROR_LINES = 3  # exception lines in its DOWN reason
-# ``SomeError: ...``, also behind vLLM's process prefix ``(EngineCore_DP0 pid=212) ``
-_EXCEPTION_LINE = re.compile(r"^(\([^)]*\)\s+)?[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b[^:]*: ")
+# ``SomeError: ...``, also behind vLLM's process prefix ``(EngineCore_DP0 pid=212) `` and its logger's
+# ``ERROR 12-05 02:58:01 [core.py:935] ``
+_EXCEPTION_LINE = re.compile(r"^(\([^)]*\)\s+)?((ERROR|CRITICAL|WARNING)\s+\S+\s+\S+\s+\[[^\]]*\]\s+)?"
+                             r"[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b[^:]*: ")
 EXIT_OK = 0
 EXIT_NOT_OK = 2
 

@@ -568,10 +568,15 @@ def test_exception_lines_are_found_behind_the_process_prefix(tmp_path, api):
     engine = docker_up("worker", inspect=inspect_doc("worker", running=False, exit_code=1))
     engine.log_text = ("(Worker_TP1 pid=212) Capturing CUDA graphs (decode, FULL): 100%\n"
                        "(Worker_TP1 pid=212) ncclRemoteError: A call failed possibly due to a network error\n"
-                       "(Worker_TP1 pid=212) Last error:\n")
+                       "(Worker_TP1 pid=212) Last error:\n"
+                       "(EngineCore_DP0 pid=1) ERROR 12-05 02:58:01 [core.py:935] TimeoutError: RPC call to sample_tokens "
+                       "timed out after 25 s\n"
+                       "(EngineCore_DP0 pid=1) ERROR 12-05 02:58:01 [core.py:935] Traceback (most recent call last):\n")
     worker = collect_rank(tmp_path, "worker", engine=engine)
-    assert worker["container"]["error_lines"] == ["(Worker_TP1 pid=212) ncclRemoteError: A call failed possibly due "
-                                                  "to a network error"]
+    assert worker["container"]["error_lines"] == [
+        "(Worker_TP1 pid=212) ncclRemoteError: A call failed possibly due to a network error",
+        "(EngineCore_DP0 pid=1) ERROR 12-05 02:58:01 [core.py:935] TimeoutError: RPC call to sample_tokens timed out "
+        "after 25 s"]
 
 
 def test_a_stopped_engine_without_exception_lines_shows_its_last_lines(tmp_path, api):
