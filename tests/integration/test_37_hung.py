@@ -43,6 +43,17 @@ def engine_log(rank) -> str:
     return res.stdout + res.stderr
 
 
+def container_id(rank) -> str | None:
+    res = on_rank(rank, ["docker", "container", "inspect", "--format", "{{.Id}}", "dspark_vllm"], check=False)
+    return res.stdout.strip() if res.returncode == 0 else None
+
+
+def wait_for_a_new_join(pair, old_head: str | None) -> None:
+    """The provision running in the background has replaced the head's engine and its worker joined it."""
+    wait_for(lambda: container_id(pair.head) not in (None, old_head) and "Node rank 1 joined" in engine_log(pair.head),
+             300, what="a new head and its worker's join")
+
+
 def engine_env(**extra: str) -> dict:
     return {"dspark_engine_extra_env": {**(site().get("dspark_engine_extra_env") or {}), **extra}}
 
@@ -132,11 +143,12 @@ def test_a_worker_hung_during_readiness_stalls_the_wait_with_both_logs_and_both_
     env = engine_env(DSPARK_SIM_STARTUP_DELAY_S="20")
     host_vars(pair.head, env)
     host_vars(pair.worker, env)
+    old = container_id(pair.head)
     run = background(pair, clean_tree, "provision.yml", "-e", f"dspark_engine_ready_stall_timeout={STALL_S}",
                      "-e", "dspark_engine_force_replace=true")
     pids: list[int] = []
     try:
-        wait_for(lambda: "Node rank 1 joined" in engine_log(pair.head), 300, what="the worker to join")
+        wait_for_a_new_join(pair, old)
         pids = freeze(pair.worker)
         out, _unused = run.communicate(timeout=900)
     finally:
@@ -158,9 +170,10 @@ def test_a_worker_whose_docker_engine_goes_away_during_readiness_is_named(pair, 
     env = engine_env(DSPARK_SIM_STARTUP_DELAY_S="30")
     host_vars(pair.head, env)
     host_vars(pair.worker, env)
+    old = container_id(pair.head)
     run = background(pair, clean_tree, "provision.yml", "-e", "dspark_engine_force_replace=true")
     try:
-        wait_for(lambda: "Node rank 1 joined" in engine_log(pair.head), 300, what="the worker to join")
+        wait_for_a_new_join(pair, old)
         stop_dockerd(pair.worker)
         out, _unused = run.communicate(timeout=900)
     finally:
