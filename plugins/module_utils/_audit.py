@@ -62,7 +62,8 @@ from ansible_collections.gb10.dspark.plugins.module_utils._site import SITE_DEFA
 # inventory value, a task error); the pair is reported with the reason, never left out of the report.
 VERDICTS = ("OK", "DRIFT", "DOWN", "HUNG", "UNREACHABLE", "FAILED")
 ROLES = ("head", "worker")
-LAST_LOG_LINES = 5  # of a stopped engine container, in the report
+LAST_LOG_LINES = 10  # of an engine container, in the report of a pair that is DOWN or HUNG
+REASON_LOG_LINES = 5  # of a stopped container without exception lines, in its DOWN reason
 LOG_SCAN_LINES = 1000  # read of a stopped container's log to find its exception lines (access lines follow them)
 LAST_ERROR_LINES = 3  # exception lines in its DOWN reason
 # ``SomeError: ...``, also behind vLLM's process prefix ``(EngineCore_DP0 pid=212) `` and its logger's
@@ -192,21 +193,24 @@ def _read_container(engine: Engine, name: str) -> tuple[dict, list[str] | None, 
         "last_log_lines": [],
         "error_lines": [],
     }
-    if state.get("running") is False:
-        section["last_log_lines"], section["error_lines"] = _stopped_logs(engine, name, doc)
+    stopped = state.get("running") is False
+    section["last_log_lines"], section["error_lines"] = _last_logs(engine, name, doc, stopped)
     return section, env, doc, None
 
 
-def _stopped_logs(engine: Engine, name: str, doc: dict) -> tuple[list[str], list[str]]:
-    """What a stopped container last logged, for the report: its last LAST_LOG_LINES lines, and the
-    first distinct exception lines (``SomeError: ...``) among its last LOG_SCAN_LINES, the root cause
-    coming first (vLLM logs the engine's error, then the API's, then what its clients saw).
-    Unreadable: nothing."""
+def _last_logs(engine: Engine, name: str, doc: dict, stopped: bool) -> tuple[list[str], list[str]]:
+    """What the container last logged, both streams in the order written, for the report of a pair
+    that is DOWN or HUNG: its last LAST_LOG_LINES lines; for a ``stopped`` one also the first distinct
+    exception lines (``SomeError: ...``) among its last LOG_SCAN_LINES, the root cause coming first
+    (vLLM logs the engine's error, then the API's, then what its clients saw). Unreadable: nothing."""
     try:
-        out, err = engine.logs(name, LOG_SCAN_LINES, tty=bool((doc.get("Config") or {}).get("Tty")))
+        text = engine.log_text(name, LOG_SCAN_LINES if stopped else LAST_LOG_LINES,
+                               tty=bool((doc.get("Config") or {}).get("Tty")))
     except (EngineError, AttributeError):
         return [], []
-    lines = [printable(line)[:300] for line in (out + err).decode("utf-8", "replace").splitlines() if line.strip()]
+    lines = [printable(line)[:300] for line in text.decode("utf-8", "replace").splitlines() if line.strip()]
+    if not stopped:
+        return lines[-LAST_LOG_LINES:], []
     errors = list(dict.fromkeys(line for line in lines if _EXCEPTION_LINE.match(line)))  # distinct, first seen first
     return lines[-LAST_LOG_LINES:], errors[:LAST_ERROR_LINES]
 
@@ -440,8 +444,8 @@ def collect(engine: Engine, *, rank: str, container: str = SITE_DEFAULTS["contai
             base_url: str = local_api_url(), model: str | None = None, api_key: str | None = None,
             timeout: float = 5.0, runtime: dict | None = None, liveness_timeout: float | None = None) -> dict:
     """Everything the fleet audit needs from one rank. ``engine`` is the rank's Docker engine
-    (:class:`_docker_engine.Engine`, or any object with its ``list_images`` and
-    ``inspect_container``, and with ``runtime`` also ``inspect_image``, ``exec_run`` and
+    (:class:`_docker_engine.Engine`, or any object with its ``list_images``, ``inspect_container``
+    and ``log_text``, and with ``runtime`` also ``inspect_image``, ``exec_run`` and
     ``logs``); one that does not answer reads as unreachable. Raises CheckError only for unusable
     options, before the engine is asked anything.
 
@@ -553,7 +557,7 @@ def _down(role: str, name: str, audit: dict) -> list[Mismatch]:
     elif container.get("running") is not True:
         actual = f"{container.get('status') or 'not running'} (exit code {container.get('exit_code')})"
         errors = [line for line in container.get("error_lines") or [] if isinstance(line, str)]
-        last = [line for line in container.get("last_log_lines") or [] if isinstance(line, str)]
+        last = [line for line in container.get("last_log_lines") or [] if isinstance(line, str)][-REASON_LOG_LINES:]
         why = ("its errors: " + " | ".join(errors)) if errors else ("last log lines: " + " | ".join(last)) if last else ""
         out.append(Mismatch(name, f"container {cname}", "running", actual, expected_word="expected", reason=why))
     if role == "head":
@@ -695,7 +699,7 @@ def pair_verdict(pair: str, desired: dict, head: object, worker: object,
 
     ``differences`` lists every difference found, as far as the ranks could be read (also for a
     DOWN pair, where only they do not decide the verdict); ``reasons`` says, one message per line,
-    why the verdict is what it is.
+    why the verdict is what it is; a DOWN or HUNG pair also has ``logs``, each rank's last log lines.
     """
     desired = _check_desired(desired)
     ranks = {role: _rank_input(role, value, known) for role, value, known in zip(ROLES, (head, worker), names)}
@@ -718,12 +722,22 @@ def pair_verdict(pair: str, desired: dict, head: object, worker: object,
     result["differences"] = [_as_dict(role, m) for role, m in differences]
     hung = _hung(ranks["head"][1], ranks["head"][0]) if not down else []  # type: ignore[arg-type]
     if down:
-        result.update(verdict="DOWN", reasons=[m.message for m in down])
+        result.update(verdict="DOWN", reasons=[m.message for m in down], logs=_pair_logs(ranks))
     elif hung:
-        result.update(verdict="HUNG", reasons=[m.message for m in hung])
+        result.update(verdict="HUNG", reasons=[m.message for m in hung], logs=_pair_logs(ranks))
     elif differences:
         result.update(verdict="DRIFT")  # every difference is in ``differences``, with rank, expected, actual
     return result
+
+
+def _pair_logs(ranks: dict) -> dict:
+    """Both ranks' last log lines, for a pair that is DOWN or HUNG: what to read first (an empty list
+    when a rank's engine or container could not be read)."""
+    out = {}
+    for role, (audit, _name, _why) in ranks.items():
+        lines = _section(audit or {}, "container").get("last_log_lines") or []
+        out[role] = [line for line in lines if isinstance(line, str)]
+    return out
 
 
 def fleet_verdicts(ranks: list[dict]) -> list[dict]:

@@ -154,13 +154,29 @@ class Engine:
         """(stdout, stderr) of the last ``tail`` lines of the container's log, as ``docker logs --tail``
         prints them. ``tty``: the container runs with a TTY, so its log is one raw stream (all of it
         stdout); else the log is Docker's multiplexed stream (:func:`demux`)."""
+        data = self._log_bytes(container, tail)
+        return (data, b"") if tty else demux(data)
+
+    def log_text(self, container: str, tail: int, tty: bool = False) -> bytes:
+        """The last ``tail`` lines of the container's log, both streams in the order the container
+        wrote them (as ``docker logs --tail`` shows them on one terminal): what an operator reads to
+        see what came before what. ``tty`` and errors as :meth:`logs`."""
+        data = self._log_bytes(container, tail)
+        if tty:
+            return data
+        frames = _Demux(merge=True)
+        frames.feed(data)
+        frames.finish()
+        return bytes(frames.merged or b"")
+
+    def _log_bytes(self, container: str, tail: int) -> bytes:
         if isinstance(tail, bool) or not isinstance(tail, int) or tail < 0:
             raise ValueError(f"tail must be a whole number >= 0, not {tail!r}")
         path = f"/containers/{quote(container, safe='')}/logs"
         status, data = self._request("GET", path, {"stdout": 1, "stderr": 1, "tail": tail})
         if status != 200:
             raise EngineError(f"reading the logs of container {container}: HTTP {status}: {_error_text(data)}", status)
-        return (data, b"") if tty else demux(data)
+        return data
 
     # -- exec (runs a command in a container; changes nothing the engine keeps but the exec record)
     def exec_run(self, container: str, argv: list[str], max_bytes: int = EXEC_MAX_BYTES) -> tuple[int, bytes, bytes]:
@@ -271,12 +287,14 @@ class _Demux:
     """Docker's multiplexed stream, fed in pieces: frames of an 8-byte header (byte 0: the stream,
     0 stdin / 1 stdout / 2 stderr / 3 the engine's own error; bytes 1-3 zero; bytes 4-7 the
     payload's length, big-endian) and the payload. Keeps at most ``max_bytes`` of payload (None:
-    all) and counts what it drops."""
+    all) and counts what it drops; ``merge``: also keeps both streams' payload in the frames' order
+    (``merged``)."""
 
-    def __init__(self, max_bytes: int | None = None):
+    def __init__(self, max_bytes: int | None = None, merge: bool = False):
         self.max_bytes = max_bytes
         self._buf = bytearray()
         self._out = (bytearray(), bytearray())
+        self.merged: bytearray | None = bytearray() if merge else None
         self.kept = 0
         self.dropped = 0
 
@@ -305,6 +323,8 @@ class _Demux:
                 payload = payload[:room]
         self.kept += len(payload)
         self._out[1 if stream == 2 else 0].extend(payload)
+        if self.merged is not None:
+            self.merged.extend(payload)
 
     def finish(self) -> tuple[bytes, bytes]:
         if self._buf:

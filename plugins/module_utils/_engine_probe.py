@@ -126,8 +126,8 @@ def printable(line: str) -> str:
 
 
 def rank_state(engine: Engine, container: str, log_lines: int) -> dict:
-    """The rank's engine container and its last ``log_lines`` log lines (both streams, made safe
-    for a terminal). An engine that cannot be read is status ``unknown`` with the error."""
+    """The rank's engine container and its last ``log_lines`` log lines (both streams in the order
+    written, made safe for a terminal). An engine that cannot be read is status ``unknown`` with the error."""
     try:
         doc = engine.inspect_container(container)
     except EngineError as exc:
@@ -136,11 +136,11 @@ def rank_state(engine: Engine, container: str, log_lines: int) -> dict:
     state["logs"] = []
     if log_lines > 0 and state["exists"]:
         try:
-            out, err = engine.logs(container, log_lines, tty=bool((doc or {}).get("Config", {}).get("Tty")))
+            text = engine.log_text(container, log_lines, tty=bool((doc or {}).get("Config", {}).get("Tty"))).decode(
+                "utf-8", "replace")
         except EngineError as exc:
             state["logs_error"] = str(exc)[:500]
         else:
-            text = (out + err).decode("utf-8", "replace")
             state["logs"] = [printable(line) for line in text.splitlines()[-log_lines:]]
     return state
 

@@ -39,6 +39,7 @@ FILES = {"json": "audit.json", "md": "audit.md", "html": "audit.html", "txt": "a
 DEFAULT_TITLE = "GB10 fleet audit"
 EXIT_OK = 0
 EXIT_NOT_OK = 2
+TERMINAL_LOG_LINES = 3  # of each rank of a DOWN or HUNG pair, below its reasons (the files hold all)
 CONTROL = "control node"
 GENERATED = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z$")
 IMAGE_ID = re.compile(r"^(?:sha256:)?([0-9a-fA-F]{12,})$")
@@ -127,6 +128,17 @@ def _check_pair(index: int, pair: object) -> tuple[dict | None, list[Mismatch]]:
         elif summary is not None and not isinstance(summary, dict):
             found.append(_bad(f"{where} ranks.{rank}", "a dict or null", type(summary).__name__))
     out["ranks"] = {rank: ranks.get(rank) or {} for rank in RANKS}
+    if "logs" in pair:
+        logs = pair.get("logs")
+        if not isinstance(logs, dict):
+            found.append(_bad(f"{where} logs", "a dict of head and worker log lines", type(logs).__name__))
+            logs = {}
+        for rank, lines in logs.items():
+            if rank not in RANKS:
+                found.append(_bad(f"{where} logs.{rank}", "only head and worker", "present"))
+            elif not isinstance(lines, list) or not all(isinstance(line, str) for line in lines):
+                found.append(_bad(f"{where} logs.{rank}", "a list of strings", type(lines).__name__))
+        out["logs"] = {rank: list(logs.get(rank) or []) for rank in RANKS if rank in logs}
 
     if verdict == "OK" and out["differences"]:
         found.append(_bad(f"{where} differences", "none for verdict OK", f"{len(out['differences'])} listed"))
@@ -196,6 +208,12 @@ def show(value: object) -> str:
     return identity_show(value)
 
 
+def _plain(value: object) -> str:
+    """Terminal-safe text: control characters (escape sequences included) shown as escapes."""
+    text = value if isinstance(value, str) else show(value)
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 def short_id(value: object) -> str:
     """An image ID shortened to its first 12 hex digits; other values as :func:`show` gives them."""
     if isinstance(value, str):
@@ -221,6 +239,12 @@ def difference_line(diff: dict) -> str:
     """``rank: item is actual, expected expected``."""
     return f"{show(diff.get('rank'))}: {show(diff.get('item'))} is {show(diff.get('actual'))}, " \
            f"expected {show(diff.get('expected'))}"
+
+
+def pair_logs(pair: dict) -> list[tuple[str, str, list[str]]]:
+    """(rank, its host name, its last log lines) for each rank of a pair whose report carries logs."""
+    logs = pair.get("logs") or {}
+    return [(rank, str(_rank(pair, rank).get("rank") or rank), logs[rank]) for rank in RANKS if rank in logs]
 
 
 def _count_line(doc: dict) -> str:
@@ -260,6 +284,10 @@ def render_markdown(doc: dict) -> str:
             lines += ["Differences:", ""] + [f"- {_md(difference_line(d))}" for d in pair["differences"]] + [""]
         if pair["reasons"]:
             lines += ["Reasons:", ""] + [f"- {_md(r)}" for r in pair["reasons"]] + [""]
+        for rank, rank_name, logged in pair_logs(pair):
+            lines += [f"Last log lines of {rank} {_md(rank_name)}:", ""]
+            lines += [f"    {_plain(line)}" for line in logged] if logged else ["(none could be read)"]
+            lines += [""]
         while lines[-1] == "":
             lines.pop()
     return "\n".join(lines) + "\n"
@@ -289,6 +317,7 @@ code { font-family: ui-monospace, "SFMono-Regular", Menlo, monospace; font-size:
 .counts span { display: inline-block; padding: .15rem .6rem; margin-right: .4rem; border-radius: .3rem; }
 section.pair { border-top: 1px solid #c9d1dc; padding-top: .5rem; }
 .none { color: #5b6472; font-style: italic; }
+pre.logs { background: #f6f8fa; border: 1px solid #c9d1dc; padding: .5rem; overflow-x: auto; font-size: .85em; }
 """.strip()
 
 
@@ -334,6 +363,10 @@ def _details(pair: dict) -> list[str]:
         out.append('<p class="none">No differences.</p>')
     if pair["reasons"]:
         out += ["<h4>Reasons</h4>", "<ul>"] + [f"<li>{_h(r)}</li>" for r in pair["reasons"]] + ["</ul>"]
+    for rank, rank_name, logged in pair_logs(pair):
+        out.append(f'<h4>Last log lines of {_h(rank)} <code>{_h(rank_name)}</code></h4>')
+        out.append(f'<pre class="logs" data-rank="{_h(rank)}">' + _h("\n".join(logged)) + "</pre>" if logged
+                   else '<p class="none">None could be read.</p>')
     keys = _summary_keys(pair)
     if keys:
         out += ['<table class="ranks">', "<thead><tr><th></th><th>head</th><th>worker</th></tr></thead>", "<tbody>"]
@@ -381,12 +414,6 @@ def render_html(doc: dict) -> str:
 # ---------------------------------------------------------------- terminal
 
 
-def _plain(value: object) -> str:
-    """Terminal-safe text: control characters (escape sequences included) shown as escapes."""
-    text = value if isinstance(value, str) else show(value)
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
-
-
 def terminal_table(doc: dict) -> str:
     """The audit document as a fixed-width table for a terminal: one line per pair, each difference and
     reason of a pair indented below it, and a closing count line."""
@@ -408,6 +435,8 @@ def terminal_table(doc: dict) -> str:
         out.append(line(row))
         out += [f"    {_plain(difference_line(d))}" for d in pair.get("differences") or []]
         out += [f"    reason: {_plain(r)}" for r in pair.get("reasons") or []]
+        for rank, rank_name, logged in pair_logs(pair):
+            out += [f"    {rank} {_plain(rank_name)} logged: {_plain(line)}" for line in logged[-TERMINAL_LOG_LINES:]]
     out.append(_count_line(doc))
     return "\n".join(out) + "\n"
 

@@ -16,20 +16,24 @@ description:
     (0 when every pair is C(OK), else 2), C(not_ok) and the C(pairs) sorted by name."
   - "C(audit.md) holds a table (pair, verdict, head image, worker image, profile, number of differences)
     and one section per pair that is not C(OK), listing each difference as
-    C(<rank>: <item> is <actual>, expected <expected>) and each reason."
+    C(<rank>: <item> is <actual>, expected <expected>), each reason and, for a pair that carries
+    C(logs), each rank's last log lines as a code block."
   - "C(audit.txt) is the same table in fixed-width plain text for a terminal or a cron mail (the C(dspark audit)
-    command prints it): one line per pair, each difference and reason indented below it, and a count line."
+    command prints it): one line per pair, each difference and reason indented below it (and the last three
+    log lines of each rank of a pair that carries C(logs)), and a count line."
   - "C(audit.html) is one static, self-contained HTML5 page (inline CSS, no script, no external resource):
     a table C(id=fleet) with one C(tr data-pair=<name>) row per pair (verdict with the class C(ok),
-    C(drift), C(down) or C(unreachable), image IDs shortened to 12 hex digits with the full ID in a
+    C(drift), C(down), C(hung), C(unreachable) or C(failed), image IDs shortened to 12 hex digits with the full ID in a
     C(title) attribute, profile, start times, restart counts), each row linking to the pair's details
-    section C(id=pair-<name>) (differences table rank, item, expected, actual; reasons; rank summaries).
+    section C(id=pair-<name>) (differences table rank, item, expected, actual; reasons; each rank's last log
+    lines in a C(pre class=logs data-rank=<rank>); rank summaries).
     Every value is HTML-escaped."
   - "Fails closed, writing nothing, when a verdict document is not well formed: an empty O(pairs), a pair
     name that is missing, repeated or not made of letters, digits, C(.), C(_) and C(-), a verdict other than
-    C(OK), C(DRIFT), C(DOWN), C(UNREACHABLE) or C(FAILED), an C(OK) pair that lists differences or reasons, a C(DRIFT)
-    pair without differences, a C(DOWN), C(UNREACHABLE) or C(FAILED) pair without a reason, a difference without
-    C(rank), C(item), C(expected) or C(actual), rank summaries other than C(head) and C(worker)."
+    C(OK), C(DRIFT), C(DOWN), C(HUNG), C(UNREACHABLE) or C(FAILED), an C(OK) pair that lists differences or reasons, a C(DRIFT)
+    pair without differences, a C(DOWN), C(HUNG), C(UNREACHABLE) or C(FAILED) pair without a reason, a difference without
+    C(rank), C(item), C(expected) or C(actual), rank summaries other than C(head) and C(worker), C(logs) that
+    is not a mapping of C(head) and C(worker) to lists of strings."
   - "A fleet that is not all C(OK) does not fail the module; RV(exit_code) and RV(not_ok) say so, and the
     playbook decides."
 extends_documentation_fragment:
@@ -41,6 +45,8 @@ options:
         expected, actual}], reasons: [str], ranks: {head: {...}, worker: {...}}}). The rank summaries may
         hold C(image_id), C(profile), C(profile_sha256), C(started_at), C(restart_count), C(running),
         C(kv_cache_size_tokens) and other keys; all are shown in the HTML details."
+      - "C(logs) (optional, as the audit gives it for a C(DOWN) or C(HUNG) pair): C({head: [str], worker: [str]}),
+        each rank's last log lines."
       - Missing C(differences), C(reasons) and C(ranks) count as empty. Other keys are kept in C(audit.json).
     type: list
     elements: dict

@@ -213,9 +213,10 @@ audit:
           C(image_id) (the image it runs), C(labels) (only the collection's), C(started_at), C(finished_at),
           C(restart_count), C(command_sha256) (sha256 of C(Path) and C(Args) space-joined, as the runtime gate's
           C(command_sha256)), C(env_sha256) (sha256 of the sorted non-secret C(NAME=value) lines, each ending in
-          a newline), C(profile) (the profile label), C(error), C(last_log_lines) (a stopped container's last
-          five log lines) and C(error_lines) (the first distinct exception lines among its last 1000, why it stopped); both empty
-          for a running container."
+          a newline), C(profile) (the profile label), C(error), C(last_log_lines) (its last ten log lines, both
+          streams in the order written, secrets redacted; the report shows them for a DOWN or HUNG pair) and
+          C(error_lines) (a stopped container's first distinct exception lines among its last 1000, why it
+          stopped; empty for a running container)."
       returned: success
       type: dict
       sample:

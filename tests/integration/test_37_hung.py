@@ -94,6 +94,13 @@ def test_a_worker_hung_while_idle_is_hung_in_the_audit_with_the_reason_everywher
         assert reason in (tmp_path / "audit.html").read_text()
         assert reason in flat(res)
         assert "HUNG" in flat(res) and f"{pair.group.removeprefix('pair_')} not OK" in flat(res)
+        # both ranks' last log lines, in every format: the frozen worker's last line is its log's last line
+        last = on_rank(pair.worker, ["docker", "logs", "--tail", "1", "dspark_vllm"])
+        assert entry["logs"]["worker"][-1] == (last.stdout + last.stderr).strip(), entry["logs"]
+        assert entry["logs"]["head"], entry["logs"]
+        assert f"    {entry['logs']['worker'][-1]}" in (tmp_path / "audit.md").read_text()
+        assert '<pre class="logs" data-rank="worker">' in (tmp_path / "audit.html").read_text()
+        assert f"worker {pair.worker.name} logged: {entry['logs']['worker'][-1]}" in (tmp_path / "audit.txt").read_text()
         assert container_state(pair.head)["Running"] and container_state(pair.worker)["Running"]
     finally:
         thaw(pids)

@@ -127,6 +127,7 @@ DEFAULT_IMAGES = image_rows((IMAGE_ID, ["dspark-r0b0tlab:production-v026", "dspa
                             (OLD_IMAGE_ID, ["dspark-r0b0tlab:production-v025", "<none>:<none>"]))
 LIST_IMAGES = ("list_images",)
 INSPECT = ("inspect_container", CONTAINER)
+LAST_LINES = ("log_text", CONTAINER, _audit.LAST_LOG_LINES)  # a running container's last lines, for a bad verdict
 
 
 class FakeEngine:
@@ -135,17 +136,17 @@ class FakeEngine:
     ``inspect_error`` what a failing inspect raises."""
 
     def __init__(self, images: list[dict] | None = None, containers: dict | None = None, down: str | None = None,
-                 inspect_error: str | None = None, log_text: str = ""):
+                 inspect_error: str | None = None, logged: str = ""):
         self.images = DEFAULT_IMAGES if images is None else images
         self.containers = containers or {}
         self.down = down
         self.inspect_error = inspect_error
-        self.log_text = log_text
+        self.logged = logged
         self.calls: list[tuple] = []
 
-    def logs(self, name: str, tail: int, tty: bool = False) -> tuple[bytes, bytes]:
-        self.calls.append(("logs", name, tail))
-        return b"", self.log_text.encode()
+    def log_text(self, name: str, tail: int, tty: bool = False) -> bytes:
+        self.calls.append(("log_text", name, tail))
+        return "\n".join(self.logged.splitlines()[-tail:]).encode()
 
     def list_images(self) -> list[dict]:
         self.calls.append(LIST_IMAGES)
@@ -323,7 +324,7 @@ def test_env_hash_ignores_order_and_secret_names_but_not_other_values():
 def test_head_audit_collects_everything_in_one_call(tmp_path, api):
     engine = docker_up("head")
     audit = collect_rank(tmp_path, "head", engine=engine, api_url=api.url)
-    assert engine.calls == [LIST_IMAGES, INSPECT]
+    assert engine.calls == [LIST_IMAGES, INSPECT, LAST_LINES]
     assert audit["rank"] == NAMES["head"]
     assert audit["docker"] == {"reachable": True, "error": None}
     assert {"id": IMAGE_ID, "tags": ["dspark-r0b0tlab:production-v026", "dspark:prod"]} in audit["images"]
@@ -523,11 +524,14 @@ def test_no_liveness_unless_asked_or_when_the_api_does_not_serve_the_model(tmp_p
 
 
 def test_an_api_that_answers_but_does_not_generate_is_hung_with_the_reason(tmp_path):
+    head_engine, worker_engine = docker_up("head"), docker_up("worker")
+    head_engine.logged = "\n".join(f"INFO GET /metrics 200 ({i})" for i in range(12))
+    worker_engine.logged = "INFO step 41 done\nINFO step 42 started\n"
     with FakeAPI(stall_s=3) as stalled:
         started = time.monotonic()
-        head = collect_rank(tmp_path, "head", api_url=stalled.url, liveness_timeout=0.5)
+        head = collect_rank(tmp_path, "head", engine=head_engine, api_url=stalled.url, liveness_timeout=0.5)
         assert time.monotonic() - started < 2.5  # bounded by the liveness timeout, not by the engine
-    worker = collect_rank(tmp_path, "worker")
+    worker = collect_rank(tmp_path, "worker", engine=worker_engine)
     assert head["api"]["ready"] is True and head["liveness"]["ok"] is False
     assert head["liveness"]["error"] == "the API answers, but no token came within 0.5 s"
     assert head["liveness"]["stalled"] is True
@@ -535,6 +539,24 @@ def test_an_api_that_answers_but_does_not_generate_is_hung_with_the_reason(tmp_p
     assert result["verdict"] == "HUNG"
     assert result["reasons"] == [f"rank {NAMES['head']}: generation is stalled, expected one token "
                                  "(the API answers, but no token came within 0.5 s)"]
+    assert result["logs"] == {  # both ranks' last lines: the worker's tell where it stopped
+        "head": [f"INFO GET /metrics 200 ({i})" for i in range(2, 12)],
+        "worker": ["INFO step 41 done", "INFO step 42 started"]}
+
+
+def test_a_secret_in_the_last_log_lines_is_redacted(tmp_path, api):
+    engine = docker_up("head")
+    engine.logged = f"INFO non-default args: api_key={API_KEY}\nINFO token {HF_TOKEN} read\n"
+    head = collect_rank(tmp_path, "head", engine=engine, api_url=api.url)
+    assert head["container"]["last_log_lines"] == ["INFO non-default args: api_key=<redacted>", "INFO token <redacted> read"]
+    assert_no_secret(head)
+
+
+def test_only_a_down_or_hung_pair_carries_logs(pair_audits):
+    head, worker = pair_audits
+    assert "logs" not in _audit.pair_verdict(PAIR, desired(), head, worker)  # OK
+    assert "logs" not in _audit.pair_verdict(PAIR, desired(image_id=OLD_IMAGE_ID), head, worker)  # DRIFT
+    assert "logs" not in _audit.pair_verdict(PAIR, desired(), head, None)  # UNREACHABLE: nothing was read
 
 
 def test_a_stopped_engine_is_down_with_its_exit_code_and_its_errors(tmp_path, api):
@@ -551,12 +573,15 @@ def test_a_stopped_engine_is_down_with_its_exit_code_and_its_errors(tmp_path, ap
         "BrokenPipeError: [Errno 32] Broken pipe", "BrokenPipeError: [Errno 32] Broken pipe",
         "BrokenPipeError: [Errno 32] Broken pipe", "INFO shutting down", ""])
     engine = docker_up("head", inspect=inspect_doc("head", running=False, exit_code=1))
-    engine.log_text = lines
+    engine.logged = lines
     head = collect_rank(tmp_path, "head", engine=engine, api_url=api.url)
     assert head["container"]["last_log_lines"][-1] == "INFO shutting down"
     assert len(head["container"]["last_log_lines"]) == _audit.LAST_LOG_LINES
-    result = _audit.pair_verdict(PAIR, desired(), head, collect_rank(tmp_path, "worker"))
+    worker_engine = docker_up("worker")
+    worker_engine.logged = "INFO waiting for the head\n"
+    result = _audit.pair_verdict(PAIR, desired(), head, collect_rank(tmp_path, "worker", engine=worker_engine))
     assert result["verdict"] == "DOWN"
+    assert result["logs"] == {"head": head["container"]["last_log_lines"], "worker": ["INFO waiting for the head"]}
     reason = next(r for r in result["reasons"] if "container dspark_vllm" in r)
     assert reason == (f"rank {NAMES['head']}: container dspark_vllm is exited (exit code 1), expected running (its errors: "
                       "TimeoutError: RPC call to sample_tokens timed out after 300 s (no answer from rank(s) [1]) | "
@@ -566,7 +591,7 @@ def test_a_stopped_engine_is_down_with_its_exit_code_and_its_errors(tmp_path, ap
 
 def test_exception_lines_are_found_behind_the_process_prefix(tmp_path, api):
     engine = docker_up("worker", inspect=inspect_doc("worker", running=False, exit_code=1))
-    engine.log_text = ("(Worker_TP1 pid=212) Capturing CUDA graphs (decode, FULL): 100%\n"
+    engine.logged = ("(Worker_TP1 pid=212) Capturing CUDA graphs (decode, FULL): 100%\n"
                        "(Worker_TP1 pid=212) ncclRemoteError: A call failed possibly due to a network error\n"
                        "(Worker_TP1 pid=212) Last error:\n"
                        "(EngineCore_DP0 pid=1) ERROR 12-05 02:58:01 [core.py:935] TimeoutError: RPC call to sample_tokens "
@@ -581,7 +606,7 @@ def test_exception_lines_are_found_behind_the_process_prefix(tmp_path, api):
 
 def test_a_stopped_engine_without_exception_lines_shows_its_last_lines(tmp_path, api):
     engine = docker_up("head", inspect=inspect_doc("head", running=False, exit_code=137))
-    engine.log_text = "\n".join(f"INFO line {i}" for i in range(9))
+    engine.logged = "\n".join(f"INFO line {i}" for i in range(9))
     result = _audit.pair_verdict(PAIR, desired(), collect_rank(tmp_path, "head", engine=engine, api_url=api.url),
                                  collect_rank(tmp_path, "worker"))
     reason = next(r for r in result["reasons"] if "container dspark_vllm" in r)
@@ -925,7 +950,7 @@ def test_runtime_reads_every_piece_with_one_inspect(tmp_path):
     rt = audit["runtime"]
     assert set(rt) == {"container", "image", "pid1_env", "manifest_sha256", "logs", "errors"}
     assert engine.calls == [
-        LIST_IMAGES, INSPECT, ("inspect_image", IMAGE_ID),
+        LIST_IMAGES, INSPECT, LAST_LINES, ("inspect_image", IMAGE_ID),
         ("exec_run", CONTAINER, cr.pid1_env_argv(RUNTIME["env_prefixes"])),
         ("exec_run", CONTAINER, cr.sha256_argv(IN_CONTAINER_MANIFEST)),
         ("logs", CONTAINER, 500, False),
@@ -1016,7 +1041,7 @@ def test_without_runtime_or_model_dir(tmp_path):
     engine = runtime_engine()
     audit = _audit.collect(engine, rank="r", container=CONTAINER, **options)
     assert audit["model"] is None and "runtime" not in audit
-    assert engine.calls == [LIST_IMAGES, INSPECT]
+    assert engine.calls == [LIST_IMAGES, INSPECT, LAST_LINES]
 
 
 @pytest.mark.parametrize("runtime, text", [

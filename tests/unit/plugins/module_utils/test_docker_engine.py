@@ -264,3 +264,20 @@ def test_logs_demultiplexed_raw_with_a_tty_and_missing(execd):
     assert err.value.status == 404
     with pytest.raises(ValueError):
         eng.logs("dspark_vllm", -1)
+
+
+def test_log_text_keeps_the_order_the_container_wrote_in(execd):
+    eng, state = execd
+    state.exec["logs"] = frame(1, b"INFO up\n") + frame(2, b"ERROR boom\n") + frame(1, b"INFO after\n")
+    assert eng.log_text("dspark_vllm", 3) == b"INFO up\nERROR boom\nINFO after\n"
+    assert eng.logs("dspark_vllm", 3) == (b"INFO up\nINFO after\n", b"ERROR boom\n")  # split, order lost
+    assert state.requests[-1] == "GET /containers/dspark_vllm/logs?stderr=1&stdout=1&tail=3"
+    state.exec["logs"] = b"raw tty text\r\n"
+    assert eng.log_text("dspark_vllm", 1, tty=True) == b"raw tty text\r\n"
+    with pytest.raises(EngineError, match="not a multiplexed Docker stream"):
+        eng.log_text("dspark_vllm", 1)
+    with pytest.raises(EngineError, match="No such container: nothing") as err:
+        eng.log_text("nothing", 5)
+    assert err.value.status == 404
+    with pytest.raises(ValueError):
+        eng.log_text("dspark_vllm", True)

@@ -84,9 +84,9 @@ class FakeDocker:
             return None
         return {"Id": "c", "Image": "sha256:x", "State": self.state, "Config": {"Labels": {}, "Tty": False}}
 
-    def logs(self, name, tail, tty=False):
+    def log_text(self, name, tail, tty=False):
         self.calls.append(("logs", name, tail))
-        return self.log, b""
+        return self.log
 
 
 def test_probe_ready_head(api):

@@ -157,6 +157,10 @@ def test_missing_lists_count_as_empty_and_extra_keys_are_kept():
     ({"pair": "spark b"}, "pairs[1].pair", "a name of letters, digits, '.', '_' and '-'", "spark b"),
     ({"pair": '"><x'}, "pairs[1].pair", "a name of letters, digits, '.', '_' and '-'", '"><x'),
     ({"reasons": "not a list"}, "pair spark-b reasons", "a list", "str"),
+    ({"logs": ["line"]}, "pair spark-b logs", "a dict of head and worker log lines", "list"),
+    ({"logs": {"rank2": []}}, "pair spark-b logs.rank2", "only head and worker", "present"),
+    ({"logs": {"head": "one line"}}, "pair spark-b logs.head", "a list of strings", "str"),
+    ({"logs": {"head": [1]}}, "pair spark-b logs.head", "a list of strings", "list"),
 ])
 def test_malformed_pair_fails_naming_expected_and_actual(change, item, expected, actual):
     pairs = fleet()
@@ -502,3 +506,63 @@ def test_a_pair_the_audit_failed_to_judge_is_reported_failed_never_left_out(tmp_
     doc = fr.fleet_report(str(tmp_path), [ok, own], generated="2026-08-05T12:00:00Z",
                           expected_pairs=["spark-a", "spark-b"]).document
     assert doc["pairs"][1]["reasons"] == ["rank b-head: bad override"] and len(doc["pairs"]) == 2
+
+
+# ---------------------------------------------------------------- both ranks' last log lines
+
+
+def hung_fleet() -> list[dict]:
+    """A HUNG pair whose report carries both ranks' last lines (one of them hostile), beside an OK pair."""
+    return [
+        {"pair": "spark-h", "verdict": "HUNG", "differences": [],
+         "reasons": ["rank spark-h0: generation is stalled, expected one token (no token came within 30 s)"],
+         "ranks": {"head": rank(rank="spark-h0"), "worker": rank(rank="spark-h1")},
+         "logs": {"head": ["INFO GET /metrics 200", "<script>alert(1)</script>"],
+                  "worker": ["INFO step 42 started", "\x1b[2Jcleared", "third", "fourth"]}},
+        {"pair": "spark-a", "verdict": "OK", "differences": [], "reasons": [],
+         "ranks": {"head": rank(), "worker": rank()}},
+    ]
+
+
+def test_logs_are_kept_in_the_json_document():
+    doc = document(hung_fleet())
+    hung = next(p for p in doc["pairs"] if p["pair"] == "spark-h")
+    assert hung["logs"]["worker"] == ["INFO step 42 started", "\x1b[2Jcleared", "third", "fourth"]
+    assert "logs" not in next(p for p in doc["pairs"] if p["pair"] == "spark-a")
+
+
+def test_markdown_shows_each_ranks_last_lines_as_code():
+    text = fr.render_markdown(document(hung_fleet()))
+    head = text.index("Last log lines of head spark-h0:")
+    worker = text.index("Last log lines of worker spark-h1:")
+    assert head < worker
+    assert "\n    INFO GET /metrics 200\n    <script>alert(1)</script>\n" in text  # inside a code block: shown, inert
+    assert "\n    INFO step 42 started\n    \\x1b[2Jcleared\n    third\n    fourth\n" in text
+    assert "\x1b" not in text
+
+
+def test_html_shows_each_ranks_last_lines_escaped():
+    text = fr.render_html(document(hung_fleet()))
+    page = parse(text)
+    assert "script" not in page.tags and "<script" not in text
+    assert ('<pre class="logs" data-rank="head">INFO GET /metrics 200\n&lt;script&gt;alert(1)&lt;/script&gt;</pre>'
+            in text)
+    assert '<pre class="logs" data-rank="worker">INFO step 42 started\n' in text
+    assert "<h4>Last log lines of worker <code>spark-h1</code></h4>" in text
+
+
+def test_a_rank_whose_logs_could_not_be_read_says_so():
+    pairs = hung_fleet()
+    pairs[0]["logs"]["head"] = []
+    assert "Last log lines of head spark-h0:\n\n(none could be read)" in fr.render_markdown(document(pairs))
+    assert '<p class="none">None could be read.</p>' in fr.render_html(document(pairs))
+
+
+def test_terminal_shows_each_ranks_last_three_lines():
+    lines = fr.terminal_table(document(hung_fleet())).splitlines()
+    logged = [line for line in lines if " logged: " in line]
+    assert logged == ["    head spark-h0 logged: INFO GET /metrics 200",
+                      "    head spark-h0 logged: <script>alert(1)</script>",
+                      "    worker spark-h1 logged: \\x1b[2Jcleared",
+                      "    worker spark-h1 logged: third",
+                      "    worker spark-h1 logged: fourth"]

@@ -74,6 +74,7 @@ def worker_args(tmp_path: Path, docker: Docker, **kw) -> dict:
 
 GET_IMAGES = "GET /images/json"
 GET_CONTAINER = f"GET /containers/{CONTAINER}/json"
+GET_LOGS = f"GET /containers/{CONTAINER}/logs"  # its last lines, for the report of a DOWN or HUNG pair
 
 
 def test_worker_audit(run_module, docker, tmp_path):
@@ -88,7 +89,7 @@ def test_worker_audit(run_module, docker, tmp_path):
     assert audit["profile_file"]["env_matches_container"] is True
     assert audit["manifest"]["sha256"] == MANIFEST_SHA256 and audit["model"]["revision"] == MODEL_REVISION
     assert audit["api"] is None and audit["metrics"] is None
-    assert docker.calls() == [GET_IMAGES, GET_CONTAINER]
+    assert docker.calls() == [GET_IMAGES, GET_CONTAINER, GET_LOGS]
     text = json.dumps(res)
     assert HF_TOKEN not in text and API_KEY not in text
 
@@ -114,8 +115,8 @@ def test_check_mode_and_diff_read_the_same_and_change_nothing(run_module, docker
     checked = run_module(rank_audit, args, check_mode=True, diff=True)
     assert checked["failed"] is False and checked["changed"] is False and "diff" not in checked
     assert checked["audit"] == normal["audit"]
-    # only reads: the image list and the container's inspect, twice
-    assert docker.calls() == [GET_IMAGES, GET_CONTAINER] * 2
+    # only reads: the image list, the container's inspect and its last log lines, twice
+    assert docker.calls() == [GET_IMAGES, GET_CONTAINER, GET_LOGS] * 2
 
 
 def test_dead_engine_does_not_fail_and_makes_the_pair_down(run_module, docker, tmp_path):
