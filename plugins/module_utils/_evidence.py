@@ -40,7 +40,7 @@ from ansible_collections.gb10.dspark.plugins.module_utils._secrets import (
 RANK = "control node"
 SCHEMA_VERSION = 1
 KINDS = ("pin", "manifest", "profile", "compilation_config", "gate", "guard", "niah", "niah_row", "systems", "inspect",
-         "readiness", "tree", "other")
+         "readiness", "tree", "log", "other")
 IMPLEMENTATIONS = ("regular", "breakable")
 # Who measured result rows: an OpenAI-compatible API client (the collection's own lanes, guard and
 # NIAH, and r0b0bench) or vLLM's own benchmark tool. Rows of both are never published together.

@@ -101,7 +101,7 @@ options:
         type: str
         default: other
         choices: [pin, manifest, profile, compilation_config, gate, guard, niah, niah_row, systems, inspect, readiness, tree,
-          other]
+          log, other]
       required:
         description: Whether a missing source makes the run invalid for publication.
         type: bool

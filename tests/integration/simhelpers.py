@@ -146,3 +146,16 @@ def thaw(pids: list[int]) -> None:
             os.kill(pid, signal.SIGCONT)
         except ProcessLookupError:
             pass
+
+
+def runs(pair: layout.Pair) -> list[Path]:
+    """The pair's evidence packs on the control node, oldest first (their names are UTC times)."""
+    root = Path(site()["dspark_evidence_dir"]) / f"sim{pair.index:02d}" / "runs"
+    return sorted(root.iterdir()) if root.exists() else []
+
+
+def newest_pack(pair: layout.Pair, before: list[Path]) -> Path:
+    """The one pack a run made, given the packs there were before it."""
+    new = [p for p in runs(pair) if p not in before]
+    assert len(new) == 1, new
+    return new[0]

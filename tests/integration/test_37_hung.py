@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from simhelpers import (INVENTORY, ROOT, container_state, freeze, on_rank, playbook, site, start_dockerd, stop_dockerd,
-                        thaw, wait_for)
+from simhelpers import (INVENTORY, ROOT, container_state, freeze, newest_pack, on_rank, playbook, runs, site,
+                        start_dockerd, stop_dockerd, thaw, wait_for)
 
 LIVENESS_S = 8
 EXECUTE_TIMEOUT_S = 25
@@ -118,6 +118,7 @@ def test_a_worker_hung_during_the_guard_names_the_head_and_the_engine_dies_at_it
     host_vars(pair.head, env)
     host_vars(pair.worker, env)
     provision(pair, clean_tree)
+    before = runs(pair)
     guard = background(pair, clean_tree, "guard.yml", "-e", "dspark_guard_request_timeout=15")
     pids: list[int] = []
     try:
@@ -131,6 +132,11 @@ def test_a_worker_hung_during_the_guard_names_the_head_and_the_engine_dies_at_it
     assert guard.returncode != 0, out[-3000:]
     assert (f"head {pair.head.name}: POST http://{pair.head.mgmt_ip}:8888/v1/completions took the request but sent "
             "no answer within 15 s: the engine is stalled (hung)") in text, out[-4000:]
+    # the guard's evidence pack holds both ranks' logs: the frozen worker's ends where it stopped
+    pack = newest_pack(pair, before)
+    last = on_rank(pair.worker, ["docker", "logs", "--tail", "1", "dspark_vllm"])
+    assert (pack / "logs" / "worker.log").read_text().splitlines()[-1] == (last.stdout + last.stderr).strip()
+    assert (pack / "logs" / "head.log").read_text().strip()
     # vLLM's own bound: the head's engine dies once a step has waited the execute timeout
     wait_for(lambda: not container_state(pair.head)["Running"], EXECUTE_TIMEOUT_S + 60, what="the head to exit")
     logs = engine_log(pair.head)

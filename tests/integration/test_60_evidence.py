@@ -13,21 +13,10 @@ from pathlib import Path
 import pytest
 
 
-from simhelpers import ROOT, playbook, site
+from simhelpers import ROOT, newest_pack, playbook, runs, site
 
 KEY = "sk-evidence-test-5b1e9c"
 EXTRA_SECRET = "hunter2-evidence-77d1"  # a site's secret passed to the engine through extra_env
-
-
-def runs(pair) -> list[Path]:
-    root = Path(site()["dspark_evidence_dir"]) / f"sim{pair.index:02d}" / "runs"
-    return sorted(root.iterdir()) if root.exists() else []
-
-
-def newest_pack(pair, before: list[Path]) -> Path:
-    new = [p for p in runs(pair) if p not in before]
-    assert len(new) == 1, new
-    return new[0]
 
 
 def index_rows(pack: Path) -> dict[str, str]:
@@ -62,7 +51,12 @@ def test_pack_lists_every_file_with_its_checksum_and_leaks_nothing(sim, clean_tr
     assert "serving-guard.json" not in files
     assert {"pin.json", "readiness.json", "runtime-gate.json", "wrapper-tree.json", "inspect/head.json",
             "inspect/worker.json", "profiles/head/production.env", "profiles/worker/production.compilation-config.json",
-            "SHA256SUMS", "index.md", "index.json"} <= set(files)
+            "SHA256SUMS", "index.md", "index.json", "logs/head.log", "logs/worker.log"} <= set(files)
+    # each rank's engine log, its last lines in the order written: the worker's holds its wait for the head
+    head_log = (pack / "logs" / "head.log").read_text().splitlines()
+    worker_log = (pack / "logs" / "worker.log").read_text()
+    assert 0 < len(head_log) <= 500 and not head_log[0].startswith("# no log line")
+    assert "Waiting for the head node at " in worker_log, worker_log[-2000:]
     listed = index_rows(pack)
     for name in files:
         if name in ("index.md", "SHA256SUMS"):

@@ -389,6 +389,23 @@ def test_inspect_env_and_api_key_are_redacted(tmp_path):
     assert next(e for e in p.entries if e.name == "inspect/head.json").redacted is True
 
 
+def test_a_ranks_engine_log_is_kept_in_order_and_redacted(tmp_path):
+    log = ("INFO 12-05 04:10:01 [api_server.py:1] vLLM API server version 0.19.1\n"
+           f"WARNING 12-05 04:10:02 [env.py:7] HF_TOKEN={API_KEY} given through the environment\n"
+           f"INFO 12-05 04:10:03 [loader.py:9] loading {tmp_path}/evidence/models/dsv4\n"
+           "ERROR 12-05 04:15:00 [core.py:935] TimeoutError: RPC call to sample_tokens timed out after 300 s\n")
+    files = sources(tmp_path)
+    p = plan(tmp_path, artifacts=full_artifacts(files) + [{"name": "logs/head.log", "kind": "log", "content": log}])
+    ev.write_pack(p)
+    written = (Path(p.dest) / "logs/head.log").read_text().splitlines()
+    assert written == ["INFO 12-05 04:10:01 [api_server.py:1] vLLM API server version 0.19.1",
+                       "WARNING 12-05 04:10:02 [env.py:7] HF_TOKEN=<redacted> given through the environment",
+                       "INFO 12-05 04:10:03 [loader.py:9] loading <evidence>/models/dsv4",
+                       "ERROR 12-05 04:15:00 [core.py:935] TimeoutError: RPC call to sample_tokens timed out after 300 s"]
+    entry = next(e for e in p.entries if e.name == "logs/head.log")
+    assert entry.kind == "log" and entry.redacted is True
+
+
 def test_the_inspect_rule_applies_to_every_kind():
     # issue 21: one rule for everything the pack writes (this test used to require other kinds be left alone)
     doc = {"Env": ["A_TOKEN=x"], "Args": ["--api-key", "k"]}
