@@ -86,6 +86,21 @@ def _check_difference(where: str, diff: object) -> list[Mismatch]:
     return found
 
 
+def _by_rank(where: str, value: object, expected: str, each_ok: Callable[[object], bool],
+             each_expected: str) -> tuple[dict, list[Mismatch]]:
+    """A mapping of head and worker to one value each (rank summaries, log lines), and its faults; a
+    value that is not a mapping counts as empty."""
+    if not isinstance(value, dict):
+        return {}, [_bad(where, expected, type(value).__name__)]
+    found = []
+    for rank, item in value.items():
+        if rank not in RANKS:
+            found.append(_bad(f"{where}.{rank}", "only head and worker", "present"))
+        elif not each_ok(item):
+            found.append(_bad(f"{where}.{rank}", each_expected, type(item).__name__))
+    return value, found
+
+
 def _check_pair(index: int, pair: object) -> tuple[dict | None, list[Mismatch]]:
     """One verdict document, normalised (lists and dicts filled in), and every fault found in it."""
     where = f"pairs[{index}]"
@@ -116,28 +131,16 @@ def _check_pair(index: int, pair: object) -> tuple[dict | None, list[Mismatch]]:
         if not isinstance(reason, str) or not reason.strip():
             found.append(_bad(f"{where} reasons[{number}]", "a non-empty string", reason))
 
-    ranks = pair.get("ranks")
-    if ranks is None:
-        ranks = {}
-    if not isinstance(ranks, dict):
-        found.append(_bad(f"{where} ranks", "a dict with head and worker", type(ranks).__name__))
-        ranks = {}
-    for rank, summary in ranks.items():
-        if rank not in RANKS:
-            found.append(_bad(f"{where} ranks.{rank}", "only head and worker", "present"))
-        elif summary is not None and not isinstance(summary, dict):
-            found.append(_bad(f"{where} ranks.{rank}", "a dict or null", type(summary).__name__))
+    ranks, faults = _by_rank(f"{where} ranks", {} if pair.get("ranks") is None else pair.get("ranks"),
+                             "a dict with head and worker",
+                             lambda summary: summary is None or isinstance(summary, dict), "a dict or null")
+    found += faults
     out["ranks"] = {rank: ranks.get(rank) or {} for rank in RANKS}
     if "logs" in pair:
-        logs = pair.get("logs")
-        if not isinstance(logs, dict):
-            found.append(_bad(f"{where} logs", "a dict of head and worker log lines", type(logs).__name__))
-            logs = {}
-        for rank, lines in logs.items():
-            if rank not in RANKS:
-                found.append(_bad(f"{where} logs.{rank}", "only head and worker", "present"))
-            elif not isinstance(lines, list) or not all(isinstance(line, str) for line in lines):
-                found.append(_bad(f"{where} logs.{rank}", "a list of strings", type(lines).__name__))
+        logs, faults = _by_rank(f"{where} logs", pair.get("logs"), "a dict of head and worker log lines",
+                                lambda lines: isinstance(lines, list) and all(isinstance(x, str) for x in lines),
+                                "a list of strings")
+        found += faults
         out["logs"] = {rank: list(logs.get(rank) or []) for rank in RANKS if rank in logs}
 
     if verdict == "OK" and out["differences"]:
