@@ -112,7 +112,21 @@ def stop_dockerd(rank: layout.Rank) -> None:
     new dockerd cannot take over."""
     pid = int((rank.dir / "run" / "dockerd.pid").read_text().strip())
     os.kill(pid, signal.SIGTERM)
-    wait_for(lambda: not Path(f"/proc/{pid}").exists(), 120, what="dockerd to exit")
+    wait_for(lambda: _exited(pid), 120, what="dockerd to exit")
+
+
+def _exited(pid: int) -> bool:
+    """The process has exited. A dockerd that :func:`start_dockerd` started is this process's child:
+    it is reaped here, else it would stay a zombie (its /proc entry with it) for the rest of the run."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:  # not ours (the rank's init started it), or reaped already
+        pass
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return True
+    return state in ("Z", "X")
 
 
 def start_dockerd(rank: layout.Rank) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -65,6 +66,14 @@ def background(pair, tree, name: str, *extra: str) -> subprocess.Popen:
                              f"playbooks/{name}", "-e", f"dspark_preflight_wrapper_path={tree}", "--limit", pair.group,
                              *extra], cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
+
+
+def end(proc: subprocess.Popen) -> None:
+    """A background playbook that is still running is killed with every process it started (its
+    forks and SSH connections too), so that no fork of it keeps holding the pair's lock."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -126,8 +135,7 @@ def test_a_worker_hung_during_the_guard_names_the_head_and_the_engine_dies_at_it
         pids = freeze(pair.worker)
         out, _unused = guard.communicate(timeout=600)
     finally:
-        if guard.poll() is None:
-            guard.kill()
+        end(guard)
     text = " ".join(out.split())
     assert guard.returncode != 0, out[-3000:]
     assert (f"head {pair.head.name}: POST http://{pair.head.mgmt_ip}:8888/v1/completions took the request but sent "
@@ -165,8 +173,7 @@ def test_a_worker_hung_during_readiness_stalls_the_wait_with_both_logs_and_both_
         pids = freeze(pair.worker)
         out, _unused = run.communicate(timeout=900)
     finally:
-        if run.poll() is None:
-            run.kill()
+        end(run)
         thaw(pids)
     text = " ".join(out.split())
     assert run.returncode != 0, out[-3000:]
@@ -190,8 +197,7 @@ def test_a_worker_whose_docker_engine_goes_away_during_readiness_is_named(pair, 
         stop_dockerd(pair.worker)
         out, _unused = run.communicate(timeout=900)
     finally:
-        if run.poll() is None:
-            run.kill()
+        end(run)
         start_dockerd(pair.worker)
     text = " ".join(out.split())
     assert run.returncode != 0, out[-3000:]
