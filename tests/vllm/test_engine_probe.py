@@ -23,8 +23,8 @@ class _RunningContainer:
         return {"Id": "lane", "Image": "sha256:lane", "State": {"Status": "running", "Running": True},
                 "Config": {"Labels": {}, "Tty": False}}
 
-    def logs(self, name, tail, tty=False):
-        return "\n".join(self.log.splitlines()[-tail:]).encode(), b""
+    def log_text(self, name, tail, tty=False):
+        return "\n".join(self.log.splitlines()[-tail:]).encode()
 
 
 def test_readiness_and_kv_size_from_the_real_metrics(real, note):
