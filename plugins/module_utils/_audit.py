@@ -41,9 +41,9 @@ from ansible_collections.gb10.dspark.plugins.module_utils._engine_probe import (
     api_state,
     container_state,
     http_json,
+    last_log_lines,
     liveness_state,
     parse_metrics,
-    printable,
 )
 from ansible_collections.gb10.dspark.plugins.module_utils._files import read_limited
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, Mismatch
@@ -204,15 +204,12 @@ def _last_logs(engine: Engine, name: str, doc: dict, stopped: bool) -> tuple[lis
     exception lines (``SomeError: ...``) among its last LOG_SCAN_LINES, the root cause coming first
     (vLLM logs the engine's error, then the API's, then what its clients saw). Unreadable: nothing."""
     try:
-        text = engine.log_text(name, LOG_SCAN_LINES if stopped else LAST_LOG_LINES,
-                               tty=bool((doc.get("Config") or {}).get("Tty")))
-    except (EngineError, AttributeError):
+        read = last_log_lines(engine, name, doc, LOG_SCAN_LINES if stopped else LAST_LOG_LINES)
+    except EngineError:
         return [], []
-    lines = [printable(line)[:300] for line in text.decode("utf-8", "replace").splitlines() if line.strip()]
-    if not stopped:
-        return lines[-LAST_LOG_LINES:], []
-    errors = list(dict.fromkeys(line for line in lines if _EXCEPTION_LINE.match(line)))  # distinct, first seen first
-    return lines[-LAST_LOG_LINES:], errors[:LAST_ERROR_LINES]
+    lines = [line[:300] for line in read if line.strip()]
+    errors = list(dict.fromkeys(line for line in lines if _EXCEPTION_LINE.match(line))) if stopped else []
+    return lines[-LAST_LOG_LINES:], errors[:LAST_ERROR_LINES]  # errors: distinct, first seen first
 
 
 # ============================================================================================

@@ -15,11 +15,15 @@ from __future__ import annotations
 import http.client
 import json
 import re
-import socket
 import time
 
 from ansible_collections.gb10.dspark.plugins.module_utils._docker_engine import DEFAULT_DOCKER_HOST, Engine, EngineError
-from ansible_collections.gb10.dspark.plugins.module_utils._http import open_http, transport_state
+from ansible_collections.gb10.dspark.plugins.module_utils._http import (
+    ApiUnreachable,
+    json_client,
+    open_http,
+    transport_state,
+)
 from ansible_collections.gb10.dspark.plugins.module_utils._labels import PREFIX as LABEL_PREFIX
 from ansible_collections.gb10.dspark.plugins.module_utils._site import SITE_DEFAULTS, local_api_url
 
@@ -136,13 +140,19 @@ def rank_state(engine: Engine, container: str, log_lines: int) -> dict:
     state["logs"] = []
     if log_lines > 0 and state["exists"]:
         try:
-            text = engine.log_text(container, log_lines, tty=bool((doc or {}).get("Config", {}).get("Tty"))).decode(
-                "utf-8", "replace")
+            state["logs"] = last_log_lines(engine, container, doc, log_lines)
         except EngineError as exc:
             state["logs_error"] = str(exc)[:500]
-        else:
-            state["logs"] = [printable(line) for line in text.splitlines()[-log_lines:]]
     return state
+
+
+def last_log_lines(engine: Engine, container: str, doc: dict | None, tail: int) -> list[str]:
+    """The container's last ``tail`` log lines, both streams in the order written, made safe for a
+    terminal; ``doc`` is its inspect record (a TTY container logs one raw stream). EngineError when
+    the log cannot be read."""
+    tty = bool(((doc or {}).get("Config") or {}).get("Tty"))
+    text = engine.log_text(container, tail, tty=tty).decode("utf-8", "replace")
+    return [printable(line) for line in text.splitlines()[-tail:]]
 
 
 def http_json(url: str, timeout: float, api_key: str | None = None) -> tuple[int | None, object, str]:
@@ -196,19 +206,17 @@ def liveness_state(base_url: str, model: str, timeout: float, api_key: str | Non
     way to tell a serving head from a hung one: a pair whose engine is wedged on a stalled rank still
     answers /health, /v1/models and /metrics. ``{"ok", "status", "seconds", "error", "stalled"}``; a request
     that outlives ``timeout`` is ``stalled``, with the error saying for how long."""
-    headers = {"Content-Type": "application/json"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    body = json.dumps({"model": model, "prompt": "ping", "max_tokens": 1, "temperature": 0}).encode()
+    call = json_client(base_url, api_key)
+    body = {"model": model, "prompt": "ping", "max_tokens": 1, "temperature": 0}
     started = clock()
     try:
-        with open_http("POST", base_url.rstrip("/") + "/v1/completions", body, headers, timeout) as resp:
-            status = resp.status
-            resp.read()
-    except (socket.timeout, TimeoutError):
-        return {"ok": False, "status": None, "seconds": round(clock() - started, 2),
-                "error": f"the API answers, but no token came within {timeout:g} s", "stalled": True}
-    except (OSError, ValueError, http.client.HTTPException) as exc:
+        status, _answer = call("POST", "/v1/completions", body, timeout)
+    except ApiUnreachable as exc:
+        error = (f"the API answers, but no token came within {timeout:g} s" if exc.stalled
+                 else f"a one-token completion failed: {exc}")
+        return {"ok": False, "status": None, "seconds": round(clock() - started, 2), "error": error,
+                "stalled": exc.stalled}
+    except (ValueError, http.client.HTTPException) as exc:
         return {"ok": False, "status": None, "seconds": round(clock() - started, 2),
                 "error": f"a one-token completion failed: {exc}", "stalled": False}
     seconds = round(clock() - started, 2)

@@ -197,3 +197,17 @@ def test_a_container_without_the_collections_labels_is_someone_elses():
     assert ep.foreign_message(out, "sim01-worker", "dspark_vllm") is None
     none = ep.probe(FakeDocker(None), "dspark_vllm", "http://127.0.0.1:9", "m", log_lines=0, read_api=False)
     assert ep.foreign_message(none, "sim01-worker", "dspark_vllm") is None
+
+
+def test_liveness_that_is_refused_or_answered_with_an_error_is_failing_not_stalled(api):
+    import socket
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    refused = ep.liveness_state(closed, "m", 2)
+    assert refused["ok"] is False and refused["stalled"] is False and refused["status"] is None
+    assert refused["error"].startswith(f"a one-token completion failed: POST {closed}/v1/completions refused the "
+                                       "connection: nothing listens there"), refused
+    answered = ep.liveness_state(api, "m", 2)  # this fake API has no POST: HTTP 501
+    assert answered == {"ok": False, "status": 501, "seconds": answered["seconds"],
+                        "error": "a one-token completion answered HTTP 501", "stalled": False}
