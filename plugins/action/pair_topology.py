@@ -1,12 +1,14 @@
 # Copyright (c) gb10.dspark contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The pair's topology, worked out once from the play's hosts: runs on the control node only."""
+"""The pair's topology, worked out once from the play's hosts: runs on the control node only. It also
+refuses an API key that could not be sent as a header (a trailing newline), naming the variable, never the value."""
 from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import failure
 from ansible_collections.gb10.dspark.plugins.module_utils._pair import topology
+from ansible_collections.gb10.dspark.plugins.module_utils._secrets import api_key_problem
 
 # what each play host contributes, read once per host
 _HOST_KEYS = {"pair": "dspark_pair", "rank": "dspark_rank", "fabric_ip": "dspark_fabric_ip"}
@@ -44,6 +46,12 @@ class ActionModule(ActionBase):
         result["mismatches"] = [m.as_dict() for m in problems]
         if problems:
             result.update(failed=True, **failure(problems))
+            return result
+        # The first step of every chain, on the control node: a key that could not be sent as a header is
+        # refused here, before any rank is touched (http.client would print it in its error text).
+        key_problem = api_key_problem(hostvars[me].get("dspark_api_key") if me in hostvars else None)
+        if key_problem:
+            result.update(failed=True, msg=f"rank {me}: {key_problem}")
             return result
         mine = facts[me]
         result["ansible_facts"] = {

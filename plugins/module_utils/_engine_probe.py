@@ -20,6 +20,7 @@ import time
 from ansible_collections.gb10.dspark.plugins.module_utils._docker_engine import DEFAULT_DOCKER_HOST, Engine, EngineError
 from ansible_collections.gb10.dspark.plugins.module_utils._http import (
     ApiUnreachable,
+    auth_headers,
     json_client,
     open_http,
     transport_state,
@@ -156,9 +157,8 @@ def last_log_lines(engine: Engine, container: str, doc: dict | None, tail: int) 
 
 
 def http_json(url: str, timeout: float, api_key: str | None = None) -> tuple[int | None, object, str]:
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        with open_http("GET", url, None, headers, timeout) as resp:
+        with open_http("GET", url, None, auth_headers(api_key), timeout) as resp:
             status = resp.status
             body = resp.read().decode("utf-8", "replace")
     except OSError as exc:
@@ -206,11 +206,10 @@ def liveness_state(base_url: str, model: str, timeout: float, api_key: str | Non
     way to tell a serving head from a hung one: a pair whose engine is wedged on a stalled rank still
     answers /health, /v1/models and /metrics. ``{"ok", "status", "seconds", "error", "stalled"}``; a request
     that outlives ``timeout`` is ``stalled``, with the error saying for how long."""
-    call = json_client(base_url, api_key)
     body = {"model": model, "prompt": "ping", "max_tokens": 1, "temperature": 0}
     started = clock()
     try:
-        status, _answer = call("POST", "/v1/completions", body, timeout)
+        status, _answer = json_client(base_url, api_key)("POST", "/v1/completions", body, timeout)
     except ApiUnreachable as exc:
         error = (f"the API answers, but no token came within {timeout:g} s" if exc.stalled
                  else f"a one-token completion failed: {exc}")

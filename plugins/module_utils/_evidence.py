@@ -34,7 +34,8 @@ from ansible_collections.gb10.dspark.plugins.module_utils._files import (
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, IdentityError, Mismatch
 from ansible_collections.gb10.dspark.plugins.module_utils._pair import SAFE_NAME, SAFE_NAME_EXPECTED
 from ansible_collections.gb10.dspark.plugins.module_utils._secrets import (
-    REDACTED, is_secret_name, json_container, redact_document, redact_secrets_text, replace_each, variable_leaks,
+    REDACTED, is_secret_name, json_container, redact_document, redact_secrets_text, replace_each, spellings,
+    variable_leaks,
 )
 
 RANK = "control node"
@@ -899,9 +900,7 @@ def sha256sums(entries: list[Entry]) -> bytes:
 # leak scan
 # --------------------------------------------------------------------------------------------
 def _spellings(value: str) -> set[bytes]:
-    forms = {value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1],
-             value.replace("/", "\\/")}
-    return {form.encode("utf-8") for form in forms if form}
+    return {form.encode("utf-8") for form in spellings(value)}
 
 
 def _strings(value: object):

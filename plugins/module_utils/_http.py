@@ -11,8 +11,29 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import re
 import ssl
 import urllib.parse
+
+from ansible_collections.gb10.dspark.plugins.module_utils._secrets import api_key_problem
+
+# What http.client refuses in a header value (and whitespace at either end, which it would strip or refuse).
+_BAD_HEADER_VALUE = re.compile(r"[\x00-\x1f\x7f]|^\s|\s$")
+
+
+class RequestNotSent(ValueError):
+    """A request that could not be built (a header value a server would never see as sent, a URL that is not
+    http(s)). The message names what is wrong and never a header's value: a value may be the API key, and
+    http.client's own error text (``Invalid header value b'Bearer KEY\\n'``) would print it."""
+
+
+def auth_headers(api_key: str | None, variable: str = "dspark_api_key") -> dict:
+    """The Authorization header for ``api_key`` (none without a key): the one place a key becomes a header.
+    A key that cannot be one raises :class:`RequestNotSent` naming ``variable``, never the value."""
+    problem = api_key_problem(api_key, variable)
+    if problem:
+        raise RequestNotSent(problem)
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
 @contextlib.contextmanager
@@ -20,10 +41,15 @@ def open_http(method: str, url: str, body: bytes | None = None, headers: dict | 
               timeout: float = 10.0):
     """Send one request and yield its ``http.client.HTTPResponse`` whatever the status (the caller
     reads ``status``). Transport failures (refused, reset, timeout, a malformed status line) raise
-    ``OSError``; a URL that is not http(s) raises ``ValueError``."""
+    ``OSError``; a URL that is not http(s), or a header value http.client would refuse, raises
+    :class:`RequestNotSent` (a ``ValueError``) whose message never holds a header's value."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"not an http(s) URL: {url!r}")
+        raise RequestNotSent(f"not an http(s) URL: {url!r}")
+    for name, value in (headers or {}).items():
+        if not isinstance(value, str) or _BAD_HEADER_VALUE.search(value):
+            raise RequestNotSent(f"{method} {url}: the {name} header holds a line ending, a control character or "
+                                 f"surrounding whitespace (its value is not shown); the request was not sent")
     if parts.scheme == "https":
         conn: http.client.HTTPConnection = http.client.HTTPSConnection(
             parts.hostname, parts.port, timeout=timeout, context=ssl.create_default_context())
@@ -33,6 +59,10 @@ def open_http(method: str, url: str, body: bytes | None = None, headers: dict | 
     try:
         try:
             conn.request(method, target, body=body, headers=headers or {})
+        except ValueError as exc:  # http.client's text may quote a header value: never passed on
+            raise RequestNotSent(f"{method} {url}: the request could not be built ({type(exc).__name__}); "
+                                 f"it was not sent") from None
+        try:
             resp = conn.getresponse()
         except http.client.HTTPException as exc:
             if isinstance(exc, OSError):
@@ -71,11 +101,12 @@ def json_client(base_url: str, api_key: str | None, head: str | None = None):
     error document (vLLM's ``{"error": {...}}``) when it is JSON, else ``None``. ``body=None`` sends no body.
     Transport errors (refused, reset, timeout) raise :class:`ApiUnreachable` (an ``OSError``) whose message
     names ``head`` (the head's inventory name, when given), the URL and the engine's state; the key goes only
-    into the Authorization header."""
+    into the Authorization header, and a key that cannot be one raises :class:`RequestNotSent` (a ``ValueError``)
+    here, naming the variable, before any request."""
+    authorization = auth_headers(api_key)  # a key that cannot be a header is refused here, before any request
+
     def call(method: str, path: str, body: dict | None, timeout: float):
-        headers = {"Content-Type": "application/json"}
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
+        headers = {"Content-Type": "application/json", **authorization}
         data = None if body is None else json.dumps(body).encode()
         url = base_url.rstrip("/") + path
         try:

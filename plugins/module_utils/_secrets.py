@@ -10,7 +10,8 @@ secret, while DB_PASSWD, AWS_CREDENTIALS, HF_TOKEN, apiKey and VLLM_API_KEY are.
 
 Redaction, in two rules:
 
-* KNOWN VALUES: :func:`redact` replaces every occurrence of each known secret (an API key, the
+* KNOWN VALUES: :func:`redact` replaces every occurrence of each known secret, in every spelling a
+  message may carry it (:func:`spellings`: raw, JSON-, repr- and URL-escaped) (an API key, the
   values of the secret-named entries of an environment, :func:`secret_env_values`) by a fixed
   placeholder, in strings and mapping keys at any depth. The runtime gate, the fleet audit and the
   systems lanes scrub what they return with it. :func:`replace_each` is the same walk with a
@@ -19,12 +20,16 @@ Redaction, in two rules:
   variable whose NAME looks secret, or whose whole value is a told secret (the evidence pack);
   :func:`variable_leaks` finds such a value left unredacted.
 
+:func:`api_key_problem` says why a key cannot go into a header (a newline, a space, a control
+character), naming the variable and never the value.
+
 Standard library only; it runs on the ranks as well as on the control node.
 """
 from __future__ import annotations
 
 import json
 import re
+import urllib.parse
 from collections.abc import Iterable
 
 REDACTED = "<redacted>"
@@ -70,8 +75,67 @@ def secret_env_values(env: Iterable[object], min_length: int = 1) -> list[str]:
 
 
 # --------------------------------------------------------------------------------------------
+# an API key fit for a header
+# --------------------------------------------------------------------------------------------
+_CHARACTER_NAMES = {"\n": "a line feed (\\n)", "\r": "a carriage return (\\r)", "\t": "a tab (\\t)",
+                    " ": "a space", "\x00": "a NUL byte"}
+
+
+def api_key_problem(value: object, variable: str = "dspark_api_key") -> str | None:
+    """Why ``value`` cannot be sent as ``Authorization: Bearer <value>``, naming ``variable`` and never the
+    value, or None when it can (or when there is no key). A key is one word of printable ASCII: a key with a
+    line ending (``echo KEY | ansible-vault encrypt_string`` keeps echo's newline), a space or a control
+    character would make Python's HTTP client fail with the value in its error text."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        return f"{variable} is a {type(value).__name__}, expected a text (its value is not shown); nothing was changed"
+    bad = [(i, c) for i, c in enumerate(value) if not "!" <= c <= "~"]
+    if not bad:
+        return None
+    index, char = bad[0]
+    if char in _CHARACTER_NAMES:
+        what = _CHARACTER_NAMES[char]
+    elif ord(char) < 32 or ord(char) == 127:
+        what = f"a control character (U+{ord(char):04X})"
+    else:
+        what = "a character outside printable ASCII"
+    where = ("at its start" if index == 0 else
+             "at its end" if len(value) - index == len(bad) else "inside it")  # only bad characters after it
+    more = f" (and {len(bad) - 1} more such character(s))" if len(bad) > 1 else ""
+    return (f"{variable} holds {what} {where}{more}, expected one word of printable ASCII (it is sent as "
+            f"'Authorization: Bearer <key>'); its value is not shown. A key encrypted with `echo KEY | "
+            f"ansible-vault encrypt_string` keeps echo's newline: encrypt it with `printf %s KEY | ansible-vault "
+            f"encrypt_string --stdin-name {variable}` instead. Nothing was changed")
+
+
+# --------------------------------------------------------------------------------------------
 # known values
 # --------------------------------------------------------------------------------------------
+# A derived spelling shorter than this is not redacted on its own (a key ' ab\n' would blank every 'ab').
+_MIN_DERIVED = 6
+
+
+def spellings(secret: str) -> list[str]:
+    """Every spelling of ``secret`` a message or a file may carry, longest first: as it is, JSON-escaped
+    (ASCII and not), Python-repr-escaped (of the text and of its UTF-8 bytes, as ``Invalid header value
+    b'Bearer KEY\\n'`` shows it), with escaped slashes, and URL-encoded (path and form styles); and the same
+    for the key without its surrounding whitespace (what a header or a log line shows of ``KEY\\n``)."""
+    if not secret:
+        return []
+    bases = [secret]
+    stripped = secret.strip()
+    if stripped != secret and len(stripped) >= _MIN_DERIVED:
+        bases.append(stripped)
+    forms: list[str] = []
+    for base in bases:
+        forms += [base, json.dumps(base)[1:-1], json.dumps(base, ensure_ascii=False)[1:-1], repr(base)[1:-1],
+                  repr(base.encode("utf-8"))[2:-1], base.replace("/", "\\/"), urllib.parse.quote(base, safe=""),
+                  urllib.parse.quote_plus(base, safe=""), urllib.parse.quote(base)]
+    unique = [form for form in dict.fromkeys(forms) if form]
+    return sorted(unique, key=len, reverse=True)
+
+
 def replace_each(value: object, replacements: Iterable[tuple[str, str]]) -> object:
     """``value`` with every occurrence of each needle replaced by its placeholder (in the order
     given), in strings and in mapping keys at any depth; tuples come back as lists. Without a
@@ -95,9 +159,9 @@ def replace_each(value: object, replacements: Iterable[tuple[str, str]]) -> obje
 
 
 def redact(value: object, secrets: Iterable[str | None], placeholder: str = REDACTED) -> object:
-    """``value`` with every occurrence of each non-empty secret replaced by ``placeholder``, in
-    strings and in mapping keys at any depth (see :func:`replace_each`)."""
-    return replace_each(value, ((secret, placeholder) for secret in secrets if secret))
+    """``value`` with every occurrence of each non-empty secret, in each of its :func:`spellings`, replaced
+    by ``placeholder``, in strings and in mapping keys at any depth (see :func:`replace_each`)."""
+    return replace_each(value, ((form, placeholder) for secret in secrets if secret for form in spellings(secret)))
 
 
 # --------------------------------------------------------------------------------------------

@@ -62,7 +62,7 @@ from typing import Callable
 from ansible_collections.gb10.dspark.plugins.module_utils._clock import utc_now
 from ansible_collections.gb10.dspark.plugins.module_utils._engine_probe import parse_metrics
 from ansible_collections.gb10.dspark.plugins.module_utils._files import write_json_atomic, write_text_atomic
-from ansible_collections.gb10.dspark.plugins.module_utils._http import open_http
+from ansible_collections.gb10.dspark.plugins.module_utils._http import auth_headers, open_http
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, IdentityError, Mismatch
 from ansible_collections.gb10.dspark.plugins.module_utils._secrets import redact
 from ansible_collections.gb10.dspark.plugins.module_utils._serving_guard import (
@@ -466,10 +466,10 @@ def stream_client(base_url: str, api_key: str | None) -> Callable[[str, dict, fl
     """``post(path, body, timeout)`` -> :class:`Streamed`. Reads the answer line by line as it
     arrives (``json_client`` reads whole bodies) and timestamps every ``data:`` line; the whole
     answer must arrive within ``timeout`` seconds. The key goes only into the Authorization header."""
+    authorization = auth_headers(api_key)  # a key that cannot be a header is refused here, before any request
+
     def post(path: str, body: dict, timeout: float) -> Streamed:
-        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream", **authorization}
         out = Streamed()
         lines: list[str] = []
         out.sent = time.monotonic()

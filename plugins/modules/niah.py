@@ -252,6 +252,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gb10.dspark.plugins.module_utils import _niah
 from ansible_collections.gb10.dspark.plugins.module_utils._http import json_client
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import guarded, rank_name
+from ansible_collections.gb10.dspark.plugins.module_utils._secrets import api_key_problem
 from ansible_collections.gb10.dspark.plugins.module_utils._site import local_api_url
 
 
@@ -286,6 +287,8 @@ def main() -> None:
         reserve=p["reserve"], min_depth=p["min_depth"], request_timeout=p["request_timeout"], code=p["code"],
         needle_fraction=p["needle_fraction"], tokenizer_file=p["tokenizer_file"],
         stop_on_infra_error=p["stop_on_infra_error"], rank=rank)
+    if api_key_problem(p["api_key"]):  # refused before any request, naming the variable, never the value
+        module.fail_json(msg=f"rank {rank}: {api_key_problem(p['api_key'])}")
     call = json_client(p["base_url"], p["api_key"], rank)
     if module.check_mode:
         result = guarded(module, lambda: _niah.check_run(call, settings))

@@ -90,3 +90,23 @@ def test_topology_without_groups_refuses_every_rank():
     facts, problems = topology(records, {})
     assert sorted(facts) == sorted(HOSTS)
     assert sorted(p.rank for p in problems) == sorted(HOSTS)
+
+
+@pytest.mark.parametrize("key, what", [("sk-abcdef0123456789\n", "a line feed (\\n) at its end"),
+                                       ("sk-abc def0123456789", "a space inside it"),
+                                       ("\tsk-abcdef0123456789", "a tab (\\t) at its start")])
+def test_an_api_key_that_cannot_be_a_header_is_refused_naming_the_variable_never_the_value(key, what):
+    """`echo KEY | ansible-vault encrypt_string` keeps echo's newline; http.client would print the key."""
+    hosts = {name: dict(values) for name, values in HOSTS.items()}
+    hosts["a-head"]["dspark_api_key"] = key
+    res = run("a-head", hosts=hosts)
+    assert res["failed"] is True
+    assert "ansible_facts" not in res
+    assert res["msg"].startswith(f"rank a-head: dspark_api_key holds {what}")
+    assert "sk-abc" not in str(res) and "0123456789" not in str(res)
+    assert not run("a-worker", hosts=hosts).get("failed")  # its own key: none
+
+
+def test_a_printable_key_passes():
+    hosts = {name: dict(values, dspark_api_key="sk-abcdef0123456789") for name, values in HOSTS.items()}
+    assert not run("b-head", hosts=hosts).get("failed")

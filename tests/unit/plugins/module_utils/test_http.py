@@ -5,7 +5,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from ansible_collections.gb10.dspark.plugins.module_utils._http import ApiUnreachable, json_client, open_http
+from ansible_collections.gb10.dspark.plugins.module_utils._http import (
+    ApiUnreachable,
+    RequestNotSent,
+    auth_headers,
+    json_client,
+    open_http,
+)
 
 SEEN = []
 
@@ -172,3 +178,33 @@ def test_open_http_only_speaks_http(url):
     with pytest.raises(ValueError, match="not an http"):
         with open_http("GET", url):
             pass
+
+
+# ---- a key that cannot be a header: refused, never printed -------------------------------------
+NEWLINE_KEY = "sk-secret-0123456789\n"
+
+
+def test_a_key_with_a_newline_is_refused_before_any_request_naming_the_variable(base_url):
+    SEEN.clear()
+    with pytest.raises(RequestNotSent) as err:
+        json_client(base_url, NEWLINE_KEY)
+    assert str(err.value).startswith("dspark_api_key holds a line feed (\\n) at its end")
+    assert "0123456789" not in str(err.value)
+    assert SEEN == []
+
+
+def test_a_header_value_http_client_would_refuse_never_reaches_the_message(base_url):
+    """http.client says "Invalid header value b'Bearer KEY\\n'": the value would be printed."""
+    for value in (f"Bearer {NEWLINE_KEY}", "Bearer sk-secret-0123456789\r\nX-Injected: 1", " Bearer sk-secret-0123456789"):
+        with pytest.raises(RequestNotSent) as err:
+            with open_http("GET", base_url + "/v1/models", headers={"Authorization": value}):
+                pass
+        assert "0123456789" not in str(err.value) and "Authorization header" in str(err.value)
+        assert err.value.__cause__ is None
+
+
+def test_auth_headers_is_the_one_bearer():
+    assert auth_headers(None) == {} and auth_headers("") == {}
+    assert auth_headers("sk-1") == {"Authorization": "Bearer sk-1"}
+    with pytest.raises(ValueError):
+        auth_headers("sk-1 2")

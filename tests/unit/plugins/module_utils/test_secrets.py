@@ -119,3 +119,51 @@ def test_the_evidence_prefix_rule_is_replace_each():
     assert _evidence.redact_value({"/home/op/evidence/x": "/home/op/evidence"}, prefixes) == {
         "<evidence>/x": "<evidence>"}
     assert _evidence.redact_value("at /home/op/evidence/a", prefixes) == "at <evidence>/a"
+
+
+# ---- every spelling of a known secret ---------------------------------------------------------
+NEWLINE_KEY = "sk-test-0123456789abcdef\n"
+
+
+@pytest.mark.parametrize("spelled", [
+    NEWLINE_KEY,                                   # raw
+    json.dumps(NEWLINE_KEY)[1:-1],                 # JSON-escaped
+    repr(NEWLINE_KEY)[1:-1],                       # repr-escaped
+    repr(f"Bearer {NEWLINE_KEY}".encode())[2:-1],  # http.client's "Invalid header value b'Bearer KEY\\n'"
+    "sk-test-0123456789abcdef%0A",                 # URL-encoded
+    "sk-test-0123456789abcdef",                    # what a header or a log line shows of it
+])
+def test_redact_covers_every_spelling_of_a_secret(spelled):
+    text = f"Invalid header value b'Bearer {spelled}' in {{\"k\": \"{spelled}\"}}"
+    out = redact(text, [NEWLINE_KEY])
+    assert "0123456789abcdef" not in out, out
+    assert REDACTED in out
+
+
+def test_a_short_secret_does_not_blank_its_stripped_part():
+    assert _secrets.spellings(" ab\n")[-1] != "ab" and "ab" not in _secrets.spellings(" ab\n")
+    assert redact("tab and cab", [" ab\n"]) == "tab and cab"
+
+
+def test_url_encoded_and_escaped_slash_spellings():
+    key = "a/b+c d=e&f"
+    assert redact("q=a%2Fb%2Bc%20d%3De%26f and a\\/b+c d=e&f and a%2Fb%2Bc+d%3De%26f", [key]) == (
+        f"q={REDACTED} and {REDACTED} and {REDACTED}")
+
+
+@pytest.mark.parametrize("key, what", [
+    ("KEY-0123456789\n", "a line feed (\\n) at its end"),
+    ("KEY-0123456789\r\n", "a carriage return (\\r) at its end (and 1 more such character(s))"),
+    ("KEY 0123456789", "a space inside it"),
+    ("KEY-01234\x0756789", "a control character (U+0007) inside it"),
+    ("KEY-0123456789é", "a character outside printable ASCII at its end"),
+])
+def test_api_key_problem_names_the_variable_and_the_character_never_the_value(key, what):
+    problem = _secrets.api_key_problem(key, "dspark_api_key")
+    assert problem.startswith(f"dspark_api_key holds {what}, expected one word of printable ASCII")
+    assert "0123456789" not in problem and "Nothing was changed" in problem
+
+
+@pytest.mark.parametrize("key", [None, "", "sk-0123456789", "~!@#$%^&*()_+{}|:<>?"])
+def test_api_key_problem_passes_printable_keys_and_no_key(key):
+    assert _secrets.api_key_problem(key) is None
