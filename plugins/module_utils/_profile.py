@@ -32,7 +32,7 @@ import re
 from typing import Any, Callable
 
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import IdentityError, Mismatch
-from ansible_collections.gb10.dspark.plugins.module_utils._secrets import is_secret_name
+from ansible_collections.gb10.dspark.plugins.module_utils._secrets import is_secret_name, redact_document
 from ansible_collections.gb10.dspark.plugins.module_utils._site import SITE_DEFAULTS
 
 KV_CACHE_DTYPE = "nvfp4_ds_mla"
@@ -246,8 +246,9 @@ def _check_env(env: Any, origin: str, problems: _Problems) -> dict:
             problems.add(f"{origin}.{key}", type(raw).__name__, "a string")
             continue
         reason = _env_value_problem(value)
-        if reason:
-            problems.add(f"{origin}.{key}", repr(value), "a single-line value", reason)
+        if reason:  # a secret-named value is never echoed, not even a malformed one
+            problems.add(f"{origin}.{key}", "<redacted>" if is_secret_name(key) else repr(value), "a single-line value",
+                         reason)
             continue
         out[key] = value
     return out
@@ -759,14 +760,19 @@ def build(catalog: dict, name: str, overrides: dict, allow_experimental: bool, p
     if problems:
         raise IdentityError(problems)
     env = rank_env(resolved, rank, eth_if, ib_hca, head_fabric_ip, master_port, fabric)
+    env_file_text(env)  # refuses a value no env file can carry, while the real values are at hand
+    # Every secret-named value (the collection's one rule) is a placeholder from here on: the result is
+    # registered, published as facts, shown by the render and kept in run records. The roles add the real
+    # values back from the inventory (the secret_env filter) only in tasks that run with no_log.
+    shown = redact_document({"profile": resolved, "env": env, "departures": resolved["departures"]})
     return {
-        "profile": resolved,
+        "profile": shown["profile"],
         "argv": rank_argv(resolved, rank, head_fabric_ip, master_port, api_port, served_model_name),
-        "env": env,
-        "env_file": env_file_text(env),
+        "env": shown["env"],
+        "env_file": env_file_text(shown["env"]),
         "compilation_config_json": compilation_config_json(resolved),
         "profile_sha256": profile_sha256(resolved),
-        "departures": resolved["departures"],
+        "departures": shown["departures"],
         "experimental": resolved["experimental"],
         "fabric_env": {key: env[key] for key in FABRIC_ENV if key in env},
         "manifest_expectations": manifest_expectations(resolved),

@@ -109,6 +109,15 @@ def api_key_problem(value: object, variable: str = "dspark_api_key") -> str | No
             f"encrypt_string --stdin-name {variable}` instead. Nothing was changed")
 
 
+def secret_entries(env: object) -> dict:
+    """The entries of a ``{NAME: value}`` mapping whose NAME looks secret (:func:`is_secret_name`), values as
+    text: what a role hands to a container or writes to a root-only file, and never into a result or a fact."""
+    if not isinstance(env, dict):
+        return {}
+    return {name: value if isinstance(value, str) else str(value)
+            for name, value in env.items() if is_secret_name(name) and value is not None}
+
+
 # --------------------------------------------------------------------------------------------
 # known values
 # --------------------------------------------------------------------------------------------

@@ -268,23 +268,37 @@ def dspark(*args: str, artifacts: Path) -> subprocess.CompletedProcess:
                           cwd=ROOT, env=env, text=True, capture_output=True, timeout=1800, check=False)
 
 
-@pytest.mark.fault("secret-api-key", "secret-run-records", "secret-process-list")
+@pytest.mark.fault("secret-api-key", "secret-run-records", "secret-process-list", "secret-key-newline",
+                   "secret-extra-env-records")
 def test_api_key_reaches_only_the_containers_environment(sim, clean_tree, tmp_path):
-    """A keyed engine provisioned twice through `dspark provision -v`: the first run starts it, the
-    second finds it running (the engine role inspects a keyed engine before anything changes). The key is looked
-    for where it would really go: every task result in the run folders (job_events, stdout), every
-    process's command line while the runs go on (the gate's suite included), the evidence, the
-    rendered profiles and the containers' command lines."""
+    """A keyed engine provisioned twice through `dspark provision -v --diff`, with a secret-named extra variable:
+    the first run starts it, the second finds it running (the engine role inspects a keyed engine before anything
+    changes); then `dspark render --json`. The key and the token are looked for where they would really go: every
+    task result in the run folders (job_events, stdout), render.json, every process's command line while the runs
+    go on (the gate's suite included), the evidence, the rendered profiles and the containers' command lines.
+    Before all that, a key ending in a newline (`echo KEY | ansible-vault encrypt_string`) is refused before
+    any rank is touched, and printed nowhere."""
     pair = sim[1]
     key = "sk-dspark-integration-7f3a9c0e51"
+    token = "tok_mysite_4c1d8e2f9a7b3065"
+    runs = tmp_path / "runs"
+    newline = tmp_path / "newline.json"
+    newline.write_text(json.dumps({"dspark_api_key": key + "\n", "dspark_preflight_wrapper_path": str(clean_tree)}))
+    newline.chmod(0o600)
+    before = {r.name: on_rank(r, ["docker", "ps", "-aq", "--no-trunc"]).stdout for r in pair.ranks}
+    refused = dspark("provision", "--limit", pair.group, "-e", f"@{newline}", "-v", "--diff", artifacts=runs / "refused")
+    assert refused.returncode != 0
+    assert f"rank {pair.head.name}: dspark_api_key holds a line feed (\\n) at its end" in refused.stdout + refused.stderr
+    assert key not in refused.stdout + refused.stderr
+    assert "Take the pair's lock" not in refused.stdout, "a rank was touched before the key was refused"
+    assert {r.name: on_rank(r, ["docker", "ps", "-aq", "--no-trunc"]).stdout for r in pair.ranks} == before
     secrets = tmp_path / "secrets.yml"
     # a start-up slow enough (4 s of weight loading) for the readiness wait to show its phases
     secrets.write_text(f"dspark_api_key: {key}\ndspark_preflight_wrapper_path: {clean_tree}\n"
-                       "dspark_engine_extra_env: {DSPARK_SIM_STARTUP_DELAY_S: '4'}\n")
+                       f"dspark_engine_extra_env: {{DSPARK_SIM_STARTUP_DELAY_S: '4', MYSITE_TOKEN: {token}}}\n")
     secrets.chmod(0o600)
-    runs = tmp_path / "runs"
     with ProcessWatch(key) as watch:
-        first = dspark("provision", "--limit", pair.group, "-e", f"@{secrets}", "-v", artifacts=runs)
+        first = dspark("provision", "--limit", pair.group, "-e", f"@{secrets}", "-v", "--diff", artifacts=runs)
         assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-2000:]
         # The operator watches the cold start: each rank's phase with the time waited, then the
         # READY line, then the gate's verdict, all in dspark's own output.
@@ -296,30 +310,40 @@ def test_api_key_reaches_only_the_containers_environment(sim, clean_tree, tmp_pa
         assert phase and ready and verdict, out[-5000:]
         assert phase.start() < ready.start() < verdict.start()
         between = started(pair)
-        second = dspark("provision", "--limit", pair.group, "-e", f"@{secrets}", "-v", artifacts=runs)
+        second = dspark("provision", "--limit", pair.group, "-e", f"@{secrets}", "-v", "--diff", artifacts=runs)
         assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-2000:]
     assert started(pair) == between, "the converged re-run restarted an engine"
+    rendered = dspark("render", "--limit", pair.group, "-e", f"@{secrets}", "--json", artifacts=runs / "render")
+    assert rendered.returncode == 0, rendered.stderr[-3000:]
+    shown = {r["host"]: r["env"] for r in json.loads(rendered.stdout)}
+    assert shown[pair.head.name]["MYSITE_TOKEN"] == "<redacted>" and shown[pair.worker.name]["MYSITE_TOKEN"] == "<redacted>"
+    assert list(runs.rglob("render.json")), "dspark render wrote no render.json"
     assert watch.seen > 1000, watch.seen  # the watch did read the process table during the runs
     assert watch.hits == {}, f"the API key was on a command line: {watch.hits}"
-    run_dirs = sorted(p for p in runs.iterdir() if p.is_dir())
+    run_dirs = sorted(p for p in runs.iterdir() if p.is_dir() and p.name not in ("refused", "render"))
     assert len(run_dirs) == 2, run_dirs
     events = list(run_dirs[1].rglob("job_events/*.json"))
     assert any("The container under the engine's name is the collection's own" in e.read_text() for e in events), \
         "no probe of the running engine before the re-run's changes"
     for f in runs.rglob("*"):
         if f.is_file():
-            assert key not in f.read_text(errors="replace"), f"the API key is in the run record {f}"
-    assert key not in first.stdout + first.stderr + second.stdout + second.stderr
+            text = f.read_text(errors="replace")
+            assert key not in text, f"the API key is in the run record {f}"
+            assert token not in text, f"the secret-named extra variable is in the run record {f}"
+    for out in (refused, first, second, rendered):
+        assert key not in out.stdout + out.stderr and token not in out.stdout + out.stderr
     for r in pair.ranks:
         doc = json.loads(on_rank(r, ["docker", "container", "inspect", "dspark_vllm"]).stdout)[0]
-        assert key not in json.dumps([doc["Path"], doc["Args"]])
+        assert key not in json.dumps([doc["Path"], doc["Args"]]) and token not in json.dumps([doc["Path"], doc["Args"]])
         assert f"VLLM_API_KEY={key}" in doc["Config"]["Env"]
+        assert f"MYSITE_TOKEN={token}" in doc["Config"]["Env"]  # the engine does get it
         profile_files = on_rank(r, ["sh", "-c", "cat /etc/dspark/profiles/*"]).stdout
         assert key not in profile_files
+        assert f"MYSITE_TOKEN={token}\n" in profile_files  # the rank's root-only env file holds what the engine gets
     evidence = Path(site()["dspark_evidence_dir"])
     for f in evidence.rglob("*"):
         if f.is_file():
-            assert key not in f.read_text(errors="replace"), f
+            assert key not in f.read_text(errors="replace") and token not in f.read_text(errors="replace"), f
     assert gate(pair)["status"] == "PASS"
     url = f"http://{pair.head.mgmt_ip}:8888/v1/models"
     with pytest.raises(urllib.error.HTTPError) as denied:

@@ -582,3 +582,21 @@ def test_build_lists_profile_and_rank_violations_together(catalog, pin):
         _profile.build(catalog, "production", {"max_num_seqs": 8}, False, pin, 1, "", *RANK_IO[1][1:],
                        "nope", 25000, 8888, SERVED)
     assert items(info.value) == {"max_num_seqs", "fabric netdev (NCCL_SOCKET_IFNAME)", "head fabric address"}
+
+
+def test_a_secret_named_extra_value_is_a_placeholder_in_everything_build_returns(catalog):
+    """The result is registered, published as dspark_profile_result / dspark_profile_active, rendered and kept in
+    run records: a *_TOKEN of dspark_engine_extra_env is there as <redacted>, its name kept, the hash unchanged."""
+    token = "tok_mysite_4c1d8e2f9a7b3065"
+    out = _build(catalog, 0, extra_env={"DSPARK_SIM_STARTUP_DELAY_S": "4", "MYSITE_TOKEN": token, "DB_PASSWD": 123456})
+    assert token not in json.dumps(out) and "123456" not in json.dumps(out)
+    assert out["env"]["MYSITE_TOKEN"] == "<redacted>" and out["env"]["DB_PASSWD"] == "<redacted>"
+    assert out["env"]["DSPARK_SIM_STARTUP_DELAY_S"] == "4"
+    assert "MYSITE_TOKEN=<redacted>\n" in out["env_file"]
+    assert out["profile"]["extra_env"]["MYSITE_TOKEN"] == "<redacted>"
+    assert out["profile_sha256"] == _build(catalog, 0, extra_env={"MYSITE_TOKEN": "another"})["profile_sha256"]
+
+
+def test_a_secret_named_value_no_env_file_can_carry_is_refused_without_the_value(catalog):
+    err = refused(catalog, extra_env={"MYSITE_TOKEN": "tok_0123456789\n"})
+    assert "tok_0123456789" not in str(err) and "extra_env.MYSITE_TOKEN" in str(err)
