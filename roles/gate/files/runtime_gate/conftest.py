@@ -149,14 +149,26 @@ def make_runners(rg, config: dict) -> dict:
     return {rank: runner(rank) for rank in rg.RANKS}
 
 
+KEY_FOLDER_SUFFIX = ".dspark-gate"  # the private folder the gate role makes for the key (tempfile suffix)
+
+
 def read_api_key(path: str | None) -> str | None:
-    """The key in the file at ``path`` (one line), or None without a path or with an empty file."""
+    """The key in the file at ``path`` (one line), or None without a path or with an empty file. The file is
+    deleted as soon as it is read, and its private folder with it: the role's ``always`` cleanup does not run
+    when the operator presses Ctrl-C, and the key must not outlive the read."""
     if not path:
         return None
+    key_file = Path(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = key_file.read_text(encoding="utf-8")
     except OSError as exc:
         raise pytest.UsageError(f"cannot read the API key file {path} ({API_KEY_FILE_ENV}): {exc.strerror}") from None
+    try:
+        key_file.unlink()
+        if key_file.parent.name.endswith(KEY_FOLDER_SUFFIX):
+            key_file.parent.rmdir()
+    except OSError:  # the role removes it in its always: section as well
+        pass
     return text.strip() or None
 
 
