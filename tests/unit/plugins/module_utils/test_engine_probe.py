@@ -211,3 +211,15 @@ def test_liveness_that_is_refused_or_answered_with_an_error_is_failing_not_stall
     answered = ep.liveness_state(api, "m", 2)  # this fake API has no POST: HTTP 501
     assert answered == {"ok": False, "status": 501, "seconds": answered["seconds"],
                         "error": "a one-token completion answered HTTP 501", "stalled": False}
+
+
+def test_a_key_with_a_newline_is_named_never_printed_in_the_probe_liveness_and_busy_texts(api):
+    """http.client used to answer "Invalid header value b'Bearer KEY\\n'", and that text reached the probe's
+    error, the liveness error, the readiness failure and the busy refusal (which ran on the probe's result)."""
+    key = "sk-probe-0123456789abcdef\n"
+    state = ep.api_state(api, "m", 2, key)
+    live = ep.liveness_state(api, "m", 2, key)
+    busy = ep.busy_message({"container": {"running": True}, "api": state}, "sim01-head")
+    for text in (state["error"], state["metrics_error"], live["error"], busy):
+        assert "dspark_api_key holds a line feed" in text, text
+        assert "0123456789abcdef" not in text, text
