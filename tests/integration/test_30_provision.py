@@ -313,7 +313,8 @@ def test_api_key_reaches_only_the_containers_environment(sim, clean_tree, tmp_pa
         second = dspark("provision", "--limit", pair.group, "-e", f"@{secrets}", "-v", "--diff", artifacts=runs)
         assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-2000:]
     assert started(pair) == between, "the converged re-run restarted an engine"
-    rendered = dspark("render", "--limit", pair.group, "-e", f"@{secrets}", "--json", artifacts=runs / "render")
+    rendered = dspark("render", "--limit", pair.group, "--profile", "production", "-e", f"@{secrets}", "--json",
+                      artifacts=runs / "render")
     assert rendered.returncode == 0, rendered.stderr[-3000:]
     shown = {r["host"]: r["env"] for r in json.loads(rendered.stdout)}
     assert shown[pair.head.name]["MYSITE_TOKEN"] == "<redacted>" and shown[pair.worker.name]["MYSITE_TOKEN"] == "<redacted>"
