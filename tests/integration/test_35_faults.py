@@ -273,8 +273,9 @@ def test_a_head_whose_metrics_time_out_is_not_stopped_unless_forced(served, clea
         assert res.returncode != 0, res.stdout[-4000:]
         assert (f"rank {served.head.name}: cannot tell how many requests the head is serving (/metrics: took the "
                 "request but sent no answer within ") in text, text[-4000:]
-        assert ("the engine is stalled (hung) (timed out)); expected a readable vllm:num_requests_running of 0 before "
-                "stopping its engine") in text, text[-4000:]
+        assert ("the engine is stalled (hung) (timed out)): running unknown, waiting unknown; expected both readable "
+                "and 0 (vllm:num_requests_running, vllm:num_requests_waiting) before stopping its engine") in text, \
+            text[-4000:]
         assert engines(served) == before, "an engine was stopped although its load could not be read"
         assert not locked(served)
         # Forced (teardown shares the engine role's stop): the operator's word stops it, with a warning.
