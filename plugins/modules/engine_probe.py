@@ -45,7 +45,7 @@ options:
         reads C(vllm:num_requests_running) plus C(vllm:num_requests_waiting) 0 (requests in the model's
         batches and requests queued for one). A count that cannot be read (timeout, error, either
         gauge missing) is never taken for idle, nor is a container whose Docker engine cannot be read
-        (status C(unknown)): both fail, naming the rank and why.
+        (status C(unknown)); both fail, naming the rank and why.
     type: bool
     default: false
   force:
