@@ -74,8 +74,8 @@ class ActionModule(ActionBase):
             old_path = res.get("legacy_path") or args["legacy_path"]
             verdict = judge(old, this_host)
             if verdict != "stale":
-                result.update(res, failed=True, msg=lock.legacy_held_message(args["pair"], old_path, inventory_host, old,
-                                                                              this_host, verdict))
+                msg = lock.legacy_held_message(args["pair"], old_path, inventory_host, old, this_host, verdict)
+                result.update(res, failed=True, msg=msg)
                 return result
             warnings.append(lock.legacy_stale_message(args["pair"], old_path, inventory_host, old))
             module_args["legacy_stale_run_id"] = old["run_id"]
