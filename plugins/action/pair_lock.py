@@ -2,7 +2,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Take or release a pair's lock on its head: the controller adds who it is, the module on the head
 does the file work, and a lock held by another run is judged here - live, stale (its run's process
-on this control host is gone) or foreign (taken from another control host)."""
+on this control host is gone) or foreign (taken from another control host). A lock that a run of an
+earlier version holds where that version kept it (``legacy_path``) is judged the same way: a live or
+foreign holder refuses the run; a stale one is passed with a warning."""
 from __future__ import annotations
 
 import getpass
@@ -62,9 +64,32 @@ class ActionModule(ActionBase):
             result.update(failed=True, msg=exc.msg)
             return result
         module_args = {key: args[key] for key in ("pair", "state", "path", "run_id", "playbook", "wait")}
+        if args["state"] == "present":
+            module_args["legacy_path"] = args["legacy_path"]
         module_args["owner"] = controller_owner(args["run_id"], args.get("playbook"))
         res = self._lock(module_args, task_vars)
+        warnings: list[str] = []
+        old = res.get("legacy_holder") if not res.get("failed") and not res.get("acquired") else None
+        if old:  # a run of an earlier version holds the lock where that version keeps it
+            old_path = res.get("legacy_path") or args["legacy_path"]
+            verdict = judge(old, this_host)
+            if verdict != "stale":
+                msg = lock.legacy_held_message(args["pair"], old_path, inventory_host, old, this_host, verdict)
+                result.update(res, failed=True, msg=msg)
+                return result
+            warnings.append(lock.legacy_stale_message(args["pair"], old_path, inventory_host, old))
+            module_args["legacy_stale_run_id"] = old["run_id"]
+            res = self._lock(module_args, task_vars)
+            newer = res.get("legacy_holder") if not res.get("failed") and not res.get("acquired") else None
+            if newer and newer.get("run_id") != old["run_id"]:  # another old run took it meanwhile
+                result.update(res, failed=True, msg=lock.legacy_held_message(
+                    args["pair"], old_path, inventory_host, newer, this_host, judge(newer, this_host)))
+                return result
+        if res.get("legacy_note"):
+            warnings.append(f"pair {args['pair']}: on {inventory_host}, {res['legacy_note']}")
         result.update(res)
+        if warnings:
+            result["warnings"] = list(result.get("warnings") or []) + warnings
         if res.get("failed") or args["state"] != "present" or res.get("acquired"):
             return result
 
@@ -73,7 +98,10 @@ class ActionModule(ActionBase):
         verdict = judge(holder, this_host)
         if verdict == "stale" and args["break_stale"]:
             again = self._lock(dict(module_args, takeover_run_id=holder["run_id"]), task_vars)
+            said = list(result.get("warnings") or []) + list(again.get("warnings") or [])
             result.update(again)
+            if said:
+                result["warnings"] = said
             if again.get("failed"):
                 return result
             if not again.get("acquired"):  # another run took the freed lock first

@@ -95,11 +95,21 @@ def kv_cache_tokens(metrics: dict) -> int | None:
     return None
 
 
-def requests_running(metrics: dict) -> int | None:
-    samples = metrics.get("vllm:num_requests_running")
+def _gauge_sum(metrics: dict, name: str) -> int | None:
+    samples = metrics.get(name)
     if not samples:
         return None
     return int(sum(v for _unused, v in samples))
+
+
+def requests_running(metrics: dict) -> int | None:
+    """``vllm:num_requests_running`` (requests in the model's batches), summed over engines; None: absent."""
+    return _gauge_sum(metrics, "vllm:num_requests_running")
+
+
+def requests_waiting(metrics: dict) -> int | None:
+    """``vllm:num_requests_waiting`` (requests queued for a batch), summed over engines; None: absent."""
+    return _gauge_sum(metrics, "vllm:num_requests_waiting")
 
 
 def container_state(doc: dict | None) -> dict:
@@ -191,10 +201,13 @@ def api_state(base_url: str, model: str, timeout: float, api_key: str | None = N
     metrics = parse_metrics(text) if status == 200 and isinstance(text, str) else {}
     out["kv_cache_size_tokens"] = kv_cache_tokens(metrics)
     out["num_requests_running"] = requests_running(metrics)
+    out["num_requests_waiting"] = requests_waiting(metrics)
     if status != 200:
         out["metrics_error"] = f"/metrics: {err or f'HTTP {status}'}"
     elif out["num_requests_running"] is None:
         out["metrics_error"] = "/metrics has no vllm:num_requests_running"
+    elif out["num_requests_waiting"] is None:
+        out["metrics_error"] = "/metrics has no vllm:num_requests_waiting"
     else:
         out["metrics_error"] = None
     return out
@@ -227,7 +240,8 @@ def liveness_state(base_url: str, model: str, timeout: float, api_key: str | Non
 
 def _no_api(reason: str) -> dict:
     return {"ready": False, "status": None, "models": [], "max_model_len": None, "error": reason,
-            "kv_cache_size_tokens": None, "num_requests_running": None, "metrics_error": reason}
+            "kv_cache_size_tokens": None, "num_requests_running": None, "num_requests_waiting": None,
+            "metrics_error": reason}
 
 
 def probe(engine: Engine, container: str, base_url: str, model: str, log_lines: int = 20, timeout: float = 5.0,
@@ -261,20 +275,34 @@ def foreign_message(result: dict, rank: str, container: str) -> str | None:
 def busy_message(result: dict, rank: str) -> str | None:
     """Why a running head must not be stopped now, or None when it may be.
 
-    A head whose container does not run serves nothing. A running head may be stopped only when
-    its ``/metrics`` says no request is running: a head whose count cannot be read (a timeout, an
-    error, a missing metric) may be serving under load, and "unknown" is never taken for idle.
+    A head whose container does not run serves nothing; a head whose Docker engine cannot be read
+    (container status ``unknown``) is not known to be stopped, so it refuses. A running head may be
+    stopped only when its ``/metrics`` says no request is in flight: ``vllm:num_requests_running``
+    (in the model's batches) plus ``vllm:num_requests_waiting`` (queued for one) is 0. A head whose
+    counts cannot be read (a timeout, an error, either gauge missing - vLLM always exports both, so a
+    missing one is an answer we do not know) may be serving under load, and "unknown" is never taken
+    for idle.
     """
-    if not (result.get("container") or {}).get("running"):
+    container = result.get("container") or {}
+    if container.get("status") == "unknown":
+        why = container.get("error") or "no reason given"
+        return (f"rank {rank}: cannot tell whether the head's engine runs (its Docker engine cannot be read: {why}); "
+                f"expected a readable container state before stopping its engine. Check the rank's Docker engine, "
+                f"or set dspark_engine_force_replace=true to stop it anyway")
+    if not container.get("running"):
         return None
     api = result.get("api") or {}
-    running = api.get("num_requests_running")
-    if running is None:
-        why = api.get("metrics_error") or api.get("error") or "/metrics has no vllm:num_requests_running"
-        return (f"rank {rank}: cannot tell how many requests the head is serving ({why}); expected a readable "
-                f"vllm:num_requests_running of 0 before stopping its engine. Check the head's API, or set "
-                f"dspark_engine_force_replace=true to stop it anyway")
-    if running > 0:
-        return (f"rank {rank}: the head is serving {running} request(s), expected 0; stopping the engine would cut "
-                f"them off. Drain it, or set dspark_engine_force_replace=true")
+    running, waiting = api.get("num_requests_running"), api.get("num_requests_waiting")
+    if running is None or waiting is None:
+        missing = "vllm:num_requests_running" if running is None else "vllm:num_requests_waiting"
+        why = api.get("metrics_error") or api.get("error") or f"/metrics has no {missing}"
+        counts = ", ".join(f"{name} {'unknown' if n is None else n}"
+                           for name, n in (("running", running), ("waiting", waiting)))
+        return (f"rank {rank}: cannot tell how many requests the head is serving ({why}): {counts}; expected both "
+                f"readable and 0 (vllm:num_requests_running, vllm:num_requests_waiting) before stopping its engine. "
+                f"Check the head's API, or set dspark_engine_force_replace=true to stop it anyway")
+    if running + waiting > 0:
+        return (f"rank {rank}: the head has {running + waiting} request(s) in flight (running {running}, waiting "
+                f"{waiting}), expected 0; stopping the engine would cut them off. Drain it, or set "
+                f"dspark_engine_force_replace=true")
     return None

@@ -13,12 +13,24 @@ system calls it takes, so that reading the holder and acting on it cannot interl
 run's change. That flock is polled (``LOCK_NB``) until a deadline (``wait``): a process that holds it
 for ever fails the run, naming the folder, instead of blocking it for ever.
 
-The lock's folder sits in a world-writable place (``/run/lock``), so it is trusted only when it is a
-real directory (not a symlink) owned by this process's effective uid and writable by nobody else -
-otherwise another local user could hold its flock, or delete the lock file under a run. Folders
-this module creates are 0700; a root-owned 0755 folder left by earlier versions is accepted. The
-folder is checked with ``lstat``, opened with ``O_NOFOLLOW | O_DIRECTORY``, re-checked with
-``fstat`` (same inode), and every file operation after that is relative to that descriptor.
+The lock's folder (``/run/dspark/lock``) sits where only root can create it: ``/run`` is root's and
+0755. Earlier versions used ``/run/lock/dspark``, and ``/run/lock`` is world-writable (1777): any
+local user could make that folder before the first run and so block every provisioning of the pair
+(the folder is refused, as below - fail closed, but a denial of service). The folder is still
+trusted only when it is a real directory (not a symlink) owned by this process's effective uid and
+writable by nobody else - otherwise another user could hold its flock, or delete the lock file
+under a run (a ``dspark_lock_path`` set back to a world-writable place). Folders this module creates
+are 0700; a root-owned 0755 folder is accepted. The folder is checked with ``lstat``, opened with
+``O_NOFOLLOW | O_DIRECTORY``, re-checked with ``fstat`` (same inode), and every file operation after
+that is relative to that descriptor.
+
+Upgrades: a run of an earlier version may still hold the lock at the old location
+(``LEGACY_PATH``). Before taking the lock, the old location is read (never created, flocked or
+changed): a lock there held by another run is returned as ``legacy_holder`` without taking anything,
+and the controller judges it like any holder (a live or foreign one refuses the run; a stale one is
+passed with a warning, and left for the operator to remove). An old folder that no version would
+have used (owned by another user, writable by others, a symlink) holds no run's lock: it is ignored,
+with a ``legacy_note`` saying how to remove it, so a squatter there blocks nothing.
 
 The pair name and run id are checked against ``_pair.SAFE_NAME`` before anything touches the disk.
 """
@@ -38,7 +50,8 @@ from ansible_collections.gb10.dspark.plugins.module_utils._clock import utc_now
 from ansible_collections.gb10.dspark.plugins.module_utils._files import make_parents
 from ansible_collections.gb10.dspark.plugins.module_utils._pair import SAFE_NAME, SAFE_NAME_EXPECTED
 
-DEFAULT_PATH = "/run/lock/dspark/pair.lock"
+DEFAULT_PATH = "/run/dspark/lock/pair.lock"
+LEGACY_PATH = "/run/lock/dspark/pair.lock"  # before issue 30: /run/lock is world-writable
 FREE = "free"
 MAX_BYTES = 64 * 1024
 DEFAULT_WAIT = 30
@@ -56,11 +69,14 @@ ACTION_ARGUMENT_SPEC = {
     "playbook": {"type": "str"},
     "break_stale": {"type": "bool", "default": False},
     "wait": {"type": "int", "default": DEFAULT_WAIT},
+    # where earlier versions kept the lock; "" skips the check
+    "legacy_path": {"type": "str", "default": LEGACY_PATH},
 }
 # What the module on the head accepts: the above, plus what the action plugin fills in.
 ARGUMENT_SPEC = dict(
     ACTION_ARGUMENT_SPEC,
     path={"type": "path", "default": DEFAULT_PATH},
+    legacy_path={"type": "path", "default": LEGACY_PATH},
     owner={"type": "dict", "options": {
         "run_id": {"type": "str"},
         "control_host": {"type": "str"},
@@ -70,6 +86,7 @@ ARGUMENT_SPEC = dict(
         "user": {"type": "str"},
     }},
     takeover_run_id={"type": "str"},
+    legacy_stale_run_id={"type": "str"},
 )
 
 
@@ -246,6 +263,24 @@ def held_message(pair: str, path: str, inventory_host: str, holder: dict, this_h
         msg += (f" Its liveness cannot be checked from {this_host}; if no run is active on "
                 f"{holder.get('control_host') or '?'}, remove {path} on {inventory_host} by hand.")
     return msg
+
+
+LEGACY_WHERE = "(where earlier versions of gb10.dspark keep it)"
+
+
+def legacy_held_message(pair: str, path: str, inventory_host: str, holder: dict, this_host: str, state: str) -> str:
+    """A run of an earlier version holds the lock at the old location ``path``."""
+    msg = (f"pair {pair}: lock {path} {LEGACY_WHERE} on {inventory_host} is held by {describe(holder)}; expected a "
+           "free lock. A run of an earlier version is working on this pair; nothing was changed.")
+    if state == "foreign":
+        msg += (f" Its liveness cannot be checked from {this_host}; if no run is active on "
+                f"{holder.get('control_host') or '?'}, remove {path} on {inventory_host} by hand.")
+    return msg
+
+
+def legacy_stale_message(pair: str, path: str, inventory_host: str, holder: dict) -> str:
+    return (f"pair {pair}: the lock {path} {LEGACY_WHERE} on {inventory_host} is stale: held by {describe(holder)}, "
+            f"which is no longer running; it no longer blocks a run. Remove {path} on {inventory_host} by hand.")
 
 
 # --- the file operations on the head ------------------------------------------------------------
@@ -444,6 +479,43 @@ def _present(pair: str, path: str, record: dict, takeover_run_id: str | None, wa
                       "expected it to settle. Nothing was changed.")
 
 
+def legacy_holder(pair: str, legacy_path: str | None, path: str) -> tuple[dict | None, str | None]:
+    """(the record of a lock at the old location, a note when its folder was ignored); read only.
+
+    None, None when there is no old location to check (none given, or it is ``path`` itself) or
+    nothing there. A folder no version of this module would have used (see :func:`folder_message`)
+    is ignored, with a note: whoever made it holds no run's lock. A lock file in a folder that would
+    have been used but that holds no lock record fails (LockFailure), as an unreadable lock does."""
+    if not legacy_path:
+        return None, None
+    legacy_path = os.path.abspath(legacy_path)
+    if legacy_path == path:
+        return None, None
+    directory = os.path.dirname(legacy_path)
+    ignored = "no run of gb10.dspark used it, so it was ignored. Remove it: rm -rf " + directory
+    try:
+        seen = os.lstat(directory)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"the old lock folder {directory} cannot be read ({exc.strerror or exc}); it was ignored"
+    problem = folder_message(directory, seen, os.geteuid())
+    if problem:
+        return None, f"the old {problem.removesuffix('; remove it')}; {ignored}"
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None, f"the old lock folder {directory} changed while it was checked; {ignored}"
+    try:
+        opened = os.fstat(fd)
+        if (opened.st_dev, opened.st_ino) != (seen.st_dev, seen.st_ino) or folder_message(
+                directory, opened, os.geteuid()):
+            return None, f"the old lock folder {directory} changed while it was checked; {ignored}"
+        return _read(pair, legacy_path, fd), None
+    finally:
+        os.close(fd)
+
+
 def _absent(pair: str, path: str, run_id: str, wait: int, check_mode: bool) -> tuple[str, dict | None]:
     directory = os.path.dirname(path)
     with _folder(pair, directory) as dir_fd:
@@ -467,6 +539,9 @@ def run(params: dict, check_mode: bool = False, diff: bool = False, now: str | N
     takeover = params.get("takeover_run_id")
     if takeover is not None:
         check_name("takeover_run_id", takeover)
+    legacy_stale = params.get("legacy_stale_run_id")
+    if legacy_stale is not None:
+        check_name("legacy_stale_run_id", legacy_stale)
     wait = params.get("wait")
     wait = DEFAULT_WAIT if wait is None else wait
     if isinstance(wait, bool) or not isinstance(wait, int) or wait < 0:
@@ -481,6 +556,10 @@ def run(params: dict, check_mode: bool = False, diff: bool = False, now: str | N
             raise LockFailure(f"pair {pair}: no owner given; gb10.dspark.pair_lock runs through its action plugin, "
                               "which fills in the owner from the control host")
         record = make_record(pair, run_id, params.get("playbook"), owner, now or utc_now())
+        old, note = legacy_holder(pair, params.get("legacy_path"), path)
+        result.update(legacy_path=params.get("legacy_path") or None, legacy_holder=old, legacy_note=note)
+        if old is not None and old["run_id"] not in (run_id, legacy_stale):
+            return result  # held at the old location: the controller judges its holder
         step, holder = _present(pair, path, record, takeover, wait, check_mode)
         if step == "wrong_takeover":
             raise LockFailure(f"pair {pair}: lock {path} on this rank is held by {describe(holder)}, "

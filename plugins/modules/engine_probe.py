@@ -42,8 +42,10 @@ options:
   refuse_busy:
     description:
       - Fail unless the head may be stopped now - its container does not run, or its C(/metrics)
-        reads C(vllm:num_requests_running) 0. A count that cannot be read (timeout, error, missing
-        metric) is never taken for idle.
+        reads C(vllm:num_requests_running) plus C(vllm:num_requests_waiting) 0 (requests in the model's
+        batches and requests queued for one). A count that cannot be read (timeout, error, either
+        gauge missing) is never taken for idle, nor is a container whose Docker engine cannot be read
+        (status C(unknown)); both fail, naming the rank and why.
     type: bool
     default: false
   force:
@@ -92,8 +94,8 @@ probe:
       returned: always
     api:
       description: >-
-        ready, status, models, max_model_len, kv_cache_size_tokens, num_requests_running, error,
-        metrics_error (why the request count is unknown, else null).
+        ready, status, models, max_model_len, kv_cache_size_tokens, num_requests_running,
+        num_requests_waiting, error, metrics_error (why a request count is unknown, else null).
       type: dict
       returned: always
     ready:

@@ -27,7 +27,13 @@ description:
     hand after checking that no run is active.
   - The lock folder is trusted only when another local user cannot hold, replace or empty it (see I(path)),
     and its C(flock) is waited for at most I(wait) seconds, so a local user can neither block the task for
-    ever nor let two runs hold one pair's lock.
+    ever nor let two runs hold one pair's lock. Its default place, C(/run/dspark), only root can create, so
+    no local user can make the folder first and block every run.
+  - Before taking the lock, the place earlier versions used (I(legacy_path)) is read, never changed; a lock
+    there held by another run (a run of the previous version still going) is judged like a lock at I(path) -
+    a live or foreign holder fails the task, naming it and the old path; a stale one is passed with a
+    warning. An old folder that no version would have used (owned by another user, writable by others, a
+    symlink) holds no run's lock and is ignored with a warning saying how to remove it.
 extends_documentation_fragment:
   - gb10.dspark._attributes
   - gb10.dspark._attributes.action
@@ -52,6 +58,13 @@ options:
         directory (not a symlink) owned by the module's effective user and not writable by group or
         others (a root-owned 0755 folder from earlier versions is fine); otherwise the task fails, naming
         the owner and mode found, and changes nothing. Remove such a folder by hand.
+    type: path
+    default: /run/dspark/lock/pair.lock
+  legacy_path:
+    description:
+      - Where earlier versions kept the lock (C(/run/lock/dspark/pair.lock)), read before the lock is taken
+        so that a run of the previous version still going keeps the pair. Read only - nothing is created,
+        flocked or changed there. An empty string skips the check.
     type: path
     default: /run/lock/dspark/pair.lock
   run_id:
@@ -106,6 +119,12 @@ options:
     description:
       - Internal - set by the action plugin when it breaks a stale lock; a task cannot set it.
       - Replace the lock only when the run holding it is this one; otherwise fail naming the holder.
+    type: str
+  legacy_stale_run_id:
+    description:
+      - Internal - set by the action plugin when the lock at I(legacy_path) is held by a run it judged stale;
+        a task cannot set it.
+      - Take the lock at I(path) although the old location names this run.
     type: str
 attributes:
   check_mode:
@@ -189,6 +208,18 @@ broke_stale:
   description: The stale holder's record, when I(break_stale) took its lock over.
   returned: when a stale lock was taken over
   type: dict
+legacy_path:
+  description: The old lock location that was read (null when none was).
+  returned: C(state=present)
+  type: str
+legacy_holder:
+  description: The record of a lock at I(legacy_path) held by another run (null when there is none).
+  returned: C(state=present)
+  type: dict
+legacy_note:
+  description: Why the folder at I(legacy_path) was ignored (squatted, foreign, unreadable), else null.
+  returned: C(state=present)
+  type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule

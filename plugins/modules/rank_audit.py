@@ -274,12 +274,14 @@ audit:
     api:
       description:
         - "The head's API: C(ready) (C(/v1/models) lists I(model)), C(status) (HTTP status of C(/v1/models)),
-          C(models), C(max_model_len), C(kv_cache_size_tokens), C(num_requests_running), C(error)."
+          C(models), C(max_model_len), C(kv_cache_size_tokens), C(num_requests_running), C(num_requests_waiting),
+          C(error)."
         - Null when I(api=false).
       returned: success
       type: dict
       sample: {"ready": true, "status": 200, "models": ["deepseek-v4-flash-dspark"], "max_model_len": 327680,
-               "kv_cache_size_tokens": 1253213, "num_requests_running": 0, "error": null}
+               "kv_cache_size_tokens": 1253213, "num_requests_running": 0, "num_requests_waiting": 0,
+               "error": null}
       contains:
         ready:
           description: Whether C(/v1/models) answered and lists I(model).

@@ -39,7 +39,8 @@ def profiles(pair) -> dict:
     return out
 
 
-LOCK = "/run/lock/dspark/pair.lock"
+LOCK = "/run/dspark/lock/pair.lock"
+OLD_LOCK = "/run/lock/dspark/pair.lock"  # where earlier versions kept it: /run/lock is world-writable
 
 
 def locked(pair) -> bool:
@@ -273,8 +274,9 @@ def test_a_head_whose_metrics_time_out_is_not_stopped_unless_forced(served, clea
         assert res.returncode != 0, res.stdout[-4000:]
         assert (f"rank {served.head.name}: cannot tell how many requests the head is serving (/metrics: took the "
                 "request but sent no answer within ") in text, text[-4000:]
-        assert ("the engine is stalled (hung) (timed out)); expected a readable vllm:num_requests_running of 0 before "
-                "stopping its engine") in text, text[-4000:]
+        assert ("the engine is stalled (hung) (timed out)): running unknown, waiting unknown; expected both readable "
+                "and 0 (vllm:num_requests_running, vllm:num_requests_waiting) before stopping its engine") in text, \
+            text[-4000:]
         assert engines(served) == before, "an engine was stopped although its load could not be read"
         assert not locked(served)
         # Forced (teardown shares the engine role's stop): the operator's word stops it, with a warning.
@@ -304,7 +306,9 @@ def test_teardown_refuses_to_remove_a_folder_that_is_not_the_pinned_checkpoint(s
 
 @pytest.mark.fault("lock-folder-foreign")
 def test_a_lock_folder_taken_by_another_user_is_refused(served, clean_tree):
-    """A local user who owns /run/lock/dspark could delete a held lock: the run refuses the folder."""
+    """A user who owns the lock folder could delete a held lock: the run refuses the folder. (Only root can
+    make /run/dspark/lock; the folder is handed to another user here, as a careless root or a
+    dspark_lock_path pointed at a world-writable place would.)"""
     folder = os.path.dirname(LOCK)
     on_rank(served.head, ["sh", "-c", f"mkdir -p {folder} && chown 65534:65534 {folder} && chmod 0777 {folder}"])
     try:
@@ -317,6 +321,49 @@ def test_a_lock_folder_taken_by_another_user_is_refused(served, clean_tree):
         assert not locked(served)
     finally:
         on_rank(served.head, ["sh", "-c", f"chown 0:0 {folder} && chmod 0755 {folder}"], check=False)
+
+
+@pytest.mark.fault("lock-folder-squatted")
+def test_a_squatted_old_lock_folder_no_longer_blocks_provisioning(served, clean_tree):
+    """A local user made the old lock folder first (world-writable /run/lock), and even wrote a lock record
+    naming a live process into it: earlier versions refused every run; now the run goes on and says how
+    to remove the folder."""
+    folder = os.path.dirname(OLD_LOCK)
+    squat = {"pair": served.group.removeprefix("pair_"), "run_id": "squatter-1", "control_host": served.head.name,
+             "control_pid": 1, "control_pid_start": 1, "playbook": "x", "user": "nobody", "acquired": "2026-12-05T00:00:00Z"}
+    on_rank(served.head, ["sh", "-c", f"mkdir -p {folder} && cat > {OLD_LOCK} && chown -R 65534:65534 {folder} "
+                                      f"&& chmod 0777 {folder}"], input_text=json.dumps(squat))
+    try:
+        res = provision(served, clean_tree, check=False)
+        text = flat(res)
+        assert res.returncode == 0, res.stdout[-4000:]
+        assert (f"the old lock folder {folder}: owned by uid 65534 mode 0777, expected a directory owned by uid 0 and "
+                f"not writable by group or others; no run of gb10.dspark used it, so it was ignored. Remove it: rm -rf "
+                f"{folder}") in text, text[-4000:]
+        assert not locked(served), "the run left its lock behind"
+        assert json.loads(on_rank(served.head, ["cat", OLD_LOCK]).stdout) == squat, "the old place was written"
+    finally:
+        on_rank(served.head, ["rm", "-rf", folder], check=False)
+
+
+@pytest.mark.fault("lock-legacy-held")
+def test_a_run_of_the_previous_version_holding_the_old_lock_keeps_the_pair(served, clean_tree):
+    """Mid-upgrade: a run of the previous version (from another control node) holds the lock where that
+    version keeps it, in a folder root made: the new run is refused before anything changes, naming it."""
+    pair = served.group.removeprefix("pair_")
+    holder = {"pair": pair, "run_id": "20261204T000000Z-7", "control_host": "ops-laptop", "control_pid": 4242,
+              "control_pid_start": 1, "playbook": "Provision GB10 pairs", "user": "ops", "acquired": "2026-12-04T00:00:00Z"}
+    folder = os.path.dirname(OLD_LOCK)
+    on_rank(served.head, ["sh", "-c", f"mkdir -p -m 0755 {folder} && cat > {OLD_LOCK}"], input_text=json.dumps(holder))
+    try:
+        refused(served, clean_tree, expect=[
+            f"pair {pair}: lock {OLD_LOCK} (where earlier versions of gb10.dspark keep it) on {served.head.name} is held "
+            f"by run 20261204T000000Z-7 (pid 4242 on ops-laptop, Provision GB10 pairs, since 2026-12-04T00:00:00Z); "
+            "expected a free lock. A run of an earlier version is working on this pair; nothing was changed.",
+            f"if no run is active on ops-laptop, remove {OLD_LOCK} on {served.head.name} by hand."])
+        assert json.loads(on_rank(served.head, ["cat", OLD_LOCK]).stdout) == holder, "the old run's lock was touched"
+    finally:
+        on_rank(served.head, ["rm", "-rf", folder], check=False)
 
 
 @pytest.mark.fault("container-least-privilege")

@@ -104,7 +104,7 @@ def test_a_request_in_flight_blocks_a_replace(real, note):
         busy = _poll_running(real, 1, 30)
         assert busy["num_requests_running"] == 1
         message = P.busy_message({"container": {"running": True}, "api": busy}, "head")
-        assert message is not None and "serving 1 request(s), expected 0" in message
+        assert message is not None and "(running 1, waiting " in message and "expected 0" in message
     finally:
         stop.set()
         thread.join(60)

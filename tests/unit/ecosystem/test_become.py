@@ -1,6 +1,6 @@
 """Ranks are reached as an unprivileged user and the collection asks for root where it needs it:
 every play that works on a rank says ``become: true`` (the Docker socket, /etc/dspark,
-/var/lib/dspark and the pair's lock under /run/lock/dspark are root's), and every task that runs on
+/var/lib/dspark and the pair's lock under /run/dspark are root's), and every task that runs on
 the control node says ``become: false`` (itself or through its block), so an operator's own
 account on the control node is never asked for sudo. Read from the YAML, as Ansible would."""
 from __future__ import annotations

@@ -2,6 +2,7 @@
 fail naming a live or foreign holder, fail on a stale one unless told to break it, then take it over."""
 from __future__ import annotations
 
+import json
 import os
 import socket
 
@@ -43,7 +44,7 @@ def make_action(args, module_results, check_mode=False):
     return plugin
 
 
-ARGS = {"pair": "spark-a", "run_id": "run-new", "playbook": "provision", "path": "/run/lock/dspark/pair.lock"}
+ARGS = {"pair": "spark-a", "run_id": "run-new", "playbook": "provision", "path": "/run/dspark/lock/pair.lock"}
 TASK_VARS = {"inventory_hostname": "head-a"}
 
 
@@ -72,7 +73,7 @@ def test_stale_holder_without_break_fails_and_calls_the_module_once():
     res = plugin.run(task_vars=TASK_VARS)
     assert res["failed"] is True and len(plugin.calls) == 1
     assert res["msg"] == (
-        f"pair spark-a: lock /run/lock/dspark/pair.lock on head-a is stale: held by run run-old "
+        f"pair spark-a: lock /run/dspark/lock/pair.lock on head-a is stale: held by run run-old "
         f"(pid {old['control_pid']} on {HOST}, provision, since {NOW}), which is no longer running; "
         "expected a free lock. Nothing was changed. Re-run with dspark_lock_break_stale=true to take it over.")
 
@@ -122,7 +123,7 @@ def test_live_holder_fails_naming_its_run_even_with_break():
     res = plugin.run(task_vars=TASK_VARS)
     assert res["failed"] is True and len(plugin.calls) == 1
     assert res["msg"] == (
-        f"pair spark-a: lock /run/lock/dspark/pair.lock on head-a is held by run run-old (pid {me} on {HOST}, "
+        f"pair spark-a: lock /run/dspark/lock/pair.lock on head-a is held by run run-old (pid {me} on {HOST}, "
         f"provision, since {NOW}); expected a free lock. Another run is working on this pair; nothing was changed.")
 
 
@@ -208,3 +209,84 @@ def test_bad_names_fail_on_the_controller_before_the_module_runs(option, value):
         assert res["failed"] is True and plugin.calls == []
         assert res["msg"] == (f"option {option} is {value!r}, expected 1 to 64 letters, digits, '.', '_' or '-', "
                               "starting with a letter or digit")
+
+
+# --- the old lock location (issue 30): a run of the previous version still going keeps the pair -------
+
+LEGACY = "/run/lock/dspark/pair.lock"
+
+
+def legacy_held(h):
+    return {"changed": False, "acquired": False, "released": False, "holder": None, "path": ARGS["path"],
+            "legacy_path": LEGACY, "legacy_holder": h, "legacy_note": None}
+
+
+def test_the_old_location_is_passed_to_the_module_by_default():
+    plugin = make_action(ARGS, [{"changed": True, "acquired": True, "released": False, "holder": {}}])
+    plugin.run(task_vars=TASK_VARS)
+    assert plugin.calls[0][1]["legacy_path"] == LEGACY == pl.LEGACY_PATH
+    assert "legacy_stale_run_id" not in plugin.calls[0][1]
+
+
+def test_a_live_run_holding_the_old_lock_refuses_even_with_break_stale():
+    me = os.getpid()
+    old = holder(pid=me, start=pl.pid_start(me))
+    plugin = make_action(dict(ARGS, break_stale=True), [legacy_held(old)])
+    res = plugin.run(task_vars=TASK_VARS)
+    assert res["failed"] is True and len(plugin.calls) == 1
+    assert res["msg"] == (
+        f"pair spark-a: lock {LEGACY} (where earlier versions of gb10.dspark keep it) on head-a is held by run "
+        f"run-old (pid {me} on {HOST}, provision, since {NOW}); expected a free lock. A run of an earlier version is "
+        "working on this pair; nothing was changed.")
+
+
+def test_a_foreign_run_holding_the_old_lock_refuses_and_says_how_to_clear_it():
+    res = make_action(ARGS, [legacy_held(holder(host="ops-laptop", pid=4242))]).run(task_vars=TASK_VARS)
+    assert res["failed"] is True
+    assert res["msg"].startswith(f"pair spark-a: lock {LEGACY} (where earlier versions of gb10.dspark keep it) on "
+                                 "head-a is held by run run-old (pid 4242 on ops-laptop")
+    assert res["msg"].endswith(f"if no run is active on ops-laptop, remove {LEGACY} on head-a by hand.")
+
+
+def test_a_stale_old_lock_is_passed_with_a_warning_and_left_in_place():
+    old = holder(pid=dead_pid())
+    plugin = make_action(ARGS, [legacy_held(old), dict(legacy_held(old), changed=True, acquired=True,
+                                                       holder={"run_id": "run-new"})])
+    res = plugin.run(task_vars=TASK_VARS)
+    assert res.get("failed") is not True and res["acquired"] is True
+    assert plugin.calls[1][1]["legacy_stale_run_id"] == "run-old"
+    assert res["warnings"] == [
+        f"pair spark-a: the lock {LEGACY} (where earlier versions of gb10.dspark keep it) on head-a is stale: held by "
+        f"run run-old (pid {old['control_pid']} on {HOST}, provision, since {NOW}), which is no longer running; it "
+        f"no longer blocks a run. Remove {LEGACY} on head-a by hand."]
+
+
+def test_a_squatted_old_folder_is_a_warning_not_a_refusal():
+    note = "the old lock folder /run/lock/dspark: owned by uid 1000 mode 0777, ...; Remove it: rm -rf /run/lock/dspark"
+    plugin = make_action(ARGS, [dict(legacy_held(None), changed=True, acquired=True, holder={"run_id": "run-new"},
+                                     legacy_note=note)])
+    res = plugin.run(task_vars=TASK_VARS)
+    assert res.get("failed") is not True and res["acquired"] is True
+    assert res["warnings"] == [f"pair spark-a: on head-a, {note}"]
+
+
+def test_a_run_refused_by_a_squatter_at_the_old_location_no_more(tmp_path):
+    """Over the real module logic, as root: a local user's /run/lock/dspark (with a lock record naming a
+    live process) blocks nothing, and the run takes the lock at its own path."""
+    legacy = tmp_path / "run-lock" / "dspark" / "pair.lock"
+    legacy.parent.mkdir(parents=True)
+    me = os.getpid()
+    legacy.write_text(json.dumps(holder(run_id="squat", pid=me, start=pl.pid_start(me))))
+    os.chown(legacy.parent, 12345, 12345)
+    path = str(tmp_path / "dspark" / "lock" / "pair.lock")
+    plugin = make_action(dict(ARGS, path=path, legacy_path=str(legacy)), [])
+
+    def execute(module_name, module_args, task_vars):
+        plugin.calls.append((module_name, module_args))
+        return pl.run(dict(module_args))
+
+    plugin._execute_module = execute
+    res = plugin.run(task_vars=TASK_VARS)
+    assert res.get("failed") is not True and res["acquired"] is True, res
+    assert pl.read_holder(path)["run_id"] == "run-new"
+    assert "owned by uid 12345" in res["warnings"][0]

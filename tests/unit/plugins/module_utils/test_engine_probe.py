@@ -13,6 +13,9 @@ from ansible_collections.gb10.dspark.plugins.module_utils._docker_engine import 
 METRICS = """# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge
 vllm:num_requests_running{engine="0",model_name="deepseek-v4-flash-dspark"} 2.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="deepseek-v4-flash-dspark"} 0.0
 vllm:cache_config_info{block_size="256",kv_cache_size_tokens="1253231",num_gpu_blocks="4895"} 1.0
 vllm:kv_cache_size_tokens{engine="0"} 1253231.0
 """
@@ -38,6 +41,8 @@ def test_container_state_fields():
 
 
 class _Api(BaseHTTPRequestHandler):
+    metrics = METRICS
+
     def log_message(self, *a):
         pass
 
@@ -45,7 +50,7 @@ class _Api(BaseHTTPRequestHandler):
         if self.path == "/v1/models":
             body = json.dumps({"data": [{"id": "m", "max_model_len": 327680}]}).encode()
         elif self.path == "/metrics":
-            body = METRICS.encode()
+            body = self.metrics.encode()
         else:
             self.send_response(404)
             self.end_headers()
@@ -137,14 +142,17 @@ def test_a_metrics_timeout_is_unknown_load_never_idle(stalled_api):
     assert "timed out" in out["api"]["metrics_error"]
     msg = ep.busy_message(out, "sim01-head")
     assert msg is not None and msg.startswith("rank sim01-head: cannot tell how many requests the head is serving")
-    assert "/metrics: took the request but sent no answer within 0.5 s: the engine is stalled (hung) (timed out)" in msg
+    assert ("/metrics: took the request but sent no answer within 0.5 s: the engine is stalled (hung) (timed out)): "
+            "running unknown, waiting unknown; expected both readable and 0") in msg
     assert "dspark_engine_force_replace=true" in msg
 
 
 def test_busy_message_refuses_running_requests_and_missing_metrics(api):
     out = ep.probe(FakeDocker(RUNNING), "dspark_vllm", api, "m")
-    assert ep.busy_message(out, "h") == ("rank h: the head is serving 2 request(s), expected 0; stopping the engine "
-                                         "would cut them off. Drain it, or set dspark_engine_force_replace=true")
+    assert out["api"]["num_requests_waiting"] == 0 and out["api"]["metrics_error"] is None
+    assert ep.busy_message(out, "h") == ("rank h: the head has 2 request(s) in flight (running 2, waiting 0), expected "
+                                         "0; stopping the engine would cut them off. Drain it, or set "
+                                         "dspark_engine_force_replace=true")
     out["api"].update(num_requests_running=None, metrics_error="/metrics has no vllm:num_requests_running")
     assert "(/metrics has no vllm:num_requests_running)" in ep.busy_message(out, "h")
     out["api"].update(num_requests_running=0, metrics_error=None)
@@ -223,3 +231,63 @@ def test_a_key_with_a_newline_is_named_never_printed_in_the_probe_liveness_and_b
     for text in (state["error"], state["metrics_error"], live["error"], busy):
         assert "dspark_api_key holds a line feed" in text, text
         assert "0123456789abcdef" not in text, text
+
+
+# --- the busy check: unknown is never idle; busy is running plus waiting ---------------------------
+
+def _head(running=0, waiting=0, **api) -> dict:
+    return {"container": {"exists": True, "running": True, "status": "running"},
+            "api": {"num_requests_running": running, "num_requests_waiting": waiting, "metrics_error": None, **api}}
+
+
+def test_a_head_whose_docker_engine_cannot_be_read_is_not_taken_for_stopped():
+    """rank_state says status unknown (running False) when the rank's Docker engine cannot be read: the
+    head may well be serving, so the busy check refuses, naming the rank and why."""
+    out = ep.probe(FakeDocker(None, err="cannot reach the Docker engine at unix:///run/docker.sock: refused"),
+                   "dspark_vllm", "http://127.0.0.1:9", "m")
+    assert out["container"]["status"] == "unknown"
+    assert ep.busy_message(out, "sim01-head") == (
+        "rank sim01-head: cannot tell whether the head's engine runs (its Docker engine cannot be read: cannot "
+        "reach the Docker engine at unix:///run/docker.sock: refused); expected a readable container state before "
+        "stopping its engine. Check the rank's Docker engine, or set dspark_engine_force_replace=true to stop it "
+        "anyway")
+
+
+def test_requests_waiting_make_a_head_busy():
+    assert ep.busy_message(_head(running=0, waiting=3), "h") == (
+        "rank h: the head has 3 request(s) in flight (running 0, waiting 3), expected 0; stopping the engine would "
+        "cut them off. Drain it, or set dspark_engine_force_replace=true")
+    assert ep.busy_message(_head(running=2, waiting=1), "h").startswith(
+        "rank h: the head has 3 request(s) in flight (running 2, waiting 1), expected 0;")
+    assert ep.busy_message(_head(running=0, waiting=0), "h") is None
+
+
+class _NoWaiting(_Api):
+    metrics = "\n".join(line for line in METRICS.splitlines() if "num_requests_waiting" not in line) + "\n"
+
+
+@pytest.fixture
+def no_waiting_api():
+    yield from _serve(_NoWaiting)
+
+
+def test_a_missing_waiting_count_is_unknown_not_idle(no_waiting_api):
+    """vLLM always exports both gauges: /metrics with running but no waiting is not a vLLM we know (or a
+    cut answer), so the load is unknown and the head is not stopped."""
+    out = ep.probe(FakeDocker(RUNNING), "dspark_vllm", no_waiting_api, "m")
+    assert out["api"]["num_requests_running"] == 2 and out["api"]["num_requests_waiting"] is None
+    assert out["api"]["metrics_error"] == "/metrics has no vllm:num_requests_waiting"
+    assert ep.busy_message(_head(running=0, waiting=None, metrics_error="/metrics has no vllm:num_requests_waiting"),
+                           "h") == (
+        "rank h: cannot tell how many requests the head is serving (/metrics has no vllm:num_requests_waiting): "
+        "running 0, waiting unknown; expected both readable and 0 (vllm:num_requests_running, "
+        "vllm:num_requests_waiting) before stopping its engine. Check the head's API, or set "
+        "dspark_engine_force_replace=true to stop it anyway")
+
+
+def test_requests_waiting_is_read_from_metrics_as_vllm_exports_it():
+    text = METRICS.replace('model_name="deepseek-v4-flash-dspark"} 0.0', 'model_name="deepseek-v4-flash-dspark"} 4.0')
+    text += 'vllm:num_requests_waiting_by_reason{engine="0",reason="capacity"} 9.0\n'
+    m = ep.parse_metrics(text)
+    assert ep.requests_waiting(m) == 4 and ep.requests_running(m) == 2
+    assert ep.requests_waiting(ep.parse_metrics(_NoWaiting.metrics)) is None

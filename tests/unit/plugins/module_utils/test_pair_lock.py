@@ -529,3 +529,92 @@ def test_negative_wait_is_refused(lock_path):
     with pytest.raises(LockFailure, match="option wait is -1, expected 0 or more seconds"):
         run(dict(params(lock_path), wait=-1), now=NOW)
     assert not lock_path.parent.exists()
+
+
+# --- the lock lives where only root can make its folder; the old location (issue 30) ---------------
+
+def test_the_default_lock_folder_sits_where_no_local_user_can_create_it_first():
+    """/run/lock is world-writable (1777): any local user could mkdir /run/lock/dspark before the first
+    run and block provisioning. The default's every existing ancestor must be writable by its owner only."""
+    assert pl.DEFAULT_PATH == "/run/dspark/lock/pair.lock"
+    folder = os.path.dirname(pl.DEFAULT_PATH)
+    while folder != "/":
+        folder = os.path.dirname(folder)
+        if os.path.isdir(folder):
+            st = os.stat(folder)
+            assert st.st_uid == 0 and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH), (folder, oct(st.st_mode))
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    assert defaults["dspark_lock_path"] == pl.DEFAULT_PATH
+    spec = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    assert {entry["options"]["dspark_lock_path"]["default"] for entry in spec.values()} == {pl.DEFAULT_PATH}
+    doc = yaml.safe_load(pair_lock_module.DOCUMENTATION)["options"]
+    assert doc["path"]["default"] == pl.DEFAULT_PATH and doc["legacy_path"]["default"] == pl.LEGACY_PATH
+    assert pl.LEGACY_PATH == "/run/lock/dspark/pair.lock"
+
+
+@pytest.fixture(name="legacy")
+def _legacy(tmp_path):
+    """Where an earlier version kept the lock (its folder as earlier versions made it: root's, 0755)."""
+    return tmp_path / "run-lock" / "dspark" / "pair.lock"
+
+
+def old_run_holds(legacy, run_id="run-old", folder_uid=EUID, folder_mode=0o755):
+    legacy.parent.mkdir(parents=True, exist_ok=True)
+    legacy.write_text(json.dumps({"pair": "spark-a", "run_id": run_id, "control_host": "ctl", "control_pid": 99,
+                                  "control_pid_start": 1, "playbook": "provision", "user": "ops", "acquired": NOW}))
+    os.chmod(legacy.parent, folder_mode)
+    os.chown(legacy.parent, folder_uid, folder_uid)
+
+
+def test_a_lock_held_at_the_old_location_stops_the_new_run_before_it_takes_its_own(lock_path, legacy):
+    """A run of the previous version still going holds /run/lock/dspark/pair.lock: the module reports its
+    holder (the action plugin judges it) and takes nothing, in check mode too."""
+    old_run_holds(legacy)
+    for check_mode in (False, True):
+        res = run(dict(params(lock_path), legacy_path=str(legacy)), check_mode=check_mode, now=NOW)
+        assert res["acquired"] is False and res["changed"] is False and res["holder"] is None
+        assert res["legacy_holder"]["run_id"] == "run-old" and res["legacy_path"] == str(legacy)
+        assert not lock_path.exists()
+    assert json.loads(legacy.read_text())["run_id"] == "run-old"  # never touched
+
+
+def test_a_stale_old_lock_named_by_the_controller_or_this_runs_own_is_passed(lock_path, legacy):
+    old_run_holds(legacy)
+    res = run(dict(params(lock_path), legacy_path=str(legacy), legacy_stale_run_id="run-old"), now=NOW)
+    assert res["acquired"] is True and res["legacy_holder"]["run_id"] == "run-old"
+    assert on_disk(lock_path)["run_id"] == "run-a" and legacy.exists()  # the old file is left for the operator
+    run(params(lock_path, state="absent"))
+    other = run(dict(params(lock_path), legacy_path=str(legacy), legacy_stale_run_id="run-other"), now=NOW)
+    assert other["acquired"] is False  # another stale run id does not pass this holder
+
+
+def test_a_squatted_old_lock_folder_blocks_nothing(lock_path, legacy):
+    """A local user made /run/lock/dspark first (and even wrote a lock record in it): no version of the
+    collection would have used that folder, so it holds no run's lock; the run goes on and says so."""
+    for mode in (0o755, 0o777, 0o1777):
+        old_run_holds(legacy, run_id="run-squatter", folder_uid=12345, folder_mode=mode)
+        res = run(dict(params(lock_path), legacy_path=str(legacy)), now=NOW)
+        assert res["acquired"] is True and res["legacy_holder"] is None
+        assert res["legacy_note"] == (
+            f"the old lock folder {legacy.parent}: owned by uid 12345 mode {mode:04o}, expected a directory owned by "
+            f"uid {EUID} and not writable by group or others; no run of gb10.dspark used it, so it was ignored. "
+            f"Remove it: rm -rf {legacy.parent}")
+        run(params(lock_path, state="absent"))
+
+
+def test_no_old_lock_folder_or_the_same_path_is_no_legacy_check(lock_path, legacy):
+    res = run(dict(params(lock_path), legacy_path=str(legacy)), now=NOW)
+    assert res["acquired"] is True and res["legacy_holder"] is None and res["legacy_note"] is None
+    assert not legacy.parent.exists()  # nothing is made at the old location
+    run(params(lock_path, state="absent"))
+    again = run(dict(params(lock_path), legacy_path=str(lock_path)), now=NOW)  # configured to the old path
+    assert again["acquired"] is True and again["legacy_holder"] is None
+
+
+def test_an_unreadable_lock_in_a_trusted_old_folder_is_refused(lock_path, legacy):
+    """Only root could have put it there: fail closed, naming the old path, as an unreadable lock is."""
+    legacy.parent.mkdir(parents=True)
+    legacy.write_text("not json")
+    with pytest.raises(LockFailure, match=rf"^pair spark-a: lock {legacy} on this rank is unreadable \(not JSON"):
+        run(dict(params(lock_path), legacy_path=str(legacy)), now=NOW)
+    assert not lock_path.exists()
