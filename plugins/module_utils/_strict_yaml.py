@@ -28,7 +28,7 @@ import yaml
 from ansible_collections.gb10.dspark.plugins.module_utils._strict_json import StrictJSONError
 from ansible_collections.gb10.dspark.plugins.module_utils._strict_json import loads as strict_json_loads
 
-__all__ = ["DuplicateKeyError", "Opaque", "StrictLoader", "StrictYAMLError", "loads"]
+__all__ = ["DuplicateKeyError", "Opaque", "StrictLoader", "StrictYAMLError", "loads", "top_level_lines"]
 
 _MERGE = "tag:yaml.org,2002:merge"
 
@@ -135,3 +135,19 @@ def loads(text: str, source: str = "") -> object:
         raise StrictYAMLError(f"{source or '<text>'}: nested too deeply", source) from None
     finally:
         loader.dispose()
+
+
+def top_level_lines(text: str) -> dict[str, int]:
+    """The line (1-based) of each top-level string key of a mapping document; empty when the text
+    is not one (read it with :func:`loads` first for the errors)."""
+    loader = StrictLoader(text)
+    try:
+        node = loader.get_single_node()
+    except (yaml.YAMLError, RecursionError):
+        return {}
+    finally:
+        loader.dispose()
+    if not isinstance(node, yaml.MappingNode):
+        return {}
+    return {key.value: key.start_mark.line + 1 for key, _value in node.value
+            if isinstance(key, yaml.ScalarNode) and key.tag == "tag:yaml.org,2002:str"}

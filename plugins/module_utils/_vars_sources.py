@@ -15,6 +15,10 @@ are such vars files, so the check reads the sources again, with the collection's
 * the ``-e @FILE`` files and the inline ``-e '{...}'`` items of the command line;
 * the files the task names (``files``).
 
+A variable of :data:`SINGLE_SOURCE` (the pin) set by two files of one ``group_vars/<name>/`` folder
+(or ``host_vars``) is refused too: Ansible reads them in name order and the last wins, silently.
+Other variables may repeat across files (a site's ``connection.yml`` next to its ``site.yml``).
+
 This module holds the discovery and the verdict; the action plugin only hands it Ansible's
 loader functions, so the same rules are unit-tested without Ansible's runtime.
 """
@@ -28,20 +32,27 @@ from ansible_collections.gb10.dspark.plugins.module_utils._strict_yaml import (
     DuplicateKeyError,
     StrictYAMLError,
     loads,
+    top_level_lines,
 )
 
 VARS_DIRS = ("group_vars", "host_vars")
 DATA_EXTENSIONS = (".yml", ".yaml", ".json")
 RANK = "control node"
+# Variables that one file only may set among the files Ansible reads at one precedence (the files of
+# one group_vars/<name>/ or host_vars/<name>/ folder): two release pins side by side would have the
+# one read last (by name) win without a word.
+SINGLE_SOURCE = ("dspark_pin",)
 
 
 @dataclass(frozen=True)
 class Source:
-    """One place variables come from: ``name`` (a path, or ``-e item N``) and the file to read, if any."""
+    """One place variables come from: ``name`` (a path, or ``-e item N``) and the file to read, if any;
+    ``level`` names the files read at one precedence (``<folder>/group_vars/<name>``), if it is one of them."""
 
     name: str
     path: str | None = None
     text: str | None = None
+    level: str | None = None
 
 
 @dataclass(frozen=True)
@@ -92,10 +103,11 @@ def inventory_files(inventory_sources: Iterable[str]) -> list[str]:
 
 
 def vars_files(dirs: Iterable[str], entities: Iterable[str],
-               find: Callable[[str, str], list[str]]) -> list[str]:
-    """The ``group_vars``/``host_vars`` files of ``entities`` under each of ``dirs``; ``find`` is
-    Ansible's ``DataLoader.find_vars_files`` (a file ``<name>[.yml|.yaml|.json]`` or a folder ``<name>/``)."""
-    found: list[str] = []
+               find: Callable[[str, str], list[str]]) -> list[tuple[str, str]]:
+    """The ``group_vars``/``host_vars`` files of ``entities`` under each of ``dirs``, each with its
+    precedence level (``<dir>/group_vars/<name>``); ``find`` is Ansible's ``DataLoader.find_vars_files``
+    (a file ``<name>[.yml|.yaml|.json]`` or a folder ``<name>/``)."""
+    found: list[tuple[str, str]] = []
     names = list(dict.fromkeys(entities))
     for base in dirs:
         for sub in VARS_DIRS:
@@ -103,7 +115,7 @@ def vars_files(dirs: Iterable[str], entities: Iterable[str],
             if not os.path.isdir(folder):
                 continue
             for name in names:
-                found.extend(os.path.realpath(p) for p in find(folder, name))
+                found.extend((os.path.realpath(p), os.path.join(folder, name)) for p in find(folder, name))
     return found
 
 
@@ -127,10 +139,11 @@ def sources(inventory_sources: Iterable[str], playbook_dir: str | None, entities
     """Every source of the play's variables, each file once, in the order listed in the module docs;
     ``files`` (relative to ``cwd``) are read as well."""
     inventory_sources = list(inventory_sources or ())
-    paths = [*vars_files(basedirs(inventory_sources, playbook_dir), entities, find),
-             *inventory_files(inventory_sources),
-             *(os.path.realpath(os.path.join(cwd, f)) for f in files)]
-    out = [Source(p, path=p) for p in dict.fromkeys(paths)]
+    levels: dict[str, str] = {}
+    for path, level in vars_files(basedirs(inventory_sources, playbook_dir), entities, find):
+        levels.setdefault(path, level)
+    paths = [*levels, *inventory_files(inventory_sources), *(os.path.realpath(os.path.join(cwd, f)) for f in files)]
+    out = [Source(p, path=p, level=levels.get(p)) for p in dict.fromkeys(paths)]
     seen = set(paths)
     for source in extra_vars(extra, cwd):
         if source.path is None or source.path not in seen:
@@ -143,6 +156,7 @@ def check(found: Iterable[Source], read: Callable[[str], str]) -> list[Problem]:
     """Read every source strictly; ``read`` gives a file's text (Ansible's loader: decrypts a vaulted
     file). Every problem is listed; a value is never part of a message."""
     problems: list[Problem] = []
+    setters: dict[tuple[str, str], tuple[str, int | None]] = {}
     for source in found:
         try:
             text = source.text if source.path is None else read(source.path)
@@ -151,11 +165,28 @@ def check(found: Iterable[Source], read: Callable[[str], str]) -> list[Problem]:
                                                  "refused, a fail-closed input must be read"))
             continue
         try:
-            loads(text or "", source.name)
+            data = loads(text or "", source.name)
         except DuplicateKeyError as exc:
             problems.append(Problem(source.name, str(exc), exc.key, exc.first_line, exc.second_line))
+            continue
         except StrictYAMLError as exc:
             problems.append(Problem(source.name, str(exc)))
+            continue
+        if source.level is None or not isinstance(data, dict):
+            continue
+        lines = top_level_lines(text or "")
+        for key in SINGLE_SOURCE:
+            if key not in data:
+                continue
+            line = lines.get(key)
+            if (source.level, key) not in setters:
+                setters[(source.level, key)] = (source.name, line)
+                continue
+            first, first_line = setters[(source.level, key)]
+            problems.append(Problem(source.name, (
+                f"{source.name}: {key} (line {line}) is also set by {first} (line {first_line}), a file Ansible "
+                f"reads at the same precedence ({source.level}); refused, because the one read last would "
+                f"silently win: keep one {key} there"), key, first_line, line))
     return problems
 
 

@@ -20,6 +20,10 @@ description:
     every play host), the inventory sources that are YAML or JSON files, and the C(-e @FILE) files and inline
     C(-e '{...}') mappings of the command line, and the O(files) given. A vault-encrypted file is decrypted
     with the run's vault secrets.
+  - The pin (C(dspark_pin)) set by two files Ansible reads at the same precedence (two files of one
+    C(group_vars/<name>/) or C(host_vars/<name>/) folder, for example the pins of two releases side by side) fails
+    the task too, naming both files and lines - Ansible would keep the one whose name sorts last. A pin set at
+    another precedence (a pair group's own) overrides as usual; other variables may be set by several files.
   - A mapping key given twice at any depth (including the same value twice; merge keys C(<<) override on
     purpose and are not duplicates) fails the task, naming every such file, the key and the lines of both
     occurrences, never a value. A source that cannot be read or parsed fails it too.

@@ -122,3 +122,11 @@ def test_two_documents_are_refused():
 def test_the_loader_is_a_safe_loader():
     assert issubclass(StrictLoader, yaml.SafeLoader)
     assert loads("!!python/object/apply:os.system ['true']") == Opaque("tag:yaml.org,2002:python/object/apply:os.system")
+
+
+def test_top_level_lines_name_each_key_line():
+    from ansible_collections.gb10.dspark.plugins.module_utils._strict_yaml import top_level_lines
+
+    assert top_level_lines("# c\na: 1\nb:\n  c: 2\n'd': 3\n") == {"a": 2, "b": 3, "d": 5}
+    assert top_level_lines('{\n"a": 1,\n"b": 2}') == {"a": 2, "b": 3}
+    assert top_level_lines("- a\n") == {} and top_level_lines("a: [\n") == {}

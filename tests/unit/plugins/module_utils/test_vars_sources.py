@@ -95,3 +95,24 @@ def test_the_sample_inventories_have_no_key_given_twice():
                            [], str(ROOT), DataLoader().find_vars_files)
         assert any(s.name.endswith("pin.yml") for s in found)
         assert vs.check(found, lambda p: Path(p).read_text()) == []
+
+
+def test_two_pins_in_one_group_vars_folder_are_refused_naming_both(tmp_path):
+    inv = _tree(tmp_path)
+    folder = inv / "group_vars" / "all"
+    (folder / "pin-v027.yml").write_text("# the next release\n\ndspark_pin:\n  release: v027\n")
+    found = vs.sources([str(inv)], None, ["all", "pair_a"], [], str(tmp_path), DataLoader().find_vars_files)
+    problems = vs.check(found, lambda p: Path(p).read_text())
+    assert [(p.source, p.key, p.first_line, p.second_line) for p in problems] == [
+        (str(folder / "pin.yml"), "dspark_pin", 3, 1)]
+    assert problems[0].message.startswith(
+        f"{folder / 'pin.yml'}: dspark_pin (line 1) is also set by {folder / 'pin-v027.yml'} (line 3), a file Ansible "
+        f"reads at the same precedence ({folder})")
+
+
+def test_a_pin_overridden_at_another_precedence_and_other_variables_set_twice_are_fine(tmp_path):
+    inv = _tree(tmp_path)
+    (inv / "group_vars" / "pair_a.yml").write_text("dspark_pin:\n  release: v027\n")  # a pair's own pin
+    (inv / "group_vars" / "all" / "connection.yml").write_text("dspark_api_port: 8888\n")  # also in site.yml
+    found = vs.sources([str(inv)], None, ["all", "pair_a"], [], str(tmp_path), DataLoader().find_vars_files)
+    assert vs.check(found, lambda p: Path(p).read_text()) == []
