@@ -17,13 +17,21 @@ key at any depth, naming the source, the key and the lines of both occurrences.
 * Text that is JSON (Ansible reads a vars file as JSON first) goes through the collection's one
   strict JSON reader (:mod:`._strict_json`), which refuses duplicates the same way.
 
-Control node only (PyYAML is a dependency of ansible-core).
+Control node only: PyYAML is a dependency of ansible-core there. Its import is guarded the way
+``ansible.module_utils.common.yaml`` guards it, so the module imports on a Python without PyYAML (a
+rank's); :func:`loads` then refuses, saying why.
 """
 from __future__ import annotations
 
 import json
 
-import yaml
+try:
+    import yaml
+except ImportError:  # not on the control node: nothing here may read YAML
+    yaml = None
+    HAS_YAML = False
+else:
+    HAS_YAML = True
 
 from ansible_collections.gb10.dspark.plugins.module_utils._strict_json import StrictJSONError
 from ansible_collections.gb10.dspark.plugins.module_utils._strict_json import loads as strict_json_loads
@@ -73,7 +81,7 @@ class Opaque:
         return hash(("Opaque", self.tag))
 
 
-class StrictLoader(yaml.SafeLoader):
+class StrictLoader(yaml.SafeLoader if HAS_YAML else object):  # type: ignore[misc,union-attr]
     """SafeLoader that refuses a mapping key given twice (``source`` names the file in the error)."""
 
     source = ""
@@ -97,7 +105,13 @@ class StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-StrictLoader.add_constructor(None, lambda loader, node: Opaque(node.tag))
+if HAS_YAML:
+    StrictLoader.add_constructor(None, lambda loader, node: Opaque(node.tag))
+
+
+def _need_yaml(source: str) -> None:
+    if not HAS_YAML:
+        raise StrictYAMLError(f"{source or '<text>'}: cannot be read, PyYAML is not installed on this machine", source)
 
 
 def _is_json(text: str) -> bool:
@@ -120,6 +134,7 @@ def loads(text: str, source: str = "") -> object:
             if exc.key is not None:
                 raise DuplicateKeyError(source, exc.key, exc.first_line, exc.second_line, exc.path or "") from None
             raise StrictYAMLError(f"{source or '<text>'}: {exc}", source) from None
+    _need_yaml(source)
     loader = StrictLoader(text)
     loader.source = source
     try:
@@ -140,6 +155,8 @@ def loads(text: str, source: str = "") -> object:
 def top_level_lines(text: str) -> dict[str, int]:
     """The line (1-based) of each top-level string key of a mapping document; empty when the text
     is not one (read it with :func:`loads` first for the errors)."""
+    if not HAS_YAML:
+        return {}
     loader = StrictLoader(text)
     try:
         node = loader.get_single_node()

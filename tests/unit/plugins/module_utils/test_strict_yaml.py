@@ -130,3 +130,13 @@ def test_top_level_lines_name_each_key_line():
     assert top_level_lines("# c\na: 1\nb:\n  c: 2\n'd': 3\n") == {"a": 2, "b": 3, "d": 5}
     assert top_level_lines('{\n"a": 1,\n"b": 2}') == {"a": 2, "b": 3}
     assert top_level_lines("- a\n") == {} and top_level_lines("a: [\n") == {}
+
+
+def test_without_pyyaml_json_is_still_read_and_yaml_is_refused_saying_why(monkeypatch):
+    from ansible_collections.gb10.dspark.plugins.module_utils import _strict_yaml
+
+    monkeypatch.setattr(_strict_yaml, "HAS_YAML", False)
+    assert _strict_yaml.loads('{"a": 1}') == {"a": 1}
+    with pytest.raises(StrictYAMLError, match="x.yml: cannot be read, PyYAML is not installed"):
+        _strict_yaml.loads("a: 1\n", "x.yml")
+    assert _strict_yaml.top_level_lines("a: 1\n") == {}
