@@ -16,6 +16,8 @@ Standard library only; it runs on the ranks as well as on the control node.
 from __future__ import annotations
 
 import json
+import json.decoder
+import json.scanner
 import math
 import re
 
@@ -25,15 +27,25 @@ _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class StrictJSONError(ValueError):
-    """The text is not strict JSON; ``path`` is the JSON path of the offending value, if known."""
+    """The text is not strict JSON; ``path`` is the JSON path of the offending value, if known.
 
-    def __init__(self, message: str, path: str | None = None):
+    For a duplicate key, ``key`` is the key and ``first_line`` / ``second_line`` the (1-based) lines
+    of its two occurrences; they are None otherwise."""
+
+    def __init__(self, message: str, path: str | None = None, key: str | None = None,
+                 first_line: int | None = None, second_line: int | None = None):
         super().__init__(message)
         self.path = path
+        self.key = key
+        self.first_line = first_line
+        self.second_line = second_line
 
 
 class _Pairs(list):
-    """An object's members in document order, before the duplicate-key check."""
+    """An object's members in document order, before the duplicate-key check; ``lines`` holds each
+    member's key line when the text was parsed by :func:`_located` (None on the fast path)."""
+
+    lines: list[int] | None = None
 
 
 class _NonFinite:
@@ -55,10 +67,16 @@ def _member(path: str, key: str) -> str:
 def _build(node: object, path: str) -> object:
     if isinstance(node, _Pairs):
         out: dict = {}
-        for key, value in node:
+        first: dict[str, int] = {}
+        for index, (key, value) in enumerate(node):
             where = _member(path, key)
             if key in out:
-                raise StrictJSONError(f"duplicate key {json.dumps(key)} at {where}", where)
+                if node.lines is None:
+                    raise StrictJSONError(f"duplicate key {json.dumps(key)} at {where}", where, key)
+                one, two = node.lines[first[key]], node.lines[index]
+                raise StrictJSONError(f"duplicate key {json.dumps(key)} at {where} (lines {one} and {two})",
+                                      where, key, one, two)
+            first[key] = index
             out[key] = _build(value, where)
         return out
     if isinstance(node, list):
@@ -119,10 +137,44 @@ def _a(kind: str) -> str:
     return f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
 
 
+def _key_line(text: str, value_start: int) -> int:
+    """The line of the key whose value starts at ``value_start``: back over ``ws : ws`` to the key's
+    closing quote (a JSON string holds no raw newline, so its closing quote is on its line)."""
+    at = value_start - 1
+    while at >= 0 and text[at] in " \t\r\n":
+        at -= 1
+    at -= 1  # the colon
+    while at >= 0 and text[at] in " \t\r\n":
+        at -= 1
+    return text.count("\n", 0, max(at, 0)) + 1
+
+
+def _located(text: str) -> object:
+    """Parse again with Python's pure scanner, noting each member's key line (only after a
+    duplicate was found on the fast path: the lines are for the message)."""
+    decoder = json.JSONDecoder(object_pairs_hook=_Pairs, parse_constant=_NonFinite, parse_float=_float)
+
+    def parse_object(s_and_end, strict, scan_once, object_hook, object_pairs_hook, memo=None):
+        starts: list[int] = []
+
+        def scan(string: str, index: int):
+            starts.append(index)
+            return scan_once(string, index)
+
+        pairs, end = json.decoder.JSONObject(s_and_end, strict, scan, object_hook, object_pairs_hook, memo)
+        pairs.lines = [_key_line(text, start) for start in starts]
+        return pairs, end
+
+    decoder.parse_object = parse_object  # type: ignore[attr-defined]
+    decoder.scan_once = json.scanner.py_make_scanner(decoder)  # type: ignore[attr-defined]
+    return decoder.decode(text)
+
+
 def loads(text: str | bytes | bytearray, *, require_object: bool = False) -> object:
     """Parse ``text`` (``bytes`` must be UTF-8) as strict JSON.
 
-    Raises :class:`StrictJSONError` on invalid JSON, a duplicate key at any depth, ``NaN``,
+    Raises :class:`StrictJSONError` on invalid JSON, a duplicate key at any depth (with the lines
+    of both occurrences), ``NaN``,
     ``Infinity``, ``-Infinity`` or a number that does not fit a finite float, and, with
     ``require_object``, on a top level that is not an object.
     """
@@ -143,6 +195,17 @@ def loads(text: str | bytes | bytearray, *, require_object: bool = False) -> obj
         value = _build(raw, "$")
     except RecursionError:
         raise StrictJSONError("not accepted: JSON nested too deeply") from None
+    except StrictJSONError as exc:
+        if exc.key is None:
+            raise
+        try:  # the same document again, this time noting lines, so the message names both
+            _build(_located(text), "$")
+        except StrictJSONError as located:
+            if located.key is not None:
+                raise located from None
+        except (ValueError, RecursionError):
+            pass
+        raise
     if require_object and not isinstance(value, dict):
         raise StrictJSONError(f"top level is {_a(json_kind(value))}, not an object", "$")
     return value

@@ -19,8 +19,8 @@ import pytest
 from simhelpers import INVENTORY, ROOT, on_rank, playbook, site, snapshot, start_dockerd, stop_dockerd, wait_for
 
 
-def provision(pair, tree, *extra: str, check: bool = False):
-    return playbook("provision.yml", tree, "--limit", pair.group, *extra, check=check)
+def provision(pair, tree, *extra: str, check: bool = False, env: dict | None = None):
+    return playbook("provision.yml", tree, "--limit", pair.group, *extra, check=check, env=env)
 
 
 def flat(res) -> str:
@@ -47,9 +47,9 @@ def locked(pair) -> bool:
     return on_rank(pair.head, ["test", "-e", LOCK], check=False).returncode == 0
 
 
-def refused(pair, tree, *extra: str, expect: list[str]) -> str:
+def refused(pair, tree, *extra: str, expect: list[str], env: dict | None = None) -> str:
     before = {r.name: snapshot(r) for r in pair.ranks}
-    res = provision(pair, tree, *extra)
+    res = provision(pair, tree, *extra, env=env)
     text = flat(res)
     assert res.returncode != 0, res.stdout[-4000:]
     for needle in expect:
@@ -132,6 +132,29 @@ def test_a_malformed_pin_file_is_refused(served, clean_tree, tmp_path):
     bad = tmp_path / "pin.yml"
     bad.write_text("dspark_pin:\n  image_id: [sha256:1\n  release: v026\n")
     refused(served, clean_tree, "-e", f"@{bad}", expect=[str(bad)])
+
+
+@pytest.mark.fault("pin-duplicate-key")
+def test_a_key_given_twice_in_the_pin_or_the_site_file_is_refused_whatever_ansible_cfg_says(served, clean_tree, tmp_path):
+    ignore = {"ANSIBLE_DUPLICATE_YAML_DICT_KEY": "ignore"}  # Ansible alone would keep the last value, silently
+    pinned = (INVENTORY / "group_vars" / "all" / "pin.yml").read_text().splitlines()
+    at = next(n for n, line in enumerate(pinned) if line.strip().startswith("image_id:"))
+    indent = pinned[at][:len(pinned[at]) - len(pinned[at].lstrip())]
+    pin = tmp_path / "pin.yml"  # the wrong image_id first, the pinned one last: last-wins would pass it
+    pin.write_text("\n".join([*pinned[:at], f"{indent}image_id: sha256:{'e' * 64}", *pinned[at:]]) + "\n")
+    text = refused(served, clean_tree, "-e", f"@{pin}", env=ignore,
+                   expect=[f'{pin}: key "image_id" is given twice, at lines {at + 1} and {at + 2}'])
+    assert "e" * 64 not in text  # a value is never part of the refusal
+    site_file = INVENTORY / "group_vars" / served.group / "site.yml"
+    site_file.parent.mkdir(exist_ok=True)
+    try:
+        port = site()["dspark_api_port"]
+        site_file.write_text(f"dspark_api_port: {port}\ndspark_container_name: dspark_vllm\ndspark_api_port: {port}\n")
+        refused(served, clean_tree, env=ignore,
+                expect=[f'{site_file}: key "dspark_api_port" is given twice, at lines 1 and 3'])
+    finally:
+        site_file.unlink(missing_ok=True)
+        site_file.parent.rmdir()
 
 
 @pytest.mark.fault("master-port")

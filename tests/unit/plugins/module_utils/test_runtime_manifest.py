@@ -232,14 +232,20 @@ def test_duplicate_nested_key_is_reported_with_its_path(sim_bytes, sim_doc, tmp_
     assert content.actual == "not strict JSON"
     assert '"max_num_seqs"' in content.message and "$.production_profile.max_num_seqs" in content.message
     assert str(tmp_path) in content.message and content.message.startswith(f"rank {RANK}: ")
+    line = sim_bytes[:sim_bytes.index(b'"max_num_seqs": 16,')].count(b"\n") + 1
+    assert f"(lines {line} and {line})" in content.message  # the file, the key and both lines
     assert report.manifest == {}
 
 
 def test_duplicate_top_level_key_is_refused_even_when_the_sha256_is_pinned(sim_doc, tmp_path):
-    data = json.dumps(sim_doc)[:-1] + ', "kv_cache_dtype": "fp8"}'
+    data = json.dumps(sim_doc, indent=2)[:-2] + ',\n  "kv_cache_dtype": "fp8"\n}'
     report = verify(_write(tmp_path, data), _pinned(sim_doc, _sha(data.encode())), RANK)
     assert _items(report) == ["runtime manifest content"]
     assert "$.kv_cache_dtype" in report.mismatches[0].message
+    lines = data.splitlines()
+    first = next(n for n, text in enumerate(lines, 1) if text.startswith('  "kv_cache_dtype"'))
+    assert f'duplicate key "kv_cache_dtype" at $.kv_cache_dtype (lines {first} and {len(lines) - 1})' \
+        in report.mismatches[0].message
 
 
 def test_nan_is_refused(sim_doc, tmp_path):

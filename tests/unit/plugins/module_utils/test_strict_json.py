@@ -188,3 +188,27 @@ def test_the_gate_records_with_canonical_json():
     from ansible_collections.gb10.dspark.plugins.module_utils import _runtime_gate
 
     assert _runtime_gate.canonical_json is canonical_json
+
+
+def test_duplicate_key_names_the_lines_of_both_occurrences():
+    text = '{\n  "image_id": "sha256:aa",\n  "p": {"x": 1,\n        "x"\n          : 2},\n  "image_id": "sha256:bb"\n}'
+    with pytest.raises(StrictJSONError) as info:
+        loads(text.replace('"x"\n', '"y"\n'))
+    assert (info.value.key, info.value.first_line, info.value.second_line) == ("image_id", 2, 6)
+    assert str(info.value) == 'duplicate key "image_id" at $.image_id (lines 2 and 6)'
+    with pytest.raises(StrictJSONError) as nested:
+        loads(text.encode())
+    assert (nested.value.key, nested.value.first_line, nested.value.second_line) == ("x", 3, 4)
+    assert nested.value.path == "$.p.x" and "(lines 3 and 4)" in str(nested.value)
+
+
+def test_duplicate_key_in_an_array_of_objects_names_its_lines():
+    with pytest.raises(StrictJSONError) as info:
+        loads('[\n{"a": 1},\n{"a": 1,\n "b": 2, "a": 3}\n]')
+    assert (info.value.path, info.value.first_line, info.value.second_line) == ("$[1].a", 3, 4)
+
+
+def test_other_errors_carry_no_key_or_lines():
+    with pytest.raises(StrictJSONError) as info:
+        loads('{"a": NaN}')
+    assert (info.value.key, info.value.first_line, info.value.second_line) == (None, None, None)
