@@ -41,8 +41,13 @@ from .render import format_document, read_document
 
 EX_USAGE = 64
 EX_UNAVAILABLE = 69
-EXIT_SIGINT = 130
+EXIT_SIGINT = 130  # 128 + the signal's number, as a shell reports a process a signal ended
 EXIT_SIGTERM = 143
+EXIT_SIGHUP = 129
+EXIT_SIGQUIT = 131
+# The signals that stop a run: Ctrl-C, SIGTERM, a dropped session (SIGHUP) and Ctrl-\ (SIGQUIT). Each
+# leaves no private -e file behind and a scrubbed ``command`` artifact; dspark exits 128 + its number.
+CANCEL_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 INVENTORY_TIMEOUT = 300
 GRACE_SECONDS = 15.0
 AUDIT_DIR_VAR = "dspark_audit_report_dir"
@@ -170,7 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = _Parser(prog="dspark", description="Run the gb10.dspark playbooks with live progress per GB10 pair.",
                      epilog="Exit codes: 0 success, 2 failed hosts or audit drift (else the playbook's rc), "
-                            "64 usage, 69 no ansible-playbook, 130 interrupted (143 on SIGTERM).")
+                            "64 usage, 69 no ansible-playbook, 130 interrupted (Ctrl-C); 143 on SIGTERM, 129 on SIGHUP "
+                            "(the session dropped), 131 on SIGQUIT: the run was stopped.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="<command>", required=True, parser_class=_Parser)
     for name, text in HELP.items():
@@ -610,12 +616,16 @@ def _child_pids(parent: int) -> list[int]:
 
 
 class _Cancel:
-    """Ctrl-C (SIGINT) or SIGTERM cancels the run through ansible-runner's ``cancel_callback``.
+    """Ctrl-C (SIGINT), SIGTERM, SIGHUP (a dropped SSH session) or SIGQUIT cancels the run through
+    ansible-runner's ``cancel_callback``.
 
     ansible-runner cancels with SIGKILL to ansible-playbook's process group, which misses the workers
     (ansible-core runs each in its own session) and the modules they started. So the first poll after the
-    signal forwards it to ansible-playbook, which stops its workers and exits; the run is canceled for
-    good (SIGKILL) when it is still alive ``grace`` seconds later, or at a second signal.
+    signal forwards SIGINT, or SIGTERM for the others (ansible-playbook handles only these two: SIGHUP or
+    SIGQUIT would kill it and leave its workers running), to ansible-playbook, which stops its workers and
+    exits; the run is canceled for good (SIGKILL) when it is still alive ``grace`` seconds later, or at a
+    second signal. A second SIGHUP is no second signal: a hang-up reaches dspark from the terminal and from
+    the shell alike. The first signal names the exit code (128 + its number).
     """
 
     def __init__(self, grace: float = GRACE_SECONDS):
@@ -626,8 +636,15 @@ class _Cancel:
         self._old: dict = {}
 
     def _handle(self, signum, _frame):
-        self.signum = signum
+        if self.signum is None:
+            self.signum = signum
+        elif signum == signal.SIGHUP:
+            return
         self.count += 1
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + int(self.signum or signal.SIGINT)
 
     @property
     def interrupted(self) -> bool:
@@ -641,9 +658,10 @@ class _Cancel:
         if self._forwarded_at is None:
             self._forwarded_at = time.monotonic()
             children = _child_pids(os.getpid())
+            forward = signal.SIGINT if self.signum == signal.SIGINT else signal.SIGTERM
             for pid in children:
                 try:
-                    os.kill(pid, self.signum)
+                    os.kill(pid, forward)
                 except OSError:
                     pass
             return not children
@@ -651,7 +669,7 @@ class _Cancel:
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in CANCEL_SIGNALS:
                 self._old[sig] = signal.signal(sig, self._handle)
         return self
 
@@ -659,6 +677,38 @@ class _Cancel:
         for sig, old in self._old.items():
             signal.signal(sig, old)
         return False
+
+
+class _SafeStream:
+    """stdout or stderr whose loss does not stop dspark: after a dropped SSH session the terminal answers
+    every write with EIO (a closed pipe with EPIPE). dspark must still stop the run, remove its private
+    files and scrub the run folder, so from the first failed write on, output is dropped."""
+
+    def __init__(self, stream: TextIO):
+        self._stream = stream
+        self.broken = False
+
+    @classmethod
+    def wrap(cls, stream: TextIO) -> "_SafeStream":
+        return stream if isinstance(stream, cls) else cls(stream)
+
+    def write(self, text: str) -> int:
+        if not self.broken:
+            try:
+                return self._stream.write(text)
+            except OSError:
+                self.broken = True
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.broken:
+            try:
+                self._stream.flush()
+            except OSError:
+                self.broken = True
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -732,8 +782,8 @@ def run(argv: list[str] | None = None, *, playbook: str | None = None, environ: 
 
     environ = os.environ if environ is None else environ
     cwd = os.path.abspath(cwd or os.getcwd())
-    out = out or sys.stdout
-    err = err or sys.stderr
+    out = _SafeStream.wrap(out or sys.stdout)
+    err = _SafeStream.wrap(err or sys.stderr)
     args = build_parser().parse_args(argv)
     name = playbook_name(args)
     target = playbook or PLAYBOOKS[name]
@@ -807,7 +857,8 @@ def run(argv: list[str] | None = None, *, playbook: str | None = None, environ: 
 
     # -e items that may hold secrets (dspark_api_key) and dspark's own variables go to ansible-playbook
     # through private files outside the run folder, removed after the run: never into the run folder or argv.
-    with tempfile.TemporaryDirectory(prefix="dspark-") as private, _Cancel() as cancel:
+    # The signal handlers go in first and come out last: no signal kills dspark while the files exist.
+    with _Cancel() as cancel, tempfile.TemporaryDirectory(prefix="dspark-") as private:
         cmdline = options + extravars_argv(plan, private)
         own_file = None
         if own:
@@ -845,7 +896,7 @@ def run(argv: list[str] | None = None, *, playbook: str | None = None, environ: 
     code, line = decide_exit(runner.status, runner.rc, stats, mapping, canceled=canceled, audit=audit)
     if canceled:
         print("dspark: interrupted; the run was stopped", file=info)
-        code = EXIT_SIGTERM if cancel.signum == signal.SIGTERM else EXIT_SIGINT
+        code = cancel.exit_code
     if line:
         print(line, file=info)
     if code != 0 and not canceled and (render_path is not None or not failing_hosts(stats)):
@@ -860,11 +911,18 @@ def run(argv: list[str] | None = None, *, playbook: str | None = None, environ: 
 
 
 def main(argv: list[str] | None = None) -> int:
+    out, err = _SafeStream(sys.stdout), _SafeStream(sys.stderr)
     try:
-        return run(argv)
+        code = run(argv, out=out, err=err)
     except KeyboardInterrupt:
-        print("dspark: interrupted", file=sys.stderr)
-        return EXIT_SIGINT
+        print("dspark: interrupted", file=err)
+        code = EXIT_SIGINT
+    # A terminal that went away would fail Python's last flush of it and turn the exit code into 120.
+    if out.broken:
+        sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 (open until the process ends)
+    if err.broken:
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
+    return code
 
 
 if __name__ == "__main__":

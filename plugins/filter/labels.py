@@ -18,10 +18,11 @@ def label_name(key):
         raise AnsibleFilterError(f"label_name: {exc}") from exc
 
 
-def engine_labels(values, api_key=None):
-    """``{'pair': ..., 'rank': ..., ...} | gb10.dspark.engine_labels(api_key=...)``: the engine's labels."""
+def engine_labels(values, api_key_label=None):
+    """``{'pair': ..., 'rank': ..., ...} | gb10.dspark.engine_labels(api_key_label=...)``: the engine's labels;
+    ``api_key_label`` is what ``gb10.dspark.engine_key_label`` made on the rank (never the key itself)."""
     try:
-        return _labels.engine_labels(values, api_key)
+        return _labels.engine_labels(values, api_key_label)
     except ValueError as exc:
         raise AnsibleFilterError(f"engine_labels: {exc}") from exc
 

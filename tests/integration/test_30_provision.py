@@ -3,6 +3,7 @@ a profile change replaces both ranks, each stand-in fault fails the run with its
 and an engine with requests in flight is not replaced without force."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -269,7 +270,7 @@ def dspark(*args: str, artifacts: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.fault("secret-api-key", "secret-run-records", "secret-process-list", "secret-key-newline",
-                   "secret-extra-env-records")
+                   "secret-extra-env-records", "secret-key-label")
 def test_api_key_reaches_only_the_containers_environment(sim, clean_tree, tmp_path):
     """A keyed engine provisioned twice through `dspark provision -v --diff`, with a secret-named extra variable:
     the first run starts it, the second finds it running (the engine role inspects a keyed engine before anything
@@ -277,7 +278,9 @@ def test_api_key_reaches_only_the_containers_environment(sim, clean_tree, tmp_pa
     task result in the run folders (job_events, stdout), render.json, every process's command line while the runs
     go on (the gate's suite included), the evidence, the rendered profiles and the containers' command lines.
     Before all that, a key ending in a newline (`echo KEY | ansible-vault encrypt_string`) is refused before
-    any rank is touched, and printed nowhere."""
+    any rank is touched, and printed nowhere. The engine's key label is keyed with each rank's own root-only
+    secret (never the plain or the former salted sha256 of the key); a rotated key, then no key, replaces both
+    ranks."""
     pair = sim[1]
     key = "sk-dspark-integration-7f3a9c0e51"
     token = "tok_mysite_4c1d8e2f9a7b3065"
@@ -355,7 +358,36 @@ def test_api_key_reaches_only_the_containers_environment(sim, clean_tree, tmp_pa
         assert r.status == 200
     labels = [json.loads(on_rank(r, ["docker", "container", "inspect", "dspark_vllm"]).stdout)[0]["Config"]["Labels"]
               for r in pair.ranks]
-    assert all(lb["io.gb10.dspark.api_key"].startswith("fp:") and key not in json.dumps(lb) for lb in labels)
+    assert all(key not in json.dumps(lb) for lb in labels)
+    key_labels = [lb["io.gb10.dspark.api_key"] for lb in labels]
+    plain = hashlib.sha256(key.encode()).hexdigest()
+    former = hashlib.sha256(f"gb10.dspark:{labels[0]['io.gb10.dspark.pair']}:{key}".encode()).hexdigest()[:16]
+    for value in key_labels:
+        assert re.fullmatch(r"hmac-sha256:[0-9a-f]{32}", value) and plain[:16] not in value and former not in value
+    assert key_labels[0] != key_labels[1]  # each rank keys the label with its own secret
+    for r in pair.ranks:
+        shown = on_rank(r, ["stat", "-c", "%a %U %F", "/var/lib/dspark/engine-label.key"]).stdout.strip()
+        assert shown == "600 root regular file", (r.name, shown)
+        rank_secret = on_rank(r, ["cat", "/var/lib/dspark/engine-label.key"]).stdout.strip()
+        assert len(rank_secret) == 64
+        for f in runs.rglob("*"):
+            if f.is_file():
+                assert rank_secret not in f.read_text(errors="replace"), f"{r.name}'s label secret is in {f}"
+    # The key rotated: both ranks are replaced, under new labels, and answer the new key only.
+    rotated = key + "-rotated"
+    secrets.write_text(secrets.read_text().replace(key, rotated))
+    before = started(pair)
+    third = dspark("provision", "--limit", pair.group, "-e", f"@{secrets}", artifacts=runs)
+    assert third.returncode == 0, third.stdout[-4000:] + third.stderr[-2000:]
+    after = started(pair)
+    assert all(after[n][0] != before[n][0] for n in before), "an engine kept the rotated key"
+    relabelled = [json.loads(on_rank(r, ["docker", "container", "inspect", "dspark_vllm"]).stdout)[0]["Config"][
+        "Labels"]["io.gb10.dspark.api_key"] for r in pair.ranks]
+    assert all(re.fullmatch(r"hmac-sha256:[0-9a-f]{32}", v) for v in relabelled)
+    assert set(relabelled).isdisjoint(key_labels)
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {rotated}"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        assert r.status == 200
     # The key taken out of the inventory: both ranks are replaced, and the API is open again.
     before = started(pair)
     provision(pair, clean_tree, check=True)

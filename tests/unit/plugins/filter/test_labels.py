@@ -39,9 +39,13 @@ def test_label_name():
 
 
 def test_engine_labels():
-    labels = FILTERS["engine_labels"](VALUES, api_key="secret-key-123")
-    assert labels["io.gb10.dspark.rank"] == "0" and labels["io.gb10.dspark.api_key"] == "fp:502581210b036534"
+    label = "hmac-sha256:" + "5e" * 16
+    labels = FILTERS["engine_labels"](VALUES, api_key_label=label)
+    assert labels["io.gb10.dspark.rank"] == "0" and labels["io.gb10.dspark.api_key"] == label
     assert FILTERS["engine_labels"](VALUES)["io.gb10.dspark.api_key"] == "none"
+    with pytest.raises(AnsibleFilterError, match=r"engine_labels: api_key_label must be .*\(not shown\)") as refused:
+        FILTERS["engine_labels"](VALUES, api_key_label="secret-key-123")  # a key passed by mistake
+    assert "secret-key-123" not in str(refused.value)
     with pytest.raises(AnsibleFilterError, match="engine_labels: no value for pair"):
         FILTERS["engine_labels"](dict(VALUES, pair=None))
 
@@ -88,9 +92,13 @@ FORMER_ENGINE_LABELS = {
     "io.gb10.dspark.manifest.sha256": "{{ dspark_pin.runtime_manifest_sha256 }}",
     "io.gb10.dspark.model.revision": "{{ dspark_pin.model_revision }}",
     "io.gb10.dspark.release": "{{ dspark_pin.release }}",
-    "io.gb10.dspark.api_key": ("{{ ('fp:' ~ (('gb10.dspark:' ~ dspark_pair ~ ':' ~ dspark_api_key) | hash('sha256'))[:16])"
-                               " if __dspark_engine_has_key else 'none' }}"),
+    # no longer the former unkeyed fingerprint: the label the rank made with its own secret
+    "io.gb10.dspark.api_key": "{{ __dspark_engine_key_label_made.label if __dspark_engine_has_key else 'none' }}",
 }
+MADE_LABEL = "hmac-sha256:" + "5e" * 16
+
+
+ENGINE_VARS = yaml.safe_load((REPO / "roles" / "engine" / "vars" / "main.yml").read_text())
 
 
 def engine_vars(experimental: object, api_key: str | None) -> dict:
@@ -100,6 +108,9 @@ def engine_vars(experimental: object, api_key: str | None) -> dict:
                                   "gate": {"cudagraph_implementation": "regular"}},
         "dspark_pin": {"runtime_manifest_sha256": "f" * 64, "model_revision": "9" * 40, "release": "v026"},
         "__dspark_engine_has_key": "{{ (dspark_api_key | default('')) | length > 0 }}",
+        "__dspark_engine_key_label": ENGINE_VARS["__dspark_engine_key_label"],
+        # what gb10.dspark.engine_key_label registered (skipped without a key)
+        "__dspark_engine_key_label_made": {"label": MADE_LABEL} if api_key else {"skipped": True},
     }
     if api_key is not None:
         variables["dspark_api_key"] = api_key
@@ -128,7 +139,8 @@ def test_the_roles_label_reads_render_as_before():
     for i, case in enumerate(cases):
         former, new = engine_out[2 * i:2 * i + 2]
         assert new == former, case
-    assert engine_out[2]["io.gb10.dspark.api_key"] == "fp:502581210b036534"
+    assert engine_out[2]["io.gb10.dspark.api_key"] == MADE_LABEL
+    assert engine_out[0]["io.gb10.dspark.api_key"] == engine_out[4]["io.gb10.dspark.api_key"] == "none"
     assert engine_out[2]["io.gb10.dspark.profile.experimental"] == "true"
 
 

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
+import os
+import stat
 
 import pytest
 
@@ -31,10 +34,8 @@ VALUES = {
 }
 
 
-def jinja_fingerprint(pair: str, key: str) -> str:
-    """The fingerprint as the engine role's Jinja computed it before the table:
-    ``'fp:' ~ (('gb10.dspark:' ~ pair ~ ':' ~ key) | hash('sha256'))[:16]``."""
-    return "fp:" + hashlib.sha256(("gb10.dspark:" + pair + ":" + key).encode("utf-8")).hexdigest()[:16]
+SECRET = bytes(range(32))
+OTHER_SECRET = bytes(range(1, 33))
 
 
 def test_the_table_names_every_label_once_under_the_prefix():
@@ -72,24 +73,78 @@ def test_engine_labels_are_strings_named_by_the_table():
     assert _labels.engine_labels(dict(VALUES, rank="0"))["io.gb10.dspark.rank"] == "0"
 
 
-@pytest.mark.parametrize("pair, key", [("lab01", "secret-key-123"), ("sim02", "sk-ünïcode"), ("p", "sk-audit-7f41c2d9e8b3a6f0")])
-def test_the_api_key_fingerprint_is_the_roles_former_one_and_never_the_key(pair, key):
-    labels = _labels.engine_labels(dict(VALUES, pair=pair), api_key=key)
-    fingerprint = labels["io.gb10.dspark.api_key"]
-    assert fingerprint == jinja_fingerprint(pair, key) == _labels.api_key_fingerprint(pair, key)
-    assert len(fingerprint) == 3 + 16 and key not in str(labels)
+@pytest.mark.parametrize("key", ["secret-key-123", "sk-ünïcode", "sk-audit-7f41c2d9e8b3a6f0"])
+def test_the_api_key_label_is_a_keyed_hash_never_the_key_nor_its_plain_sha256(key):
+    label = _labels.api_key_label(key, SECRET)
+    digest = hmac.new(SECRET, key.encode("utf-8"), hashlib.sha256).hexdigest()
+    assert label == "hmac-sha256:" + digest[:32]
+    plain = hashlib.sha256(key.encode("utf-8")).hexdigest()
+    assert plain[:16] not in label and plain[:32] not in label and key not in label
+    for salted in ("gb10.dspark:lab01:" + key, "gb10.dspark:sim01:" + key):  # the former, unkeyed fingerprint
+        assert hashlib.sha256(salted.encode("utf-8")).hexdigest()[:16] not in label
+    labels = _labels.engine_labels(VALUES, api_key_label=label)
+    assert labels["io.gb10.dspark.api_key"] == label and key not in str(labels)
 
 
-def test_the_fingerprint_of_the_render_baseline():
-    # what `dspark render -e dspark_api_key=secret-key-123` labelled lab01 with before the table
-    assert _labels.api_key_fingerprint("lab01", "secret-key-123") == "fp:502581210b036534"
+def test_the_label_tells_keys_and_secrets_apart_and_is_stable():
+    assert _labels.api_key_label(None, SECRET) == _labels.api_key_label("", SECRET) == "none"
+    one = _labels.api_key_label("k1", SECRET)
+    assert one == _labels.api_key_label("k1", SECRET)  # a converged engine is left alone
+    assert one != _labels.api_key_label("k2", SECRET)  # a rotation replaces the engine
+    assert one != _labels.api_key_label("k1", OTHER_SECRET)  # another rank's (site's) secret
+    assert _labels.api_key_label("k1", None) == _labels.KEY_LABEL_PENDING  # check mode, no secret yet
+    assert _labels.KEY_LABEL_PENDING not in (one, "none")
+    with pytest.raises(ValueError, match="at least 16 bytes"):
+        _labels.api_key_label("k1", b"short")
 
 
-def test_no_key_and_a_changed_key_or_pair():
-    assert _labels.api_key_fingerprint("lab01", None) == _labels.api_key_fingerprint("lab01", "") == "none"
-    one = _labels.api_key_fingerprint("lab01", "k1")
-    assert one != _labels.api_key_fingerprint("lab01", "k2")  # a rotation replaces the engine
-    assert one != _labels.api_key_fingerprint("lab02", "k1")  # salted with the pair
+@pytest.mark.parametrize("value", ["secret-key-123", "fp:502581210b036534", "hmac-sha256:" + "a" * 31, "<sk-1>", 3])
+def test_engine_labels_refuses_a_label_that_is_not_one_without_quoting_it(value):
+    with pytest.raises(ValueError, match="api_key_label must be") as refused:
+        _labels.engine_labels(VALUES, api_key_label=value)
+    assert str(value) not in str(refused.value)
+
+
+def test_engine_labels_takes_none_a_label_or_a_placeholder():
+    for value in ("none", "hmac-sha256:" + "0" * 32, _labels.KEY_LABEL_PENDING, "<set from dspark_api_key, not shown>"):
+        assert _labels.engine_labels(VALUES, api_key_label=value)["io.gb10.dspark.api_key"] == value
+    assert _labels.engine_labels(VALUES, api_key_label=None)["io.gb10.dspark.api_key"] == "none"
+
+
+def test_the_label_secret_is_made_once_root_only_and_read_back(tmp_path):
+    path = tmp_path / "state" / "engine-label.key"
+    assert _labels.label_secret(str(path), create=False) == (None, False)  # check mode: nothing made
+    assert not path.parent.exists()
+    secret, created = _labels.label_secret(str(path), create=True)
+    assert created and len(secret) == _labels.SECRET_BYTES
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert _labels.label_secret(str(path), create=True) == (secret, False)
+    assert _labels.label_secret(str(path), create=False) == (secret, False)
+    other, _unused = _labels.label_secret(str(tmp_path / "other.key"), create=True)
+    assert other != secret  # random per rank
+
+
+def test_a_label_secret_that_others_could_read_or_swap_is_refused(tmp_path):
+    path = tmp_path / "engine-label.key"
+    path.write_text("ab" * 32 + "\n")
+    os.chmod(path, 0o644)
+    with pytest.raises(_labels.LabelSecretError, match="expected mode 0600 .*found 0644"):
+        _labels.label_secret(str(path), create=True)
+    os.chmod(path, 0o600)
+    with pytest.raises(_labels.LabelSecretError, match=f"expected owner uid {os.geteuid() + 1}, found uid"):
+        _labels.label_secret(str(path), create=True, owner=os.geteuid() + 1)
+    link = tmp_path / "link.key"
+    link.symlink_to(path)
+    with pytest.raises(_labels.LabelSecretError, match="found a symbolic link"):
+        _labels.label_secret(str(link), create=True)
+    folder = tmp_path / "folder.key"
+    folder.mkdir(mode=0o700)
+    with pytest.raises(_labels.LabelSecretError, match="expected a regular file"):
+        _labels.label_secret(str(folder), create=True)
+    path.write_text("not hex\n")
+    with pytest.raises(_labels.LabelSecretError, match="expected 64 hex digits") as refused:
+        _labels.label_secret(str(path), create=True)
+    assert "not hex" not in str(refused.value)
 
 
 @pytest.mark.parametrize("values, text", [
@@ -106,7 +161,7 @@ def test_engine_labels_refuses_incomplete_or_unknown_values(values, text):
 
 
 def test_label_record_reads_back_what_engine_labels_wrote():
-    labels = _labels.engine_labels(VALUES, api_key="k")
+    labels = _labels.engine_labels(VALUES, api_key_label=_labels.api_key_label("k", SECRET))
     labels["org.opencontainers.image.revision"] = "3" * 40  # the image's own label: not the collection's
     assert _labels.label_record(labels) == VALUES
     assert _labels.label_record(_labels.engine_labels(dict(VALUES, experimental=True)))["experimental"] is True
