@@ -260,13 +260,13 @@ def test_an_idle_connection_on_the_relay_port_does_not_hold_the_relay(pair2, cle
                                "25101", "600"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         res = run(pair2, clean_tree, check=False)
-        held = holder.communicate(timeout=60)[0]
+        text = flat(res)
+        assert res.returncode == 0, text[-4000:]
+        held = holder.communicate(timeout=60)[0]  # it ends once the relay lets go of its connection
     finally:
         if holder.poll() is None:
             holder.kill()
             holder.wait()
-    text = flat(res)
-    assert res.returncode == 0, text[-4000:]
     assert held.startswith("held") and "dropped after" in held, held  # it held a connection; the relay let go
     for rank_ in pair2.ranks:
         assert image_ids(rank_) == [pin()["image_id"]], rank_.name
