@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.server
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -280,18 +281,11 @@ def sending(head) -> bool:
     return any(len(f) >= 2 and f[1].isdigit() and int(f[1]) > 0 for f in (line.split() for line in out))
 
 
-def get_url_pids(rank) -> list[int]:
-    """The rank's ansible.builtin.get_url processes (the ranks share this machine's PID namespace)."""
-    netns = os.stat(f"/var/run/netns/{rank.netns}").st_ino
-    out = []
-    for proc in Path("/proc").iterdir():
-        try:
-            if (proc.name.isdigit() and b"AnsiballZ_get_url" in (proc / "cmdline").read_bytes()
-                    and os.stat(proc / "ns" / "net").st_ino == netns):
-                out.append(int(proc.name))
-        except OSError:
-            continue
-    return out
+def fetching_pids(worker) -> list[int]:
+    """The worker's processes holding a connection to the head's relay port: its get_url fetch (the ranks
+    share this machine's PID namespace)."""
+    out = on_rank(worker, ["ss", "-Htnp", "state", "established", "dport = :25101"]).stdout
+    return sorted({int(pid) for pid in re.findall(r"pid=(\d+)", out)})
 
 
 @pytest.mark.fault("relay-stalled-reader")
@@ -316,8 +310,8 @@ def test_a_worker_fetch_that_stalls_mid_transfer_is_cut_and_frees_the_relay(pair
             if "Fetch the archive from the head over the pair's link" in line:
                 break
         wait_until(lambda: sending(head), 60, "the head's relay sending to the worker's fetch")
-        pids = get_url_pids(worker)
-        assert pids, "no get_url process on the worker"
+        pids = fetching_pids(worker)
+        assert pids, "no process of the worker holds a connection to the relay"
         for pid in pids:
             os.kill(pid, signal.SIGSTOP)
         frozen = pids
