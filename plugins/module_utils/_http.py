@@ -74,6 +74,23 @@ def open_http(method: str, url: str, body: bytes | None = None, headers: dict | 
         conn.close()
 
 
+def url_credentials(url: str) -> tuple[str, str | None, str | None]:
+    """``(url without its user and password, user, password)``: the collection's one way to take the
+    credentials out of a URL (``https://user:pass@mirror/x.tar``) before the URL is shown anywhere - a
+    message, a module argument, a log - and to pass them on apart (``url_username``/``url_password``).
+
+    The user and the password come back percent-decoded (``p%40ss`` is ``p@ss``), ``None`` when absent
+    (an empty password, ``user:@host``, is ``""``); the host, port, path, query and fragment are kept
+    as written. A URL without ``@`` in its authority comes back unchanged, with ``(None, None)``."""
+    parts = urllib.parse.urlsplit(url)
+    userinfo, at, hostport = parts.netloc.rpartition("@")
+    if not at:
+        return url, None, None
+    user, colon, password = userinfo.partition(":")
+    clean = urllib.parse.urlunsplit((parts.scheme, hostport, parts.path, parts.query, parts.fragment))
+    return clean, urllib.parse.unquote(user), (urllib.parse.unquote(password) if colon else None)
+
+
 class ApiUnreachable(ConnectionError):
     """The head's API did not answer a request; the message names the head (when known), the address
     and the state (refused, stalled, reset), never a bare errno. ``stalled``: it took the request and

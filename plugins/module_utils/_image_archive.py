@@ -205,6 +205,10 @@ def _scan(path: str, compression: str) -> dict[str, _Entry]:
                 if limit is not None and member.size and member.offset_data + member.size > limit:
                     raise ArchiveError(f"{path} is not a readable image archive: member {member.name!r} declares "
                                        f"{member.size} bytes, more than the archive holds (truncated?)")
+                if member.name.startswith("/"):
+                    # Docker's loader drops a leading "/", containerd's importer keeps it: the two
+                    # engines would read two different names, so neither reading is trusted
+                    raise ArchiveError(f"{path}: member {member.name!r} starts with '/' (an absolute name); refused")
                 name = clean_name(member.name)
                 if name == ".." or name.startswith("../"):
                     raise ArchiveError(f"{path}: member {member.name!r} escapes the archive root; refused")

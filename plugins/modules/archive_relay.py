@@ -15,8 +15,15 @@ description:
   - Serves exactly one file, at C(http://<bind>:<port>/<token>/<file name>), over plain HTTP with its length;
     any other path gets 404 and is not counted. Nothing is trusted on the strength of the transfer - the
     worker checks the sha256 as it receives and the image ID before it loads.
-  - Stops after I(transfers) whole transfers, after I(idle_timeout) seconds without a request, or after
-    I(timeout) seconds, and reports which; the task fails unless every transfer was made.
+  - Listens on I(bind) only, which must be an IP address; a wildcard address (C(0.0.0.0), C(::), empty) is
+    refused before anything listens.
+  - Each connection is handled on its own, so no client can hold the relay - a connection that sends no
+    request within I(connection_timeout) seconds, or whose reader takes nothing for that long mid-transfer,
+    is dropped; at most 32 connections are open at once, more are closed at once.
+  - Stops after I(transfers) whole transfers, after I(idle_timeout) seconds in which no request came and no
+    byte was sent, when a C(POST) of its own URL asks it to (the run does once the worker's fetch is done or
+    has failed), or after I(timeout) seconds - also in the middle of a transfer - and reports which; the task
+    fails unless every transfer was made. When it stops, every connection is shut and the port is free.
   - Changes nothing on the head. In check mode nothing is served.
 extends_documentation_fragment:
   - gb10.dspark._attributes
@@ -44,9 +51,17 @@ options:
     type: int
     default: 1
   idle_timeout:
-    description: Seconds without any request after which the relay stops (the worker's fetch failed or never came).
+    description:
+      - Seconds without any request or byte sent after which the relay stops (the worker's fetch failed or never
+        came).
     type: int
     default: 120
+  connection_timeout:
+    description:
+      - Seconds one connection may send no request, or its reader take no byte mid-transfer, before the relay
+        drops it.
+    type: int
+    default: 30
   timeout:
     description: Seconds after which the relay stops in any case; give the task an C(async) larger than this.
     type: int
@@ -101,7 +116,7 @@ relay:
   type: dict
   contains:
     reason:
-      description: Why it stopped - C(transfers) (all made), C(idle) or C(deadline).
+      description: Why it stopped - C(transfers) (all made), C(idle), C(stopped) (asked to) or C(deadline).
       type: str
       sample: transfers
     transfers:
@@ -120,6 +135,18 @@ relay:
       description: Bytes of the archive sent, partial transfers included.
       type: int
       sample: 30064771072
+    unanswered:
+      description: Connections closed without a request (port probes, idle or garbled clients).
+      type: int
+      sample: 1
+    cut:
+      description: Transfers cut short (a stalled or vanished reader, the deadline, or the relay stopping).
+      type: int
+      sample: 0
+    turned_away:
+      description: Connections closed at once because 32 were open already.
+      type: int
+      sample: 0
     seconds:
       description: How long the relay ran.
       type: float
@@ -131,6 +158,10 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gb10.dspark.plugins.module_utils._archive_relay import Relay, RelayError
 
 
+WHY = {"transfers": "all transfers made", "idle": "idle: no request and no byte sent in idle_timeout",
+       "stopped": "asked to stop: the worker's fetch ended", "deadline": "timeout reached"}
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -140,6 +171,7 @@ def main() -> None:
             "token": {"type": "str", "required": True, "no_log": False},
             "transfers": {"type": "int", "default": 1},
             "idle_timeout": {"type": "int", "default": 120},
+            "connection_timeout": {"type": "int", "default": 30},
             "timeout": {"type": "int", "default": 3600},
         },
         supports_check_mode=True,
@@ -148,12 +180,12 @@ def main() -> None:
     if module.check_mode:
         module.exit_json(changed=False, msg="check mode: nothing served")
     try:
-        server = Relay(p["path"], p["bind"], p["port"], p["token"])
+        server = Relay(p["path"], p["bind"], p["port"], p["token"], connection_timeout=p["connection_timeout"])
     except (RelayError, ValueError) as exc:
         module.fail_json(msg=f"relay on {p['bind']}:{p['port']}: {exc}")
     relay = server.run(transfers=p["transfers"], idle_timeout=p["idle_timeout"], deadline=p["timeout"])
     if relay["transfers"] < p["transfers"]:
-        module.fail_json(msg=(f"relay on {p['bind']}:{p['port']} stopped ({relay['reason']}) after "
+        module.fail_json(msg=(f"relay on {p['bind']}:{p['port']} stopped ({WHY[relay['reason']]}) after "
                               f"{relay['transfers']} of {p['transfers']} whole transfer(s), {relay['bytes_sent']} bytes sent"),
                          relay=relay)
     module.exit_json(changed=False, relay=relay)

@@ -208,3 +208,18 @@ def test_auth_headers_is_the_one_bearer():
     assert auth_headers("sk-1") == {"Authorization": "Bearer sk-1"}
     with pytest.raises(ValueError):
         auth_headers("sk-1 2")
+
+
+@pytest.mark.parametrize(("url", "clean", "user", "password"), [
+    ("https://alice:s3cret@mirror.site/img/x.tar", "https://mirror.site/img/x.tar", "alice", "s3cret"),
+    ("https://al%69ce:p%40ss%3Aw@mirror.site:8443/x.tar?v=1#f", "https://mirror.site:8443/x.tar?v=1#f", "alice", "p@ss:w"),
+    ("http://u:p@w@[fd00::1]:80/x.tar", "http://[fd00::1]:80/x.tar", "u", "p@w"),  # the last @ ends the userinfo
+    ("https://token@mirror.site/x.tar", "https://mirror.site/x.tar", "token", None),
+    ("https://u:@mirror.site/x.tar", "https://mirror.site/x.tar", "u", ""),
+    ("https://mirror.site/x.tar?who=a@b", "https://mirror.site/x.tar?who=a@b", None, None),  # @ outside the authority
+    ("http://mirror.site/x.tar", "http://mirror.site/x.tar", None, None),
+    ("", "", None, None),
+])
+def test_url_credentials_takes_user_and_password_out_of_the_url(url, clean, user, password):
+    from ansible_collections.gb10.dspark.plugins.module_utils._http import url_credentials
+    assert url_credentials(url) == (clean, user, password)

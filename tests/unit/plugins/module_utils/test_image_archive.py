@@ -209,6 +209,9 @@ TRICKS = {
     "member through a symlinked directory": (
         lambda p: craft(p, link("d", ".", tarfile.SYMTYPE), reg("d/manifest.json", HIDDEN)), "d/manifest.json"),
     "../escape member": (lambda p: craft(p, reg("../escape", b"x")), "../escape"),
+    # containerd's importer keeps a leading "/" where Docker's loader drops it: two engines, two names
+    "absolute member name": (lambda p: craft(p, reg("/etc/dspark.bin", b"x")), "'/etc/dspark.bin' starts with '/'"),
+    "absolute directory": (lambda p: craft(p, link("/blobs/", "", tarfile.DIRTYPE)), "'/blobs' starts with '/'"),
     "PAX header declaring a huge size": (lambda p: craft_raw(p, raw_header(b"././@PaxHeader", b"x", 1 << 62)),
                                          "header"),
     "GNU long name declaring a huge size": (lambda p: craft_raw(p, raw_header(b"././@LongLink", b"L", 1 << 62)),
