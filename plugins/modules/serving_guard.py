@@ -65,8 +65,8 @@ options:
       - >-
         A hard bound whatever the requests are doing: at the bound every request still in flight is ended
         (its connection shut; a frozen head cannot hold the module), listed in RV(report.unanswered) with the
-        head, its address and the state (C(took the request but sent no answer within N s: the engine is
-        stalled (hung))), and the report is written. The module returns a few seconds after the bound at most.
+        head, its address and the state (a stalled engine - C(took the request but sent no answer within N s)),
+        and the report is written. The module returns a few seconds after the bound at most.
     type: float
     default: 1800
   accuracy_threshold:
@@ -127,8 +127,8 @@ report:
     unanswered:
       description: >-
         Every request that got no HTTP answer: C(request) (its id), C(sent) (false when the bound
-        ended before it was sent) and C(reason) (the head, the address and the state, for example C(took the
-        request but sent no answer within 117.2 s: the engine is stalled (hung)).
+        ended before it was sent) and C(reason) (the head, the address and the state, for example a stalled
+        engine - C(took the request but sent no answer within 117.2 s)).
       type: list
       elements: dict
       returned: always
