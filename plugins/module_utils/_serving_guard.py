@@ -346,7 +346,7 @@ def run(base_url: str, model: str, api_key: str | None, plan: list[dict], concur
                 r["answer"] = (status, payload)
         except Exception as exc:  # a transport error is that request's violation
             with lock:
-                r["error"] = str(exc)
+                r["error"], r["stalled"] = str(exc), bool(getattr(exc, "stalled", False))
 
     def worker() -> None:
         while time.monotonic() < deadline and not inflight.aborted:
@@ -381,17 +381,19 @@ def run(base_url: str, model: str, api_key: str | None, plan: list[dict], concur
             verdicts[rid] = judge(item, *r["answer"], model, r.get("count"), r.get("why"))
             continue
         v = verdicts[rid] = Verdict(rid)
+        stalled = False
         if not r["sent"]:
             bound_hit = True
             v.fail("answer", None, f"one within the run's bound of {overall_timeout:g} s (never sent: the bound "
                                    "ended while earlier requests waited)")
             reason = f"never sent: the run's bound of {overall_timeout:g} s ended first"
         else:
+            stalled = r.get("stalled", "error" not in r)
             reason = r.get("error") or (  # a call that did not let go of its thread (a client that ignores the abort)
                 f"{who}POST {url}{r['path']} {transport_state(TimeoutError(), round(ended - r['since'], 1))} "
                 "(still waiting when the run ended)")
             v.fail("transport", reason, "an HTTP answer")
-        unanswered.append({"request": rid, "sent": r["sent"], "reason": reason})
+        unanswered.append({"request": rid, "sent": r["sent"], "stalled": stalled, "reason": reason})
     ordered = [verdicts[item["id"]] for item in plan]
     acc = accuracy([(item["expected"], verdicts[item["id"]].text) for item in plan if item["expected"] is not None],
                    threshold)
@@ -402,7 +404,7 @@ def run(base_url: str, model: str, api_key: str | None, plan: list[dict], concur
         ids = ", ".join(u["request"] for u in waited)
         note = (f"the run hit its time bound of {overall_timeout:g} s before every request finished: "
                 f"{len(waited)} requests sent and unanswered" + (f" ({ids})" if ids else "") + f", {never} never sent"
-                + (f"; {waited[-1]['reason']}" if waited else ""))
+                + (f"; {next((u for u in waited if u['stalled']), waited[-1])['reason']}" if waited else ""))
     out = report(ordered, acc, bound_hit, unanswered, note)
     out["elapsed_s"] = round(time.monotonic() - start, 2)
     out["settings"] = {"prompts": len(plan), "max_tokens": plan[0]["max_tokens"] if plan else None,

@@ -367,6 +367,7 @@ def test_a_head_that_takes_requests_and_never_answers_ends_the_guard_at_its_boun
     stalled = f"head lab-head: POST {server.url}/v1/completions took the request but sent no answer within"
     for u in in_flight:
         assert u["reason"].startswith(stalled) and "the engine is stalled (hung)" in u["reason"], u
+        assert u["stalled"] is True
         assert any(e.startswith(f"request {u['request']}: transport is") and stalled in e for e in out["errors"])
     summary = [e for e in out["errors"] if e.startswith("the run hit its time bound")]
     assert len(summary) == 1 and "of 2 s" in summary[0] and "4 requests sent and unanswered" in summary[0]
