@@ -12,7 +12,10 @@ import contextlib
 import http.client
 import json
 import re
+import socket
 import ssl
+import threading
+import time
 import urllib.parse
 
 from ansible_collections.gb10.dspark.plugins.module_utils._secrets import api_key_problem
@@ -36,13 +39,53 @@ def auth_headers(api_key: str | None, variable: str = "dspark_api_key") -> dict:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
+class Inflight:
+    """The requests a caller has in flight, so that it can end them all at its own bound: :meth:`abort`
+    shuts every open connection (a thread blocked reading a frozen server wakes at once) and refuses new
+    ones. A request ended this way raises ``TimeoutError`` (through :func:`json_client`, an
+    :class:`ApiUnreachable` naming the stalled state)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._conns: set = set()
+        self.aborted = False
+
+    def add(self, conn) -> None:
+        with self._lock:
+            if self.aborted:
+                raise TimeoutError("not sent: the caller's bound had ended")
+            self._conns.add(conn)
+
+    def discard(self, conn) -> None:
+        with self._lock:
+            self._conns.discard(conn)
+
+    def check(self) -> None:
+        if self.aborted:
+            raise TimeoutError("no answer before the caller's bound")
+
+    def abort(self) -> None:
+        with self._lock:
+            self.aborted = True
+            conns = list(self._conns)
+        for conn in conns:
+            sock = conn.sock
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+
 @contextlib.contextmanager
 def open_http(method: str, url: str, body: bytes | None = None, headers: dict | None = None,
-              timeout: float = 10.0):
+              timeout: float = 10.0, inflight: Inflight | None = None):
     """Send one request and yield its ``http.client.HTTPResponse`` whatever the status (the caller
     reads ``status``). Transport failures (refused, reset, timeout, a malformed status line) raise
     ``OSError``; a URL that is not http(s), or a header value http.client would refuse, raises
-    :class:`RequestNotSent` (a ``ValueError``) whose message never holds a header's value."""
+    :class:`RequestNotSent` (a ``ValueError``) whose message never holds a header's value. With ``inflight``,
+    the connection is registered there while it is open: once the caller aborts it, the request (connecting,
+    sending or reading) raises ``TimeoutError``."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise RequestNotSent(f"not an http(s) URL: {url!r}")
@@ -57,7 +100,12 @@ def open_http(method: str, url: str, body: bytes | None = None, headers: dict | 
         conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     try:
+        if inflight is not None:
+            inflight.add(conn)
         try:
+            conn.connect()
+            if inflight is not None:
+                inflight.check()  # aborted while connecting, before the socket could be shut
             conn.request(method, target, body=body, headers=headers or {})
         except ValueError as exc:  # http.client's text may quote a header value: never passed on
             raise RequestNotSent(f"{method} {url}: the request could not be built ({type(exc).__name__}); "
@@ -65,12 +113,25 @@ def open_http(method: str, url: str, body: bytes | None = None, headers: dict | 
         try:
             resp = conn.getresponse()
         except http.client.HTTPException as exc:
+            if inflight is not None:
+                inflight.check()
             if isinstance(exc, OSError):
                 raise
             raise ConnectionError(f"{type(exc).__name__}: {exc}") from exc
+        except OSError:
+            if inflight is not None:
+                inflight.check()
+            raise
         with resp:
-            yield resp
+            try:
+                yield resp
+            except (OSError, http.client.HTTPException):
+                if inflight is not None:
+                    inflight.check()  # the body cut short by the caller's abort
+                raise
     finally:
+        if inflight is not None:
+            inflight.discard(conn)
         conn.close()
 
 
@@ -112,29 +173,36 @@ def transport_state(exc: BaseException, timeout: float) -> str:
     return "could not be reached"
 
 
-def json_client(base_url: str, api_key: str | None, head: str | None = None):
+def json_client(base_url: str, api_key: str | None, head: str | None = None, inflight: Inflight | None = None):
     """``call(method, path, body, timeout)`` -> (status, body) against ``base_url``: the parsed JSON, the raw
     text of a streamed answer (``body["stream"]``) or of a non-JSON one; for an HTTP error status the
     error document (vLLM's ``{"error": {...}}``) when it is JSON, else ``None``. ``body=None`` sends no body.
     Transport errors (refused, reset, timeout) raise :class:`ApiUnreachable` (an ``OSError``) whose message
     names ``head`` (the head's inventory name, when given), the URL and the engine's state; the key goes only
     into the Authorization header, and a key that cannot be one raises :class:`RequestNotSent` (a ``ValueError``)
-    here, naming the variable, before any request."""
+    here, naming the variable, before any request. With ``inflight`` (:class:`Inflight`), the caller can end
+    every request in flight at its own bound: each one raises :class:`ApiUnreachable` as stalled, naming how long
+    it waited."""
     authorization = auth_headers(api_key)  # a key that cannot be a header is refused here, before any request
 
     def call(method: str, path: str, body: dict | None, timeout: float):
         headers = {"Content-Type": "application/json", **authorization}
         data = None if body is None else json.dumps(body).encode()
         url = base_url.rstrip("/") + path
+        started = time.monotonic()
         try:
-            with open_http(method, url, data, headers, timeout) as resp:
+            with open_http(method, url, data, headers, timeout, inflight) as resp:
                 status = resp.status
                 text = resp.read().decode("utf-8", "replace")
+            if inflight is not None:
+                inflight.check()  # a body that ends at the close reads short, without an error
         except ApiUnreachable:
             raise
         except OSError as exc:
             who = f"head {head}: " if head else ""
-            raise ApiUnreachable(f"{who}{method} {url} {transport_state(exc, timeout)} ({exc})",
+            # ended by the caller's bound: it waited as long as it could, which may be less than timeout
+            waited = round(time.monotonic() - started, 1) if inflight is not None and inflight.aborted else timeout
+            raise ApiUnreachable(f"{who}{method} {url} {transport_state(exc, waited)} ({exc})",
                                  stalled=isinstance(exc, TimeoutError)) from exc
         if status >= 400:
             try:

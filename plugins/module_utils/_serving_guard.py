@@ -13,15 +13,21 @@ and ``total_tokens`` = their sum; with ``ignore_eos`` the finish reason is ``len
 exactly ``max_tokens`` tokens come back; a ``length`` finish with fewer than ``max_tokens`` tokens
 (a budget the server cut to fit its window, as vLLM 0.32 does instead of a 400) is a violation
 with or without ``ignore_eos``; ``prompt_tokens`` equals the server's own count of the
-prompt (``/tokenize``). A stream carries one finish chunk, then exactly one usage chunk with no
+prompt (``/tokenize``), and a prompt the server gave no count for is a violation (the check cannot be
+made, so it is never skipped). A stream carries one finish chunk, then exactly one usage chunk with no
 choices, then ``[DONE]``.
+
+The run ends at its overall bound whatever its requests are doing: the ``/tokenize`` calls and the
+completions share it, no request's socket may wait beyond it, and at the bound every request still in
+flight is ended (its connection shut), reported as unanswered with the head, its address and the
+stalled state, and its thread gone before :func:`run` returns.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
 
-from ansible_collections.gb10.dspark.plugins.module_utils._http import json_client
+from ansible_collections.gb10.dspark.plugins.module_utils._http import Inflight, json_client, transport_state
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import show
 
 PROMPTS = 64
@@ -34,6 +40,7 @@ class Expect:
     max_tokens: int = MAX_TOKENS
     ignore_eos: bool = True
     prompt_tokens: int | None = None  # the server's /tokenize count for this prompt
+    tokenize_error: str | None = None  # why the server gave no count: then prompt_tokens cannot be checked
 
 
 @dataclass
@@ -78,6 +85,8 @@ def check_usage(v: Verdict, usage: object, expect: Expect) -> None:
         v.fail("usage.total_tokens", t, f"{p} + {c} = {p + c}")
     if expect.prompt_tokens is not None and p != expect.prompt_tokens:
         v.fail("usage.prompt_tokens", p, f"{expect.prompt_tokens} (the server's /tokenize count)")
+    elif expect.prompt_tokens is None and expect.tokenize_error:  # a check that cannot be made is no pass
+        v.fail("usage.prompt_tokens", p, f"the server's /tokenize count, which it did not give ({expect.tokenize_error})")
     # A length finish with fewer tokens than asked is a cut budget: vLLM 0.32 caps max_tokens to the room
     # the window leaves (HTTP 200) where older releases answer 400. Never a pass, with or without ignore_eos.
     capped = v.finish_reason == "length" and _is_count(c) and c < expect.max_tokens
@@ -199,15 +208,17 @@ def accuracy(answers: list[tuple[str, str]], threshold: float) -> dict:
             "pass": bool(rows) and score >= threshold, "rows": rows}
 
 
-def report(verdicts: list[Verdict], accuracy_section: dict | None, bound_hit: bool = False) -> dict:
+def report(verdicts: list[Verdict], accuracy_section: dict | None, bound_hit: bool = False,
+           unanswered: list[dict] | None = None, bound_note: str | None = None) -> dict:
     """The guard's JSON report: PASS only with every request true to the contract, the accuracy
-    threshold met and the time bound kept."""
+    threshold met and the time bound kept. ``unanswered``: every request that got no HTTP answer
+    (``request``, ``sent``, ``reason``); ``bound_note`` says what the time bound left behind."""
     errors = [e for v in verdicts for e in v.errors]
     if accuracy_section is not None and not accuracy_section["pass"]:
         errors.append(f"accuracy {accuracy_section['correct']}/{accuracy_section['total']} is below the threshold "
                       f"{accuracy_section['threshold']}")
-    if bound_hit:
-        errors.append("the run hit its time bound before every request finished")
+    if bound_hit:  # first: what the bound left behind is what an operator reads first
+        errors.insert(0, bound_note or "the run hit its time bound before every request finished")
     return {
         "schema_version": 1,
         "status": "PASS" if not errors else "FAIL",
@@ -217,6 +228,7 @@ def report(verdicts: list[Verdict], accuracy_section: dict | None, bound_hit: bo
         "contract_failures": sum(1 for v in verdicts if v.errors and not v.infra),
         "accuracy": accuracy_section,
         "errors": errors,
+        "unanswered": unanswered or [],
         "completions": [{"request": v.request, "finish_reason": v.finish_reason, "usage": v.usage, "text": v.text}
                         for v in verdicts],
     }
@@ -261,57 +273,139 @@ def request_body(item: dict, model: str) -> dict:
     return body
 
 
-def judge(item: dict, status: int | None, payload: object, model: str, prompt_tokens: int | None) -> Verdict:
+def judge(item: dict, status: int | None, payload: object, model: str, prompt_tokens: int | None,
+          tokenize_error: str | None = None) -> Verdict:
     expect = Expect(served_model=model, max_tokens=item["max_tokens"], ignore_eos=item["ignore_eos"],
-                    prompt_tokens=prompt_tokens)
+                    prompt_tokens=prompt_tokens, tokenize_error=tokenize_error)
     if item["stream"]:
         return check_stream(item["id"], status, payload if isinstance(payload, str) else "", expect)
     return check_completion(item["id"], status, payload, expect)
 
 
+# Seconds the run waits, after its bound, for the requests it ended to let go of their threads.
+RELEASE_S = 5.0
+
+
+def _server_count(status: object, body: object) -> tuple[int | None, str | None]:
+    """The /tokenize answer -> (the server's count, or why there is none)."""
+    if status != 200:
+        return None, f"/tokenize answered HTTP status {status}"
+    count = body.get("count") if isinstance(body, dict) else None
+    if not _is_count(count):
+        return None, f"/tokenize answered {show(count, 'quoted')} for its count, not a non-negative integer"
+    return count, None
+
+
 def run(base_url: str, model: str, api_key: str | None, plan: list[dict], concurrency: int,
         request_timeout: float, overall_timeout: float, threshold: float, http=None, head: str | None = None) -> dict:
     """Send the plan, judge every answer, and return the report. ``http(method, path, body, timeout)``
-    returns (status, parsed JSON or SSE text); the default speaks urllib to ``base_url``."""
-    import concurrent.futures as cf
+    returns (status, parsed JSON or SSE text); the default speaks :func:`json_client` to ``base_url``.
+
+    Each of ``concurrency`` daemon threads takes the next request, asks ``/tokenize`` for the server's
+    count of its prompt, then sends the completion; every call's timeout is ``request_timeout`` cut to what
+    is left of ``overall_timeout``. At the bound the connections still open are shut (so a frozen server
+    cannot hold a thread), the threads are joined, and every request without an HTTP answer is listed."""
+    import queue
+    import threading
     import time
 
-    http = http or json_client(base_url, api_key, head)
     start = time.monotonic()
-    counts: dict[str, int | None] = {}
-    for item in plan:  # the server's own count of each prompt, for usage.prompt_tokens
-        status, body = http("POST", "/tokenize", {"model": model, "prompt": item["prompt"]}, request_timeout)
-        counts[item["id"]] = body.get("count") if status == 200 and isinstance(body, dict) else None
-    verdicts: dict[str, Verdict] = {}
-    bound_hit = False
-    pool = cf.ThreadPoolExecutor(max_workers=max(1, concurrency))
-    futures = {pool.submit(http, "POST", "/v1/completions", request_body(item, model), request_timeout): item
-               for item in plan}
-    remaining = max(0.0, overall_timeout - (time.monotonic() - start))
-    try:
-        for fut in cf.as_completed(futures, timeout=remaining):
-            item = futures[fut]
-            try:
-                status, payload = fut.result()
-            except Exception as exc:  # a transport error is that request's violation
-                v = Verdict(item["id"])
-                v.fail("transport", str(exc), "an HTTP answer")
-                verdicts[item["id"]] = v
-                continue
-            verdicts[item["id"]] = judge(item, status, payload, model, counts.get(item["id"]))
-    except cf.TimeoutError:
-        bound_hit = True
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+    deadline = start + overall_timeout
+    inflight = Inflight()
+    http = http or json_client(base_url, api_key, head, inflight)
+    todo: queue.SimpleQueue = queue.SimpleQueue()
     for item in plan:
-        if item["id"] not in verdicts:
-            v = Verdict(item["id"])
-            v.fail("answer", None, f"one within the run's bound of {overall_timeout:.0f} s")
-            verdicts[item["id"]] = v
+        todo.put(item)
+    lock = threading.Lock()
+    state: dict[str, dict] = {}  # request id -> sent, path (the call waiting), count, why, answer, error
+
+    def budget() -> float:
+        return min(request_timeout, deadline - time.monotonic())
+
+    def call(r: dict, path: str, body: dict):
+        t = budget()
+        if t <= 0:
+            raise TimeoutError(f"{path} not sent: the run's bound had ended")
+        with lock:
+            r.update(sent=True, path=path, since=time.monotonic())
+        return http("POST", path, body, t)
+
+    def one(item: dict) -> None:
+        r = {"sent": False}
+        with lock:
+            state[item["id"]] = r
+        try:
+            try:
+                r["count"], r["why"] = _server_count(*call(r, "/tokenize", {"model": model, "prompt": item["prompt"]}))
+            except Exception as exc:  # no count from the server: that prompt's check cannot be made
+                r["count"], r["why"] = None, f"/tokenize got no answer: {exc}"
+                if budget() <= 0:
+                    raise
+            status, payload = call(r, "/v1/completions", request_body(item, model))
+            with lock:
+                r["answer"] = (status, payload)
+        except Exception as exc:  # a transport error is that request's violation
+            with lock:
+                r["error"], r["stalled"] = str(exc), bool(getattr(exc, "stalled", False))
+
+    def worker() -> None:
+        while time.monotonic() < deadline and not inflight.aborted:
+            try:
+                item = todo.get_nowait()
+            except queue.Empty:
+                return
+            one(item)
+
+    threads = [threading.Thread(target=worker, name=f"dspark-guard-{i}", daemon=True)
+               for i in range(max(1, min(concurrency, len(plan))))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    bound_hit = any(t.is_alive() for t in threads)
+    if bound_hit:  # end what is still in flight: its connections are shut, its threads let go
+        inflight.abort()
+        release = time.monotonic() + RELEASE_S
+        for t in threads:
+            t.join(max(0.0, release - time.monotonic()))
+    ended = time.monotonic()
+    url = base_url.rstrip("/")
+    who = f"head {head}: " if head else ""
+    verdicts: dict[str, Verdict] = {}
+    unanswered: list[dict] = []
+    with lock:
+        snapshot = {rid: dict(r) for rid, r in state.items()}
+    for item in plan:
+        rid, r = item["id"], snapshot.get(item["id"], {"sent": False})
+        if "answer" in r:
+            verdicts[rid] = judge(item, *r["answer"], model, r.get("count"), r.get("why"))
+            continue
+        v = verdicts[rid] = Verdict(rid)
+        stalled = False
+        if not r["sent"]:
+            bound_hit = True
+            v.fail("answer", None, f"one within the run's bound of {overall_timeout:g} s (never sent: the bound "
+                                   "ended while earlier requests waited)")
+            reason = f"never sent: the run's bound of {overall_timeout:g} s ended first"
+        else:
+            stalled = r.get("stalled", "error" not in r)
+            reason = r.get("error") or (  # a call that did not let go of its thread (a client that ignores the abort)
+                f"{who}POST {url}{r['path']} {transport_state(TimeoutError(), round(ended - r['since'], 1))} "
+                "(still waiting when the run ended)")
+            v.fail("transport", reason, "an HTTP answer")
+        unanswered.append({"request": rid, "sent": r["sent"], "stalled": stalled, "reason": reason})
     ordered = [verdicts[item["id"]] for item in plan]
     acc = accuracy([(item["expected"], verdicts[item["id"]].text) for item in plan if item["expected"] is not None],
                    threshold)
-    out = report(ordered, acc, bound_hit)
+    note = None
+    if bound_hit:
+        waited = [u for u in unanswered if u["sent"]]
+        never = len(unanswered) - len(waited)
+        ids = ", ".join(u["request"] for u in waited)
+        note = (f"the run hit its time bound of {overall_timeout:g} s before every request finished: "
+                f"{len(waited)} requests sent and unanswered" + (f" ({ids})" if ids else "") + f", {never} never sent"
+                + (f"; {next((u for u in waited if u['stalled']), waited[-1])['reason']}" if waited else ""))
+    out = report(ordered, acc, bound_hit, unanswered, note)
     out["elapsed_s"] = round(time.monotonic() - start, 2)
     out["settings"] = {"prompts": len(plan), "max_tokens": plan[0]["max_tokens"] if plan else None,
                        "concurrency": concurrency, "request_timeout_s": request_timeout,

@@ -19,6 +19,8 @@ description:
     chunk, then C([DONE]).
   - A quarter of the prompts form an accuracy set with one right answer each; the share answered
     right must reach I(accuracy_threshold).
+  - A prompt the server gives no C(/tokenize) count for fails (the C(prompt_tokens) check cannot be made),
+    naming the request and what C(/tokenize) answered.
   - Fails on any violation, naming the request and the field; returns the completions for review
     and writes the JSON report to I(report_path).
 extends_documentation_fragment:
@@ -53,11 +55,18 @@ options:
     type: int
     default: 8
   request_timeout:
-    description: Seconds one request may take.
+    description: Seconds one request (a C(/tokenize) call or a completion) may take; never more than what is
+      left of I(overall_timeout).
     type: float
     default: 300
   overall_timeout:
-    description: Seconds the whole run may take; a run that hits it fails.
+    description:
+      - Seconds the whole run may take, its C(/tokenize) calls included; a run that hits it fails.
+      - >-
+        A hard bound whatever the requests are doing: at the bound every request still in flight is ended
+        (its connection shut; a frozen head cannot hold the module), listed in RV(report.unanswered) with the
+        head, its address and the state (a stalled engine - C(took the request but sent no answer within N s)),
+        and the report is written. The module returns a few seconds after the bound at most.
     type: float
     default: 1800
   accuracy_threshold:
@@ -110,16 +119,25 @@ changed:
   returned: always
   type: bool
 report:
-  description: status (PASS/FAIL), requests, failed_requests, accuracy, errors, completions, elapsed_s, settings, context.
+  description: status (PASS/FAIL), requests, failed_requests, infra_failures, contract_failures, accuracy, errors,
+    unanswered, completions, elapsed_s, settings, context.
   returned: always
   type: dict
+  contains:
+    unanswered:
+      description: >-
+        Every request that got no HTTP answer: C(request) (its id), C(sent) (false when the bound
+        ended before it was sent), C(stalled) (the head took it and sent no answer in time) and C(reason) (the head, the address and the state, for example a stalled
+        engine - C(took the request but sent no answer within 117.2 s)).
+      type: list
+      elements: dict
+      returned: always
 """
 
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gb10.dspark.plugins.module_utils._files import write_json_atomic
-from ansible_collections.gb10.dspark.plugins.module_utils._http import ApiUnreachable
 from ansible_collections.gb10.dspark.plugins.module_utils._serving_guard import requests_plan, run
 
 
@@ -144,12 +162,10 @@ def main() -> None:
     p = module.params
     if module.check_mode:
         module.exit_json(changed=False, skipped=True, msg="check mode: no requests sent", report={})
-    try:
-        report = run(p["base_url"], p["model"], p["api_key"], requests_plan(p["prompts"], p["max_tokens"]),
-                     p["concurrency"], p["request_timeout"], p["overall_timeout"], p["accuracy_threshold"],
-                     head=p["head"])
-    except ApiUnreachable as exc:  # before any completion: the head's API is not there to guard
-        module.fail_json(msg=f"serving guard: {exc}", report={})
+    # every request (its /tokenize call too) is judged inside the run, a refused or stalled head included; the
+    # run returns at overall_timeout with no request left running, so the report is always written
+    report = run(p["base_url"], p["model"], p["api_key"], requests_plan(p["prompts"], p["max_tokens"]),
+                 p["concurrency"], p["request_timeout"], p["overall_timeout"], p["accuracy_threshold"], head=p["head"])
     report["context"] = p["context"]
     if p["report_path"]:
         write_json_atomic(p["report_path"], report, make_dirs=True)

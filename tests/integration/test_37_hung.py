@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from simhelpers import (INVENTORY, ROOT, container_state, freeze, newest_pack, o
 LIVENESS_S = 8
 EXECUTE_TIMEOUT_S = 25
 STALL_S = 15
+GUARD_BOUND_S = 12  # the guard's own bound: well inside the engine's execute timeout, so that it is what ends the guard
 
 
 def provision(pair, tree, *extra: str, check: bool = True):
@@ -118,7 +120,7 @@ def test_a_worker_hung_while_idle_is_hung_in_the_audit_with_the_reason_everywher
     assert res.returncode == 0 and doc["pairs"][0]["verdict"] == "OK", res.stdout[-3000:]
 
 
-@pytest.mark.fault("hung-guard")
+@pytest.mark.fault("hung-guard", "guard-hung-bound")
 def test_a_worker_hung_during_the_guard_names_the_head_and_the_engine_dies_at_its_execute_timeout(
         pair, clean_tree, host_vars, tmp_path):
     # vLLM's own variable is an engine setting: a departure from the qualified profile, allowed for this test
@@ -128,7 +130,10 @@ def test_a_worker_hung_during_the_guard_names_the_head_and_the_engine_dies_at_it
     host_vars(pair.worker, env)
     provision(pair, clean_tree)
     before = runs(pair)
-    guard = background(pair, clean_tree, "guard.yml", "-e", "dspark_guard_request_timeout=15")
+    guard_report = Path(site()["dspark_evidence_dir"]) / f"sim{pair.index:02d}" / "serving-guard.json"
+    guard_report.unlink(missing_ok=True)
+    # each request may wait 300 s (the default): only the guard's own bound can end it in time
+    guard = background(pair, clean_tree, "guard.yml", "-e", f"dspark_guard_overall_timeout={GUARD_BOUND_S}")
     pids: list[int] = []
     try:
         time.sleep(4)  # the guard is in its first waves
@@ -138,8 +143,21 @@ def test_a_worker_hung_during_the_guard_names_the_head_and_the_engine_dies_at_it
         end(guard)
     text = " ".join(out.split())
     assert guard.returncode != 0, out[-3000:]
-    assert (f"head {pair.head.name}: POST http://{pair.head.mgmt_ip}:8888/v1/completions took the request but sent "
-            "no answer within 15 s: the engine is stalled (hung)") in text, out[-4000:]
+    stalled = (rf"head {re.escape(pair.head.name)}: POST http://{re.escape(pair.head.mgmt_ip)}:8888/v1/completions "
+               r"took the request but sent no answer within [\d.]+ s: the engine is stalled \(hung\)")
+    assert re.search(stalled, text), out[-4000:]
+    # the guard ended at its own bound (not Ansible's backstop a minute later), its report written: every
+    # request answered or listed unanswered, those in flight named with the head, its address and the state
+    assert "Timed out after" not in text, out[-4000:]
+    assert f"the run hit its time bound of {GUARD_BOUND_S} s before every request finished" in text, out[-4000:]
+    doc = json.loads(guard_report.read_text())
+    assert doc["status"] == "FAIL" and doc["elapsed_s"] < GUARD_BOUND_S + 6, doc["elapsed_s"]
+    unanswered = {u["request"]: u for u in doc["unanswered"]}
+    answered = {c["request"] for c in doc["completions"] if c["usage"] is not None}
+    assert answered | set(unanswered) == {f"{i:02d}" for i in range(1, 65)} and not answered & set(unanswered)
+    waited = [u for u in unanswered.values() if u["sent"]]
+    assert 0 < len(waited) <= 8, doc["unanswered"]  # 8 in flight at most (dspark_guard_concurrency)
+    assert all(re.match(stalled, u["reason"]) for u in waited), waited
     # the guard's evidence pack holds both ranks' logs: the frozen worker's ends where it stopped
     pack = newest_pack(pair, before)
     last = on_rank(pair.worker, ["docker", "logs", "--tail", "1", "dspark_vllm"])

@@ -1,5 +1,6 @@
 """The guard's and NIAH's HTTP client against a real local server."""
 import json
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -223,3 +224,49 @@ def test_auth_headers_is_the_one_bearer():
 def test_url_credentials_takes_user_and_password_out_of_the_url(url, clean, user, password):
     from ansible_collections.gb10.dspark.plugins.module_utils._http import url_credentials
     assert url_credentials(url) == (clean, user, password)
+
+
+@pytest.mark.timeout(30)
+def test_an_aborted_inflight_ends_a_request_a_frozen_server_holds_as_stalled():
+    """A caller's bound: Inflight.abort() ends a request blocked on a server that took it and never answers
+    (however long its own timeout), as a stalled head naming how long it waited; later requests are not sent."""
+    import socket
+    import time
+
+    from ansible_collections.gb10.dspark.plugins.module_utils._http import Inflight
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen()
+    port = lsock.getsockname()[1]
+    held = []
+    t = threading.Thread(target=lambda: held.append(lsock.accept()), daemon=True)  # accepts, never answers
+    t.start()
+    inflight = Inflight()
+    call = json_client(f"http://127.0.0.1:{port}", None, head="h0", inflight=inflight)
+    caught = []
+
+    def ask():
+        try:
+            call("POST", "/v1/completions", {"x": 1}, 300)
+        except ApiUnreachable as exc:
+            caught.append(exc)
+    asker = threading.Thread(target=ask, daemon=True)
+    try:
+        started = time.monotonic()
+        asker.start()
+        while not held and time.monotonic() - started < 5:  # the server has taken the connection
+            time.sleep(0.01)
+        inflight.abort()
+        asker.join(5)
+        assert not asker.is_alive() and time.monotonic() - started < 3
+        assert len(caught) == 1 and caught[0].stalled
+        assert re.match(rf"head h0: POST http://127\.0\.0\.1:{port}/v1/completions took the request but sent no "
+                        r"answer within [\d.]+ s: the engine is stalled \(hung\) \(no answer before the caller's bound\)$",
+                        str(caught[0])), str(caught[0])
+        with pytest.raises(ApiUnreachable, match="not sent: the caller's bound had ended"):
+            call("POST", "/v1/completions", {"x": 1}, 300)
+    finally:
+        t.join(5)
+        for conn, _addr in held:
+            conn.close()
+        lsock.close()

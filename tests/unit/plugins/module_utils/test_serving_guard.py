@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import time
 import json
 
 import pytest
@@ -232,3 +233,142 @@ def test_run_stops_at_its_bound():
     out = sg.run("http://x", MODEL, None, sg.requests_plan(count=8), 2, 0.5, 1.0, 0.5, http=FakeServer(hang=True))
     assert out["status"] == "FAIL" and any("time bound" in e for e in out["errors"])
     assert out["elapsed_s"] < 5
+
+
+# --- against a real local HTTP server: fail closed on a missing /tokenize count, end at the bound -------------
+
+class StubServer:
+    """A real HTTP server on 127.0.0.1 with the stand-in's answers (FakeServer's), whose /tokenize and
+    /v1/completions can be told to answer a status instead, to report a wrong prompt_tokens, or to take
+    the request and never answer (``hang``: the handler waits until the test ends, as a frozen engine does)."""
+
+    def __init__(self, tokenize_status=200, prompt_tokens=None, hang=()):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.fake, self.release, self.seen = FakeServer(), threading.Event(), []
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                stub.seen.append(self.path)
+                if self.path in hang:
+                    stub.release.wait(120)
+                    return
+                if self.path == "/tokenize" and tokenize_status != 200:
+                    status, answer = tokenize_status, {"detail": "Not Found"}
+                else:
+                    status, answer = stub.fake("POST", self.path, body, 5)
+                    if self.path == "/v1/completions" and prompt_tokens is not None:
+                        answer = _with_prompt_tokens(answer, prompt_tokens)
+                data = (answer if isinstance(answer, str) else json.dumps(answer)).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "text/event-stream" if isinstance(answer, str) else "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, name="stub-serve", daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _with_prompt_tokens(answer, n):
+    """The answer with usage.prompt_tokens = n and total_tokens kept the sum (only the count is wrong)."""
+    def fix(usage):
+        return dict(usage, prompt_tokens=n, total_tokens=n + usage["completion_tokens"])
+    if isinstance(answer, str):
+        events, _done, _errors = sg.parse_sse(answer)
+        return sse(*[dict(e, usage=fix(e["usage"])) if e.get("usage") else e for e in events])
+    return dict(answer, usage=fix(answer["usage"]))
+
+
+@pytest.fixture(name="stub")
+def _stub():
+    made = []
+
+    def make(**kw):
+        made.append(StubServer(**kw))
+        return made[-1]
+    yield make
+    for s in made:
+        s.stop()
+
+
+def guard_threads(before):
+    """Threads the guard left alive: any new thread but the stub server's own."""
+    import threading
+    return [t.name for t in threading.enumerate()
+            if t.is_alive() and t not in before and "process_request_thread" not in t.name]
+
+
+@pytest.mark.timeout(60)
+def test_a_tokenize_that_answers_404_is_a_violation_of_every_prompt_never_a_skipped_check(stub):
+    """/tokenize answers 404 and every completion says prompt_tokens 999: no prompt's count can be checked,
+    and that is a violation of each prompt, named with the request, the field and the /tokenize answer."""
+    server = stub(tokenize_status=404, prompt_tokens=999)
+    out = sg.run(server.url, MODEL, None, sg.requests_plan(), 8, 5, 60, 0.9, head="lab-head")
+    assert out["status"] == "FAIL" and out["failed_requests"] == 64, out["errors"][:3]
+    assert server.seen.count("/tokenize") == 64
+    for item in sg.requests_plan():
+        rid = item["id"]
+        assert (f"request {rid}: usage.prompt_tokens is 999, expected the server's /tokenize count, which it did "
+                f"not give (/tokenize answered HTTP status 404)") in out["errors"], (rid, out["errors"][:3])
+    assert out["accuracy"]["pass"] is True  # the answers themselves are right; only the count is missing
+
+
+@pytest.mark.timeout(60)
+def test_the_tokenize_calls_run_inside_the_overall_bound(stub):
+    """A /tokenize that takes the request and never answers: the guard still ends at its overall bound (the
+    64 /tokenize calls are inside it), each request's missing count named with the stalled state."""
+    import threading
+    server = stub(hang=("/tokenize",))
+    before = threading.enumerate()
+    started = time.monotonic()
+    out = sg.run(server.url, MODEL, None, sg.requests_plan(count=8), 2, 30, 2.0, 0.5, head="lab-head")
+    took = time.monotonic() - started
+    assert took < 2.0 + 3, took
+    assert out["status"] == "FAIL" and out["failed_requests"] == 8
+    assert any(f"head lab-head: POST {server.url}/tokenize took the request but sent no answer within" in e
+               and "the engine is stalled (hung)" in e for e in out["errors"]), out["errors"][:4]
+    assert guard_threads(before) == []
+
+
+@pytest.mark.timeout(60)
+def test_a_head_that_takes_requests_and_never_answers_ends_the_guard_at_its_bound_with_a_report(stub):
+    """Completions taken and never answered (a frozen pair): the guard returns at its overall bound, however
+    long a request may take, lists every unanswered request, names the head, its address and the stalled
+    state, and leaves no request running."""
+    import threading
+    server = stub(hang=("/v1/completions",))
+    before = threading.enumerate()
+    plan = sg.requests_plan(count=16)
+    started = time.monotonic()
+    out = sg.run(server.url, MODEL, None, plan, 4, 300, 2.0, 0.5, head="lab-head")
+    took = time.monotonic() - started
+    assert took < 2.0 + 3, took
+    assert guard_threads(before) == []
+    assert out["status"] == "FAIL" and out["failed_requests"] == 16 and out["infra_failures"] == 16
+    unanswered = out["unanswered"]
+    assert [u["request"] for u in unanswered] == [item["id"] for item in plan]
+    in_flight = [u for u in unanswered if u["sent"]]
+    assert len(in_flight) == 4 and all(not u["sent"] for u in unanswered if u not in in_flight)
+    stalled = f"head lab-head: POST {server.url}/v1/completions took the request but sent no answer within"
+    for u in in_flight:
+        assert u["reason"].startswith(stalled) and "the engine is stalled (hung)" in u["reason"], u
+        assert u["stalled"] is True
+        assert any(e.startswith(f"request {u['request']}: transport is") and stalled in e for e in out["errors"])
+    summary = [e for e in out["errors"] if e.startswith("the run hit its time bound")]
+    assert len(summary) == 1 and "of 2 s" in summary[0] and "4 requests sent and unanswered" in summary[0]
+    assert "12 never sent" in summary[0] and stalled in summary[0] and "the engine is stalled (hung)" in summary[0]
