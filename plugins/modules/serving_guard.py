@@ -138,6 +138,7 @@ report:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gb10.dspark.plugins.module_utils._files import write_json_atomic
+from ansible_collections.gb10.dspark.plugins.module_utils._secrets import api_key_problem
 from ansible_collections.gb10.dspark.plugins.module_utils._serving_guard import requests_plan, run
 
 
@@ -160,6 +161,8 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
+    if api_key_problem(p["api_key"]):  # refused before any request, naming the variable, never the value
+        module.fail_json(msg=f"rank {p['head'] or 'head'}: {api_key_problem(p['api_key'])}")
     if module.check_mode:
         module.exit_json(changed=False, skipped=True, msg="check mode: no requests sent", report={})
     # every request (its /tokenize call too) is judged inside the run, a refused or stalled head included; the

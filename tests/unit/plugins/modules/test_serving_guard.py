@@ -35,3 +35,17 @@ def test_a_frozen_head_ends_the_module_at_its_bound_with_the_report_written(run_
     assert on_disk == json.loads(json.dumps(result["report"]))
     assert [u["request"] for u in on_disk["unanswered"]] == [f"{i:02d}" for i in range(1, 17)]
     assert sum(u["sent"] for u in on_disk["unanswered"]) == 4
+
+
+def test_a_key_with_a_newline_is_refused_before_any_request_and_never_shown(run_module, tmp_path):
+    server = StubServer(hang=())
+    try:
+        result = run_module(serving_guard, {
+            "base_url": server.url, "head": "lab-head", "model": MODEL, "prompts": 4, "concurrency": 1,
+            "api_key": "sk-guard-0123456789\n", "report_path": str(tmp_path / "serving-guard.json")})
+    finally:
+        server.stop()
+    assert result["failed"] is True
+    assert result["msg"].startswith("rank lab-head: dspark_api_key holds a line feed (\\n) at its end"), result["msg"]
+    assert "0123456789" not in json.dumps(result)
+    assert not (tmp_path / "serving-guard.json").exists() and server.seen == []
