@@ -127,8 +127,9 @@ report:
     unanswered:
       description: >-
         Every request that got no HTTP answer: C(request) (its id), C(sent) (false when the bound
-        ended before it was sent), C(stalled) (the head took it and sent no answer in time) and C(reason) (the head, the address and the state, for example a stalled
-        engine - C(took the request but sent no answer within 117.2 s)).
+        ended before it was sent), C(stalled) (the head took it and sent no answer in time) and C(reason)
+        (the head, the address and the state, for example a stalled engine - C(took the request but sent
+        no answer within 117.2 s)).
       type: list
       elements: dict
       returned: always
