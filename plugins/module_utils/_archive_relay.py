@@ -99,14 +99,21 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.close_connection = True
 
-    def _answer(self, body: bool) -> None:
+    def _own_path(self) -> bool:
+        """Count the request; answer 404 (and say False) unless it asks for the relay's own random path."""
         relay = self.server.relay  # type: ignore[attr-defined]
         self.answered = True
         relay.count("requests")
         if urllib.parse.urlsplit(self.path).path != relay.path:
             relay.count("refused")
             self._status(404)
+            return False
+        return True
+
+    def _answer(self, body: bool) -> None:
+        if not self._own_path():
             return
+        relay = self.server.relay  # type: ignore[attr-defined]
         size = os.stat(relay.file).st_size
         self.send_response(200)
         self.send_header("Content-Type", "application/x-tar")
@@ -129,14 +136,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._answer(body=False)
 
     def do_POST(self):  # noqa: N802
-        relay = self.server.relay  # type: ignore[attr-defined]
-        self.answered = True
-        relay.count("requests")
-        if urllib.parse.urlsplit(self.path).path != relay.path:
-            relay.count("refused")
-            self._status(404)
+        if not self._own_path():
             return
-        relay.stop_asked.set()
+        self.server.relay.stop_asked.set()  # type: ignore[attr-defined]
         self._status(200)
 
 

@@ -256,26 +256,25 @@ def stale_message(pair: str, path: str, inventory_host: str, holder: dict) -> st
             "Re-run with dspark_lock_break_stale=true to take it over.")
 
 
-def held_message(pair: str, path: str, inventory_host: str, holder: dict, this_host: str, state: str) -> str:
-    msg = (f"pair {pair}: lock {path} on {inventory_host} is held by {describe(holder)}; expected a free lock. "
-           "Another run is working on this pair; nothing was changed.")
+LEGACY_WHERE = "(where earlier versions of gb10.dspark keep it)"
+
+
+def held_message(pair: str, path: str, inventory_host: str, holder: dict, this_host: str, state: str,
+                 legacy: bool = False) -> str:
+    """Why the run is refused while ``holder`` holds the lock at ``path`` (``legacy``: the old location, which
+    a run of an earlier version still holds)."""
+    where, who = (f" {LEGACY_WHERE}", "A run of an earlier version") if legacy else ("", "Another run")
+    msg = (f"pair {pair}: lock {path}{where} on {inventory_host} is held by {describe(holder)}; expected a free "
+           f"lock. {who} is working on this pair; nothing was changed.")
     if state == "foreign":
         msg += (f" Its liveness cannot be checked from {this_host}; if no run is active on "
                 f"{holder.get('control_host') or '?'}, remove {path} on {inventory_host} by hand.")
     return msg
-
-
-LEGACY_WHERE = "(where earlier versions of gb10.dspark keep it)"
 
 
 def legacy_held_message(pair: str, path: str, inventory_host: str, holder: dict, this_host: str, state: str) -> str:
     """A run of an earlier version holds the lock at the old location ``path``."""
-    msg = (f"pair {pair}: lock {path} {LEGACY_WHERE} on {inventory_host} is held by {describe(holder)}; expected a "
-           "free lock. A run of an earlier version is working on this pair; nothing was changed.")
-    if state == "foreign":
-        msg += (f" Its liveness cannot be checked from {this_host}; if no run is active on "
-                f"{holder.get('control_host') or '?'}, remove {path} on {inventory_host} by hand.")
-    return msg
+    return held_message(pair, path, inventory_host, holder, this_host, state, legacy=True)
 
 
 def legacy_stale_message(pair: str, path: str, inventory_host: str, holder: dict) -> str:
