@@ -72,8 +72,19 @@ demo: sim-up
 	  echo "  .venv/bin/ansible -i inventories/sim all -m ansible.builtin.ping"; \
 	  echo "  make sim-status | make sim-down"
 
-# Prerequisites run in this order: lint, unit tests, the real-vLLM lane, simulator integration tests, molecule.
-test: lint test-unit test-vllm test-integration test-molecule
+# Phases run in this order: lint, unit tests, the real-vLLM lane, simulator integration tests, molecule; each
+# one's time goes to artifacts/reports/TESTS.md (tools/test_report: standard library only, so the system python
+# runs it before the virtualenv exists), with the 15 slowest simulator tests.
+TIMED := python3 -m tools.test_report
+test:
+	@$(TIMED) begin
+	@$(TIMED) run deps -- $(MAKE) --no-print-directory deps
+	@$(TIMED) run lint -- $(MAKE) --no-print-directory lint
+	@$(TIMED) run unit -- $(MAKE) --no-print-directory test-unit
+	@$(TIMED) run vllm-lane -- $(MAKE) --no-print-directory test-vllm
+	@$(TIMED) run integration -- $(MAKE) --no-print-directory test-integration
+	@$(TIMED) run molecule -- $(MAKE) --no-print-directory test-molecule
+	@$(TIMED) end
 
 lint: deps
 	@$(VENV)/bin/ruff check plugins sim tools tests molecule cli
@@ -91,7 +102,8 @@ test-vllm: deps
 	@DSPARK_VLLM_REPORT=$(CURDIR)/artifacts/reports/VLLM.md $(PY) -m pytest --durations=0 tests/vllm
 
 test-integration: deps
-	@DSPARK_RELIABILITY_REPORT=$(CURDIR)/artifacts/reports/RELIABILITY.md $(PY) -m pytest --durations=25 tests/integration
+	@DSPARK_RELIABILITY_REPORT=$(CURDIR)/artifacts/reports/RELIABILITY.md $(PY) -m pytest --durations=25 \
+	  --junitxml=$(CURDIR)/artifacts/reports/integration-junit.xml tests/integration
 
 test-molecule: deps
 	@$(VENV)/bin/molecule test
