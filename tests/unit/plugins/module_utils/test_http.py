@@ -226,7 +226,7 @@ def test_url_credentials_takes_user_and_password_out_of_the_url(url, clean, user
     assert url_credentials(url) == (clean, user, password)
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(180)
 def test_an_aborted_inflight_ends_a_request_a_frozen_server_holds_as_stalled():
     """A caller's bound: Inflight.abort() ends a request blocked on a server that took it and never answers
     (however long its own timeout), as a stalled head naming how long it waited; later requests are not sent."""
@@ -254,11 +254,12 @@ def test_an_aborted_inflight_ends_a_request_a_frozen_server_holds_as_stalled():
     try:
         started = time.monotonic()
         asker.start()
-        while not held and time.monotonic() - started < 5:  # the server has taken the connection
+        while not held and time.monotonic() - started < 30:  # the server has taken the connection
             time.sleep(0.01)
         inflight.abort()
-        asker.join(5)
-        assert not asker.is_alive() and time.monotonic() - started < 3
+        asker.join(60)
+        # ended by the abort, not by its own 300 s timeout (a loose bound: a loaded CI host is slow)
+        assert not asker.is_alive() and time.monotonic() - started < 90
         assert len(caught) == 1 and caught[0].stalled
         assert re.match(rf"head h0: POST http://127\.0\.0\.1:{port}/v1/completions took the request but sent no "
                         r"answer within [\d.]+ s: the engine is stalled \(hung\) \(no answer before the caller's bound\)$",
