@@ -338,7 +338,7 @@ def test_the_tokenize_calls_run_inside_the_overall_bound(stub):
     started = time.monotonic()
     out = sg.run(server.url, MODEL, None, sg.requests_plan(count=8), 2, 30, 2.0, 0.5, head="lab-head")
     took = time.monotonic() - started
-    assert took < 2.0 + 3, took
+    assert took < 2.0 + 15, took  # ended by its 2 s bound, not a 30 s or 300 s request timeout (loose: CI load)
     assert out["status"] == "FAIL" and out["failed_requests"] == 8
     assert any(f"head lab-head: POST {server.url}/tokenize took the request but sent no answer within" in e
                and "the engine is stalled (hung)" in e for e in out["errors"]), out["errors"][:4]
@@ -357,7 +357,7 @@ def test_a_head_that_takes_requests_and_never_answers_ends_the_guard_at_its_boun
     started = time.monotonic()
     out = sg.run(server.url, MODEL, None, plan, 4, 300, 2.0, 0.5, head="lab-head")
     took = time.monotonic() - started
-    assert took < 2.0 + 3, took
+    assert took < 2.0 + 15, took  # ended by its 2 s bound, not a 30 s or 300 s request timeout (loose: CI load)
     assert guard_threads(before) == []
     assert out["status"] == "FAIL" and out["failed_requests"] == 16 and out["infra_failures"] == 16
     unanswered = out["unanswered"]

@@ -22,7 +22,7 @@ def test_a_frozen_head_ends_the_module_at_its_bound_with_the_report_written(run_
             "base_url": server.url, "head": "lab-head", "model": MODEL, "prompts": 16, "concurrency": 4,
             "request_timeout": 300, "overall_timeout": 2, "report_path": str(tmp_path / "serving-guard.json")})
         took = time.monotonic() - started
-        assert took < 2 + 3, took
+        assert took < 2 + 15, took  # its 2 s bound, not the 300 s request timeout (loose: CI load)
         assert guard_threads(before) == []  # no request left running: nothing holds the process past its bound
     finally:
         server.stop()
