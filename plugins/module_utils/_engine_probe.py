@@ -8,23 +8,16 @@ are in flight. The readiness wait (run on both ranks, each through its own Ansib
 the engine role's replace guard and the gate all read it.
 
 The container is read through the rank's Docker engine API (:mod:`._docker_engine`); the API
-over HTTP on the head.
+over HTTP on the head, through the collection's one HTTP client (:mod:`._http`).
 """
 from __future__ import annotations
 
-import http.client
 import json
 import re
 import time
 
 from ansible_collections.gb10.dspark.plugins.module_utils._docker_engine import DEFAULT_DOCKER_HOST, Engine, EngineError
-from ansible_collections.gb10.dspark.plugins.module_utils._http import (
-    ApiUnreachable,
-    auth_headers,
-    json_client,
-    open_http,
-    transport_state,
-)
+from ansible_collections.gb10.dspark.plugins.module_utils._http import ApiUnreachable, get_text, json_client
 from ansible_collections.gb10.dspark.plugins.module_utils._labels import PREFIX as LABEL_PREFIX
 from ansible_collections.gb10.dspark.plugins.module_utils._site import SITE_DEFAULTS, local_api_url
 
@@ -167,14 +160,12 @@ def last_log_lines(engine: Engine, container: str, doc: dict | None, tail: int) 
 
 
 def http_json(url: str, timeout: float, api_key: str | None = None) -> tuple[int | None, object, str]:
-    try:
-        with open_http("GET", url, None, auth_headers(api_key), timeout) as resp:
-            status = resp.status
-            body = resp.read().decode("utf-8", "replace")
-    except OSError as exc:
-        return None, None, f"{transport_state(exc, timeout)} ({exc})"
-    except (ValueError, http.client.HTTPException) as exc:
-        return None, None, str(exc)
+    """GET ``url`` through the one client (:func:`._http.get_text`): ``(status, parsed JSON, "")``, the text for
+    ``/metrics``, or ``(status or None, None, why)``: the transport's or the key's problem, ``HTTP <status>``,
+    ``not JSON``."""
+    status, body, err = get_text(url, timeout, api_key)
+    if status is None or body is None:  # no answer: both are None together
+        return None, None, err
     if status >= 400:
         return status, None, f"HTTP {status}"
     if url.endswith("/metrics"):
@@ -228,7 +219,7 @@ def liveness_state(base_url: str, model: str, timeout: float, api_key: str | Non
                  else f"a one-token completion failed: {exc}")
         return {"ok": False, "status": None, "seconds": round(clock() - started, 2), "error": error,
                 "stalled": exc.stalled}
-    except (ValueError, http.client.HTTPException) as exc:
+    except ValueError as exc:  # RequestNotSent: a key that cannot be a header, named, never shown
         return {"ok": False, "status": None, "seconds": round(clock() - started, 2),
                 "error": f"a one-token completion failed: {exc}", "stalled": False}
     seconds = round(clock() - started, 2)

@@ -1,11 +1,16 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, gb10.dspark contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""HTTP against a rank's engine (stdlib ``http.client`` only): one opener for every caller, and the
-JSON client the serving guard, NIAH and the systems suite use against the head's OpenAI API.
+"""The collection's one HTTP client (stdlib ``http.client`` only): every call to a head's API goes through
+:func:`open_http`. On it: :func:`read` (one request read whole), :func:`json_client` (the serving guard, NIAH,
+the systems suite, the liveness check), :func:`fetch_client` (the gate's pytest suite: status and raw bytes),
+:func:`get_text` (the engine probe's and the audit's GET of /v1/models and /metrics), and the systems suite's
+streamed reads over :func:`open_http` itself. The key becomes a header in one place, :func:`auth_headers`.
+No other module of the collection imports an HTTP client (tests/unit/docs/test_architecture.py).
 
-No proxy, no netrc, no content encoding: the engine is on the pair's own network, and a caller that
-times streamed lines must see the bytes as the server sends them."""
+No proxy, no netrc, no redirect followed, no content encoding: the engine is on the pair's own network, a
+redirect is an answer (the bearer never follows it elsewhere), and a caller that times streamed lines must
+see the bytes as the server sends them."""
 from __future__ import annotations
 
 import contextlib
@@ -81,8 +86,8 @@ class Inflight:
 def open_http(method: str, url: str, body: bytes | None = None, headers: dict | None = None,
               timeout: float = 10.0, inflight: Inflight | None = None):
     """Send one request and yield its ``http.client.HTTPResponse`` whatever the status (the caller
-    reads ``status``). Transport failures (refused, reset, timeout, a malformed status line) raise
-    ``OSError``; a URL that is not http(s), or a header value http.client would refuse, raises
+    reads ``status``). Transport failures (refused, reset, timeout, a malformed status line, a body cut
+    short while the caller reads it) raise ``OSError``, never http.client's own exceptions; a URL that is not http(s), or a header value http.client would refuse, raises
     :class:`RequestNotSent` (a ``ValueError``) whose message never holds a header's value. With ``inflight``,
     the connection is registered there while it is open: once the caller aborts it, the request (connecting,
     sending or reading) raises ``TimeoutError``."""
@@ -125,14 +130,60 @@ def open_http(method: str, url: str, body: bytes | None = None, headers: dict | 
         with resp:
             try:
                 yield resp
-            except (OSError, http.client.HTTPException):
+            except (OSError, http.client.HTTPException) as exc:
                 if inflight is not None:
                     inflight.check()  # the body cut short by the caller's abort
-                raise
+                if isinstance(exc, OSError):
+                    raise
+                # a body cut short (IncompleteRead) or a broken chunk: a transport failure like any other
+                raise ConnectionError(f"{type(exc).__name__}: {exc}") from exc
     finally:
         if inflight is not None:
             inflight.discard(conn)
         conn.close()
+
+
+def read(method: str, url: str, body: bytes | None = None, headers: dict | None = None, timeout: float = 10.0,
+         inflight: Inflight | None = None) -> tuple[int, bytes]:
+    """One request through :func:`open_http`, its body read whole: ``(status, bytes)`` whatever the status.
+    Raises as :func:`open_http` does: ``OSError`` for a transport failure, :class:`RequestNotSent` for a request
+    that could not be built; with ``inflight``, a request ended by the caller's abort raises ``TimeoutError``,
+    even when the cut-short body read without an error."""
+    with open_http(method, url, body, headers, timeout, inflight) as resp:
+        status, data = resp.status, resp.read()
+    if inflight is not None:
+        inflight.check()  # a body that ends at the close reads short, without an error
+    return status, data
+
+
+def fetch_client(base_url: str, api_key: str | None, variable: str = "dspark_api_key"):
+    """``fetch(method, path, body, timeout)`` -> ``(status, bytes)`` against ``base_url``, whatever the status
+    (a redirect is an answer, never followed): the runtime gate's ``Fetch``. ``body`` is bytes (sent as JSON) or
+    ``None``. The key goes only into the Authorization header (:func:`auth_headers`); a key that cannot be one
+    raises :class:`RequestNotSent` naming ``variable`` at each call, before any request, so that a caller which
+    records each step's failure (the gate) records it. Transport failures raise ``OSError`` as they come."""
+    base = base_url.rstrip("/")
+
+    def fetch(method: str, path: str, body: bytes | None, timeout: float) -> tuple[int, bytes]:
+        headers = {"Accept": "application/json", **auth_headers(api_key, variable)}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        return read(method, base + path, body, headers, timeout)
+    return fetch
+
+
+def get_text(url: str, timeout: float, api_key: str | None = None) -> tuple[int | None, str | None, str]:
+    """GET ``url`` with the key as the bearer: ``(status, text, "")`` whatever the status, or ``(None, None, why)``
+    when no answer came - the engine's state and the error (:func:`transport_state`, as ``refused the connection:
+    ... ([Errno 111] Connection refused)``), or why the request could not be built (a key that cannot be a header,
+    named, never shown). Never raises for either."""
+    try:
+        status, data = read("GET", url, None, auth_headers(api_key), timeout)
+    except OSError as exc:
+        return None, None, f"{transport_state(exc, timeout)} ({exc})"
+    except ValueError as exc:  # RequestNotSent: its text never holds a header's value
+        return None, None, str(exc)
+    return status, data.decode("utf-8", "replace"), ""
 
 
 def url_credentials(url: str) -> tuple[str, str | None, str | None]:
@@ -191,11 +242,8 @@ def json_client(base_url: str, api_key: str | None, head: str | None = None, inf
         url = base_url.rstrip("/") + path
         started = time.monotonic()
         try:
-            with open_http(method, url, data, headers, timeout, inflight) as resp:
-                status = resp.status
-                text = resp.read().decode("utf-8", "replace")
-            if inflight is not None:
-                inflight.check()  # a body that ends at the close reads short, without an error
+            status, raw = read(method, url, data, headers, timeout, inflight)
+            text = raw.decode("utf-8", "replace")
         except ApiUnreachable:
             raise
         except OSError as exc:

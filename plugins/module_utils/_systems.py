@@ -45,7 +45,6 @@ its status is ERROR and ``reasons`` names both kinds and their rows.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import http.client
 import json
 import math
 import os
@@ -484,7 +483,7 @@ def stream_client(base_url: str, api_key: str | None) -> Callable[[str, dict, fl
                         out.error_body = None
                 else:
                     _read_events(resp, out, lines, deadline, timeout)
-        except (OSError, ValueError, http.client.HTTPException) as exc:
+        except (OSError, ValueError) as exc:  # open_http: transport failures are OSError, a bad request ValueError
             out.error = _exc_text(exc)
         out.ended = time.monotonic()
         out.raw = "".join(lines)

@@ -8,7 +8,8 @@ Run on the control node by the gate role, once per pair:
 
 This file only moves bytes: it reads each rank once, through testinfra's ansible backend (the
 inventory's own ssh settings) and the fleet audit's own collector (``gb10.dspark.rank_audit`` with
-its ``runtime`` section), the head's API through urllib, and hands both to ``_runtime_gate.Gate``,
+its ``runtime`` section), the head's API through the collection's one HTTP client
+(``_http.fetch_client``: no proxy, no redirect followed), and hands both to ``_runtime_gate.Gate``,
 where every decision is made. The API key is read from the file that the
 environment variable ``DSPARK_GATE_API_KEY_FILE`` names (mode 0600, in a private folder the role
 removes afterwards), never from argv or the environment itself, whose values Ansible writes onto
@@ -23,15 +24,14 @@ import importlib
 import json
 import os
 import sys
-import urllib.error
 import urllib.parse
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 API_KEY_FILE_ENV = "DSPARK_GATE_API_KEY_FILE"
 MODULE = "ansible_collections.gb10.dspark.plugins.module_utils._runtime_gate"
+HTTP_MODULE = "ansible_collections.gb10.dspark.plugins.module_utils._http"
 _STATE = pytest.StashKey()
 
 
@@ -66,31 +66,12 @@ def _import_gate_module(raw: dict):
 
 
 # ---- I/O handed to the gate -------------------------------------------------------------------
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """A redirect is an answer, not a hop: the bearer token never follows it elsewhere."""
-
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        return None
-
-
 def make_fetch(base_url: str, api_key: str | None):
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
-    base = base_url.rstrip("/")
-
-    def fetch(method: str, path: str, body: bytes | None, timeout: float) -> tuple[int, bytes]:
-        headers = {"Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = "application/json"
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
-        request = urllib.request.Request(base + path, data=body, method=method, headers=headers)
-        try:
-            with opener.open(request, timeout=timeout) as response:
-                return response.status, response.read()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read()
-
-    return fetch
+    """The gate's ``fetch(method, path, body, timeout) -> (status, bytes)``: the collection's one HTTP client
+    (``_http.fetch_client``), imported once the collection is found. A redirect is an answer, never followed (the
+    bearer token never goes elsewhere); no proxy; the key goes only into ``Authorization: Bearer``, and a key that
+    cannot be a header fails each API step naming ``dspark_api_key``, never the value."""
+    return importlib.import_module(HTTP_MODULE).fetch_client(base_url, api_key)
 
 
 def read_rank(hostname: str, inventory: str, config: dict, prefixes: list[str]) -> dict:

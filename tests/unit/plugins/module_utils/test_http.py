@@ -271,3 +271,110 @@ def test_an_aborted_inflight_ends_a_request_a_frozen_server_holds_as_stalled():
         for conn, _addr in held:
             conn.close()
         lsock.close()
+
+
+# ---- the byte fetch (the gate's suite) and the GET reader (the engine probe) --------------------
+
+def _cut_short_server(declared: int = 100, sent: bytes = b"0123456789"):
+    """A server that promises ``declared`` bytes of body, sends ``sent`` and hangs up."""
+    import socket
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen()
+
+    def serve():
+        conn, _addr = lsock.accept()
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (declared, sent))
+        conn.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    return lsock, t, f"http://127.0.0.1:{lsock.getsockname()[1]}"
+
+
+def test_a_body_cut_short_is_a_transport_error_every_caller_catches_as_oserror():
+    """http.client raises IncompleteRead (an HTTPException, not an OSError) for a body cut short: open_http makes
+    it a ConnectionError like every other transport failure, so json_client names the head's state and no caller
+    needs http.client's exceptions."""
+    from ansible_collections.gb10.dspark.plugins.module_utils._http import read
+    lsock, t, url = _cut_short_server()
+    try:
+        with pytest.raises(ConnectionError, match=r"^IncompleteRead: "):
+            read("GET", url + "/metrics", timeout=5)
+    finally:
+        t.join(5)
+        lsock.close()
+    lsock, t, url = _cut_short_server()
+    try:
+        with pytest.raises(ApiUnreachable, match=r"^head h0: GET http://127\.0\.0\.1:\d+/v1/models could not be reached "
+                                                 r"\(IncompleteRead: "):
+            json_client(url, None, head="h0")("GET", "/v1/models", None, 5)
+    finally:
+        t.join(5)
+        lsock.close()
+
+
+def test_fetch_client_answers_status_and_bytes_follows_no_redirect_and_no_proxy(base_url, monkeypatch):
+    """The gate's fetch: (status, raw bytes) whatever the status, a redirect is an answer (the bearer never
+    follows it), the environment's proxy is not used, the key is only the bearer."""
+    from ansible_collections.gb10.dspark.plugins.module_utils._http import fetch_client
+    for name in ("http_proxy", "HTTP_PROXY", "all_proxy"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")  # nothing listens there: a request through it would fail
+    SEEN.clear()
+    fetch = fetch_client(base_url + "/", "sk-secret")
+    assert fetch("GET", "/v1/models", None, 5) == (200, b'{"data": [{"id": "m"}]}')
+    assert fetch("POST", "/bad", b"{}", 5) == (400, b'{"error": {"message": "too long", "code": 400}}')
+    assert SEEN == [("GET", "/v1/models", "Bearer sk-secret", None), ("POST", "/bad", "Bearer sk-secret", {})]
+    assert fetch_client(base_url, None)("GET", "/v1/models", None, 5)[0] == 200
+    assert SEEN[-1][2] is None
+
+    class _Redirect(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):  # noqa: N802
+            self.send_response(302)
+            self.send_header("Location", base_url + "/v1/models")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Redirect)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        SEEN.clear()
+        assert fetch_client(f"http://127.0.0.1:{server.server_address[1]}", "sk-secret")("GET", "/x", None, 5) == (302, b"")
+        assert SEEN == []  # not followed
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_fetch_client_refuses_a_key_that_cannot_be_a_header_at_each_call_naming_the_variable(base_url):
+    """The gate records a failed step rather than failing to start: the key's problem is raised by the call,
+    before any request, naming dspark_api_key and never the value; a refused head is the bare OSError."""
+    from ansible_collections.gb10.dspark.plugins.module_utils._http import fetch_client
+    SEEN.clear()
+    fetch = fetch_client(base_url, NEWLINE_KEY)
+    with pytest.raises(RequestNotSent) as err:
+        fetch("GET", "/v1/models", None, 5)
+    assert "dspark_api_key holds a line feed" in str(err.value) and "0123456789" not in str(err.value)
+    assert SEEN == []
+    with pytest.raises(ConnectionRefusedError):
+        fetch_client(f"http://127.0.0.1:{_free_port()}", None)("GET", "/v1/models", None, 2)
+
+
+def test_get_text_answers_status_and_text_or_why_there_is_none(base_url):
+    """The probe's GET reader: (status, text, "") whatever the status, else (None, None, why): the engine's state
+    and the error, or the key's problem (never its value)."""
+    from ansible_collections.gb10.dspark.plugins.module_utils._http import get_text
+    SEEN.clear()
+    assert get_text(base_url + "/metrics", 5, "sk-secret") == (200, "vllm:x 1\n", "")
+    assert SEEN[-1][:3] == ("GET", "/metrics", "Bearer sk-secret")
+    port = _free_port()
+    status, text, why = get_text(f"http://127.0.0.1:{port}/metrics", 2)
+    assert (status, text) == (None, None)
+    assert why.startswith("refused the connection: nothing listens there (the engine is down or not started) (")
+    status, text, why = get_text(base_url + "/metrics", 2, NEWLINE_KEY)
+    assert (status, text) == (None, None) and why.startswith("dspark_api_key holds a line feed")
+    assert "0123456789" not in why

@@ -1288,6 +1288,26 @@ def test_suite_fetch_sends_the_key_only_as_a_bearer_token(suite_conftest, http_s
     assert status == 302 and seen[-1][0] == "/redirect"  # not followed
 
 
+def test_suite_fetch_is_the_collections_one_http_client(suite_conftest, http_server):
+    """The suite speaks to the head through _http (no urllib of its own): a key that cannot be a header is a
+    failed step naming dspark_api_key, never the value (urllib printed "Invalid header value b'Bearer KEY\\n'"),
+    and a refused head is the step's ConnectionRefusedError (urllib wrapped it in a URLError)."""
+    import socket
+    base, seen = http_server
+    bad_key = f"{SECRET}\n"
+    gate = passing_gate(fetch=suite_conftest.make_fetch(base, bad_key))
+    errors = gate.step("models")
+    assert len(errors) == 1 and errors[0].startswith("models step failed: RequestNotSent: dspark_api_key holds a line "
+                                                     "feed"), errors
+    assert SECRET not in errors[0]
+    assert seen == []
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    errors = passing_gate(fetch=suite_conftest.make_fetch(closed, None)).step("models")
+    assert errors == ["models step failed: ConnectionRefusedError: [Errno 111] Connection refused"]
+
+
 def test_suite_finds_the_collection(suite_conftest, monkeypatch, tmp_path):
     monkeypatch.setenv("ANSIBLE_COLLECTIONS_PATH", f"{tmp_path}{os.pathsep}{COLLECTIONS}")
     assert str(COLLECTIONS) in suite_conftest._collection_candidates({})
