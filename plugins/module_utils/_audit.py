@@ -23,7 +23,8 @@ listed), else ``OK``.
 
 No secret reaches a result: the API key is only sent as a header, environment values of names
 that look secret (``_secrets.is_secret_name``) are neither returned nor hashed, and any secret value seen
-is scrubbed from every returned string.
+is scrubbed from every returned string (``_secrets.redact``: the API key whatever its length, the values of
+secret-named env entries from ``_secrets.MIN_SECRET_LENGTH`` characters on).
 
 Standard library only; it runs on the ranks.
 """
