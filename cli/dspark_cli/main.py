@@ -18,7 +18,9 @@ import argparse
 import configparser
 import dataclasses
 import datetime
+import functools
 import getpass
+import importlib.util
 import json
 import os
 import re
@@ -564,20 +566,64 @@ def report_audit(report_dir: str, out: TextIO) -> dict | None:
 
 _ENV_KEEP = frozenset({"PATH", "HOME", "LANG", "LC_ALL", "PWD", "USER", "VIRTUAL_ENV"})
 _ENV_KEEP_PREFIXES = ("ANSIBLE_", "RUNNER_", "AWX_")
-_ENV_SECRETISH = ("PASS", "TOKEN", "SECRET", "CRED", "API_KEY", "APIKEY", "AUTH")
 NOT_RECORDED = "(not recorded)"
+# The collection's one rule for secret NAMES lives in this file of the collection.
+SECRETS_FILE = ("gb10", "dspark", "plugins", "module_utils", "_secrets.py")
 
 
-def _env_recordable(key: str) -> bool:
-    upper = key.upper()
-    if any(word in upper for word in _ENV_SECRETISH):
+def collection_search_paths() -> list[str]:
+    """Where ansible-playbook looks for the collection, in its order: the configured collections paths
+    (ANSIBLE_COLLECTIONS_PATH, ``collections_path`` of the ansible.cfg in use, else Ansible's defaults),
+    then ``sys.path`` when Ansible scans it (COLLECTIONS_SCAN_SYS_PATH, the default)."""
+    from ansible import constants as C  # pylint: disable=import-outside-toplevel  # read only when needed
+
+    paths = [str(path) for path in C.COLLECTIONS_PATHS or []]
+    if C.COLLECTIONS_SCAN_SYS_PATH:
+        paths += [path for path in sys.path if path]
+    return paths
+
+
+@functools.lru_cache(maxsize=None)
+def collection_secrets():
+    """The collection's ``_secrets`` module (plugins/module_utils/_secrets.py), which decides which names
+    are secret for the collection and for dspark alike, or None when it cannot be found or loaded.
+
+    dspark is a Python package of its own, installed beside the collection rather than inside it, so
+    ``import ansible_collections.gb10.dspark...`` works only where a collections folder happens to be on
+    ``sys.path``. dspark therefore finds the collection where ansible-playbook does (ansible-core's
+    configured collections paths, then ``sys.path``) and loads that one file, which needs the standard
+    library only; it keeps no copy of the rule."""
+    try:
+        paths = collection_search_paths()
+    except Exception:  # an ansible.cfg ansible-core cannot read: no rule, see scrub_command_artifact
+        return None
+    for base in paths:
+        root = base if os.path.basename(base.rstrip(os.sep)) == "ansible_collections" else \
+            os.path.join(base, "ansible_collections")
+        path = os.path.join(root, *SECRETS_FILE)
+        if not os.path.isfile(path):
+            continue
+        try:
+            spec = importlib.util.spec_from_file_location("dspark_cli._collection_secrets", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        except (ImportError, OSError, SyntaxError):
+            return None
+        return module if callable(getattr(module, "is_secret_name", None)) else None
+    return None
+
+
+def _env_recordable(key: str, is_secret_name) -> bool:
+    if is_secret_name(key):
         return False
     return key in _ENV_KEEP or key.startswith(_ENV_KEEP_PREFIXES)
 
 
 def scrub_command_artifact(run_dir: str) -> None:
     """ansible-runner records the whole environment in ``<run>/command``; keep only what explains the run
-    (PATH, ANSIBLE_*, ...) and record every other variable by name only, so that no token lands on disk."""
+    (PATH, ANSIBLE_*, ...) and whose name is not secret by the collection's one rule
+    (``_secrets.is_secret_name``), and record every other variable by name only, so that no token lands
+    on disk."""
     path = os.path.join(run_dir, "command")
     try:
         with open(path, encoding="utf-8") as handle:
@@ -587,7 +633,15 @@ def scrub_command_artifact(run_dir: str) -> None:
     env = doc.get("env") if isinstance(doc, dict) else None
     if not isinstance(env, dict):
         return
-    doc["env"] = {key: (value if _env_recordable(key) else NOT_RECORDED) for key, value in env.items()}
+    secrets_rule = collection_secrets()
+    if secrets_rule is None:
+        # The one place dspark works without the collection's rule (it was not found where ansible-playbook
+        # looks for it, see collection_secrets): rather than a second rule of its own, it records no
+        # variable by value at all.
+        doc["env"] = {key: NOT_RECORDED for key in env}
+    else:
+        doc["env"] = {key: (value if _env_recordable(key, secrets_rule.is_secret_name) else NOT_RECORDED)
+                      for key, value in env.items()}
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:

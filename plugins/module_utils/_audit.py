@@ -23,7 +23,8 @@ listed), else ``OK``.
 
 No secret reaches a result: the API key is only sent as a header, environment values of names
 that look secret (``_secrets.is_secret_name``) are neither returned nor hashed, and any secret value seen
-is scrubbed from every returned string.
+is scrubbed from every returned string (``_secrets.redact``: the API key whatever its length, the values of
+secret-named env entries from ``_secrets.MIN_SECRET_LENGTH`` characters on).
 
 Standard library only; it runs on the ranks.
 """
@@ -82,8 +83,6 @@ LABEL_CUDAGRAPH = LABELS["cudagraph_implementation"]
 LABEL_IMAGE_ID = LABELS["image_id"]
 LABEL_MANIFEST_SHA256 = LABELS["manifest_sha256"]
 LABEL_MODEL_REVISION = LABELS["model_revision"]
-
-SCRUB_MIN = 8  # shorter secret values ("0", "1") are not scrubbed from text: they would mangle it
 
 REVISION_MARKER = ".r0b0tlab-model-revision"
 MARKER_LIMIT = 4096  # a marker holds one revision
@@ -398,7 +397,7 @@ def runtime_state(engine: Engine, container: str, doc: dict | None, inspect_erro
             return out
     else:
         # by the collection's one secret rule, whatever the value's length (``redact`` below scrubs
-        # only told values of SCRUB_MIN characters and more)
+        # only the values of _secrets.MIN_SECRET_LENGTH characters and more from text)
         out["container"] = redact_document(doc)
         image_id = doc.get("Image")
         if not isinstance(image_id, str) or not image_id:
@@ -485,7 +484,7 @@ def collect(engine: Engine, *, rank: str, container: str = SITE_DEFAULTS["contai
         audit["metrics"] = metrics_state(base_url, timeout, api_key)
         if liveness_timeout and audit["api"].get("ready"):
             audit["liveness"] = liveness_state(base_url, model, liveness_timeout, api_key)  # type: ignore[arg-type]
-    secrets = ([api_key] if api_key else []) + secret_env_values(env or [], SCRUB_MIN)
+    secrets = ([api_key] if api_key else []) + secret_env_values(env or [])
     return redact(audit, secrets)  # type: ignore[return-value]
 
 

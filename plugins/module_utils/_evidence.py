@@ -34,8 +34,8 @@ from ansible_collections.gb10.dspark.plugins.module_utils._files import (
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, IdentityError, Mismatch
 from ansible_collections.gb10.dspark.plugins.module_utils._pair import SAFE_NAME, SAFE_NAME_EXPECTED
 from ansible_collections.gb10.dspark.plugins.module_utils._secrets import (
-    REDACTED, is_secret_name, json_container, redact_document, redact_secrets_text, replace_each, spellings,
-    variable_leaks,
+    MIN_SECRET_LENGTH, REDACTED, is_secret_name, json_container, redact_document, redact_secrets_text, replace_each,
+    spellings, variable_leaks,
 )
 
 RANK = "control node"
@@ -173,7 +173,7 @@ def check_dest(dest: str) -> None:
 # --------------------------------------------------------------------------------------------
 # redaction
 # --------------------------------------------------------------------------------------------
-def redact_value(value: object, prefixes: list[Prefix]) -> object:
+def replace_prefixes(value: object, prefixes: list[Prefix]) -> object:
     """``value`` (a text or a document) with every prefix replaced by its placeholder, in strings and
     keys at any depth (:func:`_secrets.replace_each`)."""
     return replace_each(value, ((p.prefix, p.placeholder) for p in prefixes))
@@ -182,9 +182,8 @@ def redact_value(value: object, prefixes: list[Prefix]) -> object:
 # The one secret rule of the pack is the collection's variable rule (:func:`_secrets.redact_document`,
 # :func:`_secrets.redact_secrets_text`): a variable's value is redacted when its NAME looks secret
 # (:func:`is_secret_name`) or when the value is one the pack was told is secret.
-# A told secret value shorter than this is not searched for (it would match ordinary values such as
-# 1 or true, and redact them); the variable that holds it is still redacted by its name.
-SECRET_VALUE_MIN = 6
+# A told secret value shorter than _secrets.MIN_SECRET_LENGTH is not searched for (it would match
+# ordinary values such as 1 or true); the variable that holds it is still redacted by its name.
 
 _SHOWN_NAME = re.compile(r"-{0,2}[A-Za-z_][A-Za-z0-9_.-]{0,127}")
 
@@ -192,7 +191,7 @@ _SHOWN_NAME = re.compile(r"-{0,2}[A-Za-z_][A-Za-z0-9_.-]{0,127}")
 def secret_values(secrets: list[str] | None, secret_env: list[str] | None = None) -> tuple[list[str], list[str], int]:
     """The told secret values, each with the variable it came from ("" for a bare value): every
     non-empty element of ``secrets`` and the value of every ``NAME=value`` of ``secret_env`` whose
-    NAME looks secret, each once. Values shorter than :data:`SECRET_VALUE_MIN` are counted apart."""
+    NAME looks secret, each once. Values shorter than :data:`MIN_SECRET_LENGTH` are counted apart."""
     values: list[str] = []
     labels: list[str] = []
     short = 0
@@ -209,7 +208,7 @@ def secret_values(secrets: list[str] | None, secret_env: list[str] | None = None
     for label, value in told:
         if not isinstance(value, str) or not value or value in values:
             continue
-        if len(value) < SECRET_VALUE_MIN:
+        if len(value) < MIN_SECRET_LENGTH:
             short += 1
             continue
         values.append(value)
@@ -257,7 +256,7 @@ class Entry:
 
 def _as_json_document(name: str, document: object, prefixes: list[Prefix],
                       secrets: list[str] | None = None) -> tuple[object, bool]:
-    cleaned = redact_document(redact_value(document, prefixes), secrets)
+    cleaned = redact_document(replace_prefixes(document, prefixes), secrets)
     try:
         check_finite(cleaned)
     except ValueError as exc:
@@ -282,7 +281,7 @@ def _from_text(entry: Entry, text: str, prefixes: list[Prefix], secrets: list[st
         entry.document, entry.is_json, entry.redacted = document, True, changed
         entry.data = json_bytes(document)
         return
-    cleaned = redact_value(text, prefixes)
+    cleaned = replace_prefixes(text, prefixes)
     document = json_container(cleaned)
     if document is None:
         cleaned = redact_secrets_text(cleaned, secrets)
@@ -942,7 +941,7 @@ def find_leaks(name: str, data: bytes, secrets: list[str], prefixes: list[Prefix
         decoded = []
     leaks = []
     for number, secret in enumerate(secrets, 1):
-        if secret and len(secret) >= SECRET_VALUE_MIN and _holds(data, decoded, secret):
+        if secret and len(secret) >= MIN_SECRET_LENGTH and _holds(data, decoded, secret):
             leaks.append(_mismatch(f"pack file {name}", f"carrying {_secret_label(number, labels)} (value withheld)",
                                    "free of secrets"))
     for variable in variable_leaks(data, secrets):
@@ -959,7 +958,7 @@ def find_leaks(name: str, data: bytes, secrets: list[str], prefixes: list[Prefix
 def name_leaks(names: list[str], secrets: list[str], labels: list[str] | None = None) -> list[Mismatch]:
     leaks = []
     for number, secret in enumerate(secrets, 1):
-        if secret and len(secret) >= SECRET_VALUE_MIN and any(secret in name for name in names):
+        if secret and len(secret) >= MIN_SECRET_LENGTH and any(secret in name for name in names):
             leaks.append(_mismatch("an artifact name", f"carrying {_secret_label(number, labels)} (value withheld)",
                                    "free of secrets"))
     return leaks
@@ -978,7 +977,7 @@ class Plan:
     secrets: list[str] = field(default_factory=list, repr=False)
     prefixes: list[Prefix] = field(default_factory=list)
     secret_labels: list[str] = field(default_factory=list)  # the variable each secret came from ("" if none)
-    short_secrets: int = 0  # told secret values too short to search for (see SECRET_VALUE_MIN)
+    short_secrets: int = 0  # told secret values too short to search for (see MIN_SECRET_LENGTH)
 
     @property
     def invalid_for_publish(self) -> bool:
@@ -1015,7 +1014,7 @@ def plan_pack(dest: str, pair: str, run_id: str, playbook: str, artifacts: list[
 
     entries = sorted((load_artifact(spec, prefixes, secrets) for spec in artifacts), key=lambda e: e.name)
     # by name only: a told secret in the facts is refused below, not hidden
-    facts = redact_document(redact_value(facts, prefixes))  # type: ignore[assignment]
+    facts = redact_document(replace_prefixes(facts, prefixes))  # type: ignore[assignment]
     reasons, results = publication_reasons(facts, entries)
     index = build_index(pair, run_id, playbook, utc_now(now), facts, entries, reasons, results)
     index_json = Entry(INDEX_JSON, "index", data=json_bytes(index), document=index, is_json=True)

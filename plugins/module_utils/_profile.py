@@ -32,7 +32,7 @@ import re
 from typing import Any, Callable
 
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import IdentityError, Mismatch
-from ansible_collections.gb10.dspark.plugins.module_utils._secrets import is_secret_name, redact_document
+from ansible_collections.gb10.dspark.plugins.module_utils._secrets import REDACTED, is_secret_name, redact_document
 from ansible_collections.gb10.dspark.plugins.module_utils._site import SITE_DEFAULTS
 
 KV_CACHE_DTYPE = "nvfp4_ds_mla"
@@ -239,7 +239,7 @@ def _check_env(env: Any, origin: str, problems: _Problems) -> dict:
             continue
         why = refused_env_reason(key)
         if why:
-            shown = "<redacted>" if is_secret_name(key) else value  # a refused key is not echoed
+            shown = REDACTED if is_secret_name(key) else value  # a refused key is not echoed
             problems.add(f"{origin}.{key}", shown, None, f"never accepted: {why}")
             continue
         if not isinstance(value, str):
@@ -247,7 +247,7 @@ def _check_env(env: Any, origin: str, problems: _Problems) -> dict:
             continue
         reason = _env_value_problem(value)
         if reason:  # a secret-named value is never echoed, not even a malformed one
-            problems.add(f"{origin}.{key}", "<redacted>" if is_secret_name(key) else repr(value), "a single-line value",
+            problems.add(f"{origin}.{key}", REDACTED if is_secret_name(key) else repr(value), "a single-line value",
                          reason)
             continue
         out[key] = value

@@ -16,9 +16,10 @@ failed check never stops the others) and assembles the schema-3 document; :func:
 writes it.
 
 The API key never reaches the document: the gate records the command's sha256 and the parsed
-flags, never the command, reads only two variables of PID 1's environment, redacts ``--api-key``
-values before the command tokens are used, and scrubs any secret it was given from every string
-it returns (``_secrets.redact``). Standard library only.
+flags, never the command, reads only two variables of PID 1's environment, redacts every secret
+variable of the command (``--api-key`` values, ``…API_KEY=`` assignments: ``_secrets.redact_document``)
+before its tokens are used, and scrubs any secret it was given from every string it returns
+(``_secrets.redact``). Standard library only.
 """
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ from ansible_collections.gb10.dspark.plugins.module_utils._digest import sha256_
 # Re-exported: the gate's test suite (roles/gate/files/runtime_gate) writes the document with it.
 from ansible_collections.gb10.dspark.plugins.module_utils._files import write_json_atomic  # noqa: F401  # pylint: disable=unused-import
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import show
-from ansible_collections.gb10.dspark.plugins.module_utils._secrets import REDACTED, redact
+# REDACTED is re-exported: the gate's tests and its suite name the placeholder from here.
+from ansible_collections.gb10.dspark.plugins.module_utils._secrets import REDACTED, redact, redact_document  # noqa: F401  # pylint: disable=unused-import
 from ansible_collections.gb10.dspark.plugins.module_utils._strict_json import (
     StrictJSONError,
     canonical_json,
@@ -343,21 +345,6 @@ def _flag_name(token: str) -> str:
     return token
 
 
-def redact_tokens(tokens: list[str]) -> list[str]:
-    """Tokens with every ``--api-key`` value (and any ``…API_KEY=value`` assignment) redacted."""
-    out = list(tokens)
-    for index, token in enumerate(out):
-        name = _flag_name(token)
-        if name == "--api-key":
-            if "=" in token:
-                out[index] = token.partition("=")[0] + "=" + REDACTED
-            elif index + 1 < len(out):
-                out[index + 1] = REDACTED
-        elif re.match(r"^[A-Za-z_][A-Za-z0-9_]*API_KEY=", token):
-            out[index] = token.partition("=")[0] + "=" + REDACTED
-    return out
-
-
 def _flag_values(tokens: list[str], long_flag: str, short_flag: str | None = None) -> list[str | None]:
     """Every value given to a flag: ``--flag v``, ``--flag=v``, ``--flag_name v``, and with a short
     flag also ``-X v`` and ``-Xv``. A flag with no value (the end, or another flag next) is None."""
@@ -566,7 +553,8 @@ def assess_container(rank: str, container: dict, config: dict, identity: dict) -
     command = command_string(container.get("Path"), container.get("Args"))
     identity["command_sha256"] = sha256_text(command)
     try:
-        tokens = redact_tokens(command_tokens(container.get("Path"), container.get("Args")))
+        # the collection's one variable rule: --api-key K, --api_key=K, VLLM_API_KEY=K, --hf-token K, ...
+        tokens = redact_document(command_tokens(container.get("Path"), container.get("Args")))
     except GateError as exc:
         return errors + [f"{rank} {exc}"]
     identity["enforce_eager"] = enforce_eager_of(tokens)

@@ -17,8 +17,12 @@ Redaction, in two rules:
   systems lanes scrub what they return with it. :func:`replace_each` is the same walk with a
   placeholder per needle (the evidence pack's control-node paths).
 * VARIABLES: :func:`redact_secrets_text` and :func:`redact_document` replace the value of every
-  variable whose NAME looks secret, or whose whole value is a told secret (the evidence pack);
-  :func:`variable_leaks` finds such a value left unredacted.
+  variable whose NAME looks secret, or whose whole value is a told secret (the evidence pack, the
+  runtime gate's command tokens); :func:`variable_leaks` finds such a value left unredacted.
+
+One placeholder, :data:`REDACTED`, and one minimum length of a value searched for in text,
+:data:`MIN_SECRET_LENGTH`. Nothing else in the collection or its command line (``dspark``) spells
+a secret-name rule, a redactor or a minimum of its own (tests/unit/docs/test_architecture.py).
 
 :func:`api_key_problem` says why a key cannot go into a header (a newline, a space, a control
 character), naming the variable and never the value.
@@ -33,6 +37,19 @@ import urllib.parse
 from collections.abc import Iterable
 
 REDACTED = "<redacted>"
+
+# The one minimum length of a secret VALUE that is searched for inside text: scrubbed from what a
+# module returns (:func:`secret_env_values`: the values of secret-named env entries), looked for as a
+# leak (the evidence pack's told secrets) or derived from a told secret (:func:`spellings`: the key
+# without its surrounding whitespace). A shorter value cannot be told apart from ordinary text: "1",
+# "true", "auto" or "8888" would blank each of their occurrences in a verdict, and a leak scan would
+# find them in every file. 6, not the audit's former 8: a longer minimum would let a 6- or
+# 7-character secret ("hunter", "sk-live") through, and the evidence pack has always searched from
+# 6. The variable that holds a shorter value is still redacted by its NAME (:func:`redact_document`,
+# :func:`redact_secrets_text`). The one value a caller hands :func:`redact` itself, the API key, is
+# scrubbed whatever its length: a mangled message is better than a key in it (the evidence pack does
+# not search its files for a shorter key, which its leak scan would find everywhere, and warns).
+MIN_SECRET_LENGTH = 6
 
 SECRET_IN_NAME = ("SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "APIKEY", "ACCESSKEY", "PRIVATEKEY",
                   "COOKIE", "BEARER", "SESSIONID")  # anywhere, words glued together
@@ -61,15 +78,15 @@ def is_secret_name(name: object) -> bool:
     return last in SECRET_LAST_WORDS or last.endswith("TOKEN")
 
 
-def secret_env_values(env: Iterable[object], min_length: int = 1) -> list[str]:
+def secret_env_values(env: Iterable[object]) -> list[str]:
     """The values of the ``NAME=value`` entries of ``env`` whose NAME looks secret
-    (:func:`is_secret_name`) and which are at least ``min_length`` characters long, in order;
-    anything else in ``env`` is skipped."""
+    (:func:`is_secret_name`) and which are at least :data:`MIN_SECRET_LENGTH` characters long, in
+    order; anything else in ``env`` is skipped."""
     out = []
     for entry in env:
         if isinstance(entry, str) and "=" in entry:
             name, _sep, value = entry.partition("=")
-            if is_secret_name(name) and len(value) >= max(min_length, 1):
+            if is_secret_name(name) and len(value) >= MIN_SECRET_LENGTH:
                 out.append(value)
     return out
 
@@ -121,10 +138,6 @@ def secret_entries(env: object) -> dict:
 # --------------------------------------------------------------------------------------------
 # known values
 # --------------------------------------------------------------------------------------------
-# A derived spelling shorter than this is not redacted on its own (a key ' ab\n' would blank every 'ab').
-_MIN_DERIVED = 6
-
-
 def spellings(secret: str) -> list[str]:
     """Every spelling of ``secret`` a message or a file may carry, longest first: as it is, JSON-escaped
     (ASCII and not), Python-repr-escaped (of the text and of its UTF-8 bytes, as ``Invalid header value
@@ -134,7 +147,7 @@ def spellings(secret: str) -> list[str]:
         return []
     bases = [secret]
     stripped = secret.strip()
-    if stripped != secret and len(stripped) >= _MIN_DERIVED:
+    if stripped != secret and len(stripped) >= MIN_SECRET_LENGTH:
         bases.append(stripped)
     forms: list[str] = []
     for base in bases:

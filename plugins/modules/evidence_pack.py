@@ -472,9 +472,10 @@ diff:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gb10.dspark.plugins.module_utils._evidence import (
-    IMPLEMENTATIONS, KINDS, SECRET_VALUE_MIN, from_run, merge_facts, plan_pack, write_pack,
+    IMPLEMENTATIONS, KINDS, from_run, merge_facts, plan_pack, write_pack,
 )
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import guarded
+from ansible_collections.gb10.dspark.plugins.module_utils._secrets import MIN_SECRET_LENGTH
 
 
 def main() -> None:
@@ -570,7 +571,7 @@ def main() -> None:
     if module._diff:
         result["diff"] = {"before": {}, "after": {"path": plan.dest, "files": files}}
     if plan.short_secrets:
-        module.warn(f"{plan.short_secrets} secret value(s) shorter than {SECRET_VALUE_MIN} characters were not searched "
+        module.warn(f"{plan.short_secrets} secret value(s) shorter than {MIN_SECRET_LENGTH} characters were not searched "
                     "for in the pack (their variables are still redacted by name)")
     if plan.invalid_for_publish:
         module.warn(f"evidence pack {plan.dest} is not valid for publication: " + "; ".join(plan.reasons))

@@ -122,10 +122,11 @@ attributes:
     details: Read-only; always reports C(changed=false).
 notes:
   - "No secret is returned: the API key goes only into a request header, container environment variables
-    whose name contains C(KEY), C(TOKEN), C(SECRET), C(PASSWORD), C(PASSWD) or C(CREDENTIAL) are neither
-    returned nor hashed into RV(audit.container.env_sha256) (which therefore also leaves out
-    C(MTP_NUM_TOKENS)), and their values are scrubbed from every returned string. Of the env file only
-    the names of differing entries are returned."
+    whose name looks secret by the collection's one rule (judged by its words: C(HF_TOKEN), C(VLLM_API_KEY),
+    C(DB_PASSWD), C(AWS_CREDENTIALS); not C(MTP_NUM_TOKENS)) are neither returned nor hashed into
+    RV(audit.container.env_sha256), and their values of 6 characters or more (the collection's one minimum),
+    like the API key, are scrubbed from every returned string. Of the env file only the names of differing
+    entries are returned."
   - The env file comparison is one-way. Every entry of the file must be in the container's environment,
     which also holds the image's own variables and the API key.
   - "The module fails only for options that cannot be right (a I(revision_marker) that is not a file name,

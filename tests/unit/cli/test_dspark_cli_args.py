@@ -226,3 +226,47 @@ def test_command_artifact_is_scrubbed(tmp_path):
     assert got["env"]["PATH"] == "/bin" and got["env"]["ANSIBLE_CONFIG"] == "/w/ansible.cfg"
     assert got["env"]["HF_TOKEN"] == cli.NOT_RECORDED
     assert stat.S_IMODE(os.stat(tmp_path / "command").st_mode) == 0o600
+
+
+REPO = Path(__file__).resolve().parents[3]
+SECRETS_SOURCE = (REPO / "plugins" / "module_utils" / "_secrets.py").resolve()
+
+
+@pytest.fixture
+def fresh_rule():
+    """collection_secrets() found anew, before and after the test."""
+    cli.collection_secrets.cache_clear()
+    yield
+    cli.collection_secrets.cache_clear()
+
+
+def test_command_artifact_judges_names_by_the_collections_one_rule(tmp_path, fresh_rule):
+    rule = cli.collection_secrets()
+    assert rule is not None and Path(rule.__file__).resolve() == SECRETS_SOURCE  # the collection's own file
+    env = {"ANSIBLE_HTTPAPI_SESSION_KEY": "sess-0a1", "ANSIBLE_GALAXY_SERVER_X_TOKEN": "tok-0b2",
+           "ANSIBLE_BECOME_PASS": "pw-0c3", "ANSIBLE_GALAXY_TOKEN_PATH": "/home/op/.ansible/galaxy_token",
+           "ANSIBLE_FORKS": "5", "PATH": "/bin", "MTP_NUM_TOKENS": "2"}
+    (tmp_path / "command").write_text(json.dumps({"command": ["ansible-playbook"], "env": env}))
+    cli.scrub_command_artifact(str(tmp_path))
+    got = json.loads((tmp_path / "command").read_text())["env"]
+    for name in ("ANSIBLE_HTTPAPI_SESSION_KEY", "ANSIBLE_GALAXY_SERVER_X_TOKEN", "ANSIBLE_BECOME_PASS"):
+        assert rule.is_secret_name(name) and got[name] == cli.NOT_RECORDED, name
+    # a path and a count are not secrets by the one rule (the CLI's former substring rule hid the path)
+    assert got["ANSIBLE_GALAXY_TOKEN_PATH"] == "/home/op/.ansible/galaxy_token" and got["ANSIBLE_FORKS"] == "5"
+    assert got["PATH"] == "/bin" and got["MTP_NUM_TOKENS"] == cli.NOT_RECORDED  # not one dspark keeps
+
+
+def test_the_rule_is_found_where_ansible_playbook_finds_the_collection(tmp_path, monkeypatch, fresh_rule):
+    for found in ([str(tmp_path), str(REPO / "collections")], [str(REPO / "collections" / "ansible_collections")]):
+        cli.collection_secrets.cache_clear()
+        monkeypatch.setattr(cli, "collection_search_paths", lambda found=found: found)
+        assert Path(cli.collection_secrets().__file__).resolve() == SECRETS_SOURCE
+
+
+def test_command_artifact_without_the_collection_records_no_value(tmp_path, monkeypatch, fresh_rule):
+    monkeypatch.setattr(cli, "collection_search_paths", lambda: [str(tmp_path / "no-collections")])
+    assert cli.collection_secrets() is None
+    env = {"PATH": "/bin", "ANSIBLE_CONFIG": "/w/ansible.cfg", "HF_TOKEN": "tok-123"}
+    (tmp_path / "command").write_text(json.dumps({"command": ["ansible-playbook"], "env": env}))
+    cli.scrub_command_artifact(str(tmp_path))
+    assert json.loads((tmp_path / "command").read_text())["env"] == dict.fromkeys(env, cli.NOT_RECORDED)

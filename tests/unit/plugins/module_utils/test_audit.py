@@ -20,6 +20,7 @@ from ansible_collections.gb10.dspark.plugins.module_utils import _container_read
 from ansible_collections.gb10.dspark.plugins.module_utils._docker_engine import Engine, EngineError
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError
 from ansible_collections.gb10.dspark.plugins.module_utils._labels import LABELS, PREFIX
+from ansible_collections.gb10.dspark.plugins.module_utils import _secrets
 
 PAIR = "pair-a"
 NAMES = {"head": "spark-a0", "worker": "spark-a1"}
@@ -967,7 +968,7 @@ def test_runtime_reads_every_piece_with_one_inspect(tmp_path):
 
 
 def test_runtime_secrets_in_the_container_env_and_logs_are_redacted(tmp_path):
-    env = dict(rank_env("worker"), MY_PASSWORD="short")  # shorter than SCRUB_MIN: only the Env rewrite hides it
+    env = dict(rank_env("worker"), MY_PASSWORD="short")  # shorter than MIN_SECRET_LENGTH: only the Env rewrite hides it
     engine = RuntimeEngine(containers={CONTAINER: inspect_doc("worker", env=env)[0]},
                            logs=(f"using key {API_KEY}\n".encode(), f"HF_TOKEN={HF_TOKEN}\n".encode()))
     audit = collect_runtime(engine, tmp_path)
@@ -980,6 +981,20 @@ def test_runtime_secrets_in_the_container_env_and_logs_are_redacted(tmp_path):
     assert HF_TOKEN not in audit["runtime"]["logs"]["stderr"]
     # the container section is computed from the engine's record, before the runtime copy is rewritten
     assert audit["container"]["env_sha256"] == _audit.env_sha256(inspect_doc("worker", env=env)[0]["Config"]["Env"])
+
+
+def test_a_secret_env_value_of_the_one_minimum_length_is_scrubbed_from_the_logs(tmp_path):
+    """The audit scrubs secret-named env values from text from _secrets.MIN_SECRET_LENGTH characters on (6), as
+    the evidence pack searches for them: a 6-character password echoed in a log does not reach the result."""
+    short_password = "hunt3r"
+    assert len(short_password) == _secrets.MIN_SECRET_LENGTH
+    env = dict(rank_env("worker"), MY_PASSWORD=short_password, MY_TOKEN="abcde")  # "abcde": too short to search for
+    engine = RuntimeEngine(containers={CONTAINER: inspect_doc("worker", env=env)[0]},
+                           logs=(f"login with {short_password} and abcde\n".encode(), b""))
+    audit = collect_runtime(engine, tmp_path)
+    assert short_password not in json.dumps(audit)
+    assert audit["runtime"]["logs"]["stdout"] == "login with <redacted> and abcde\n"
+    assert "MY_TOKEN=<redacted>" in audit["runtime"]["container"]["Config"]["Env"]  # by its name, whatever its length
 
 
 def test_runtime_of_a_missing_container(tmp_path):

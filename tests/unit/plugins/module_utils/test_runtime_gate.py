@@ -355,8 +355,10 @@ def test_enforce_eager_is_the_last_word():
 
 
 def test_api_key_values_are_redacted():
+    """The gate redacts its command tokens by the collection's one variable rule (``_secrets``)."""
+    assert rg.redact_document is _secrets.redact_document and not hasattr(rg, "redact_tokens")
     tokens = ["vllm", "--api-key", SECRET, f"--api_key={SECRET}", f"VLLM_API_KEY={SECRET}", "--port", "8888"]
-    out = rg.redact_tokens(tokens)
+    out = rg.redact_document(tokens)
     assert SECRET not in " ".join(out)
     assert out == ["vllm", "--api-key", rg.REDACTED, f"--api_key={rg.REDACTED}", f"VLLM_API_KEY={rg.REDACTED}",
                    "--port", "8888"]

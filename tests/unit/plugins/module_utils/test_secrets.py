@@ -62,9 +62,21 @@ def test_replace_each_has_a_placeholder_per_needle():
 def test_secret_env_values_are_the_values_of_secret_named_entries():
     env = ["HF_TOKEN=hf_abcdefgh", "PATH=/usr/bin", "VLLM_API_KEY=short", "DB_PASSWORD=", "NOVALUE",
            42, None, "MTP_NUM_TOKENS=123456789", "apiKey=a=b=c"]
-    assert secret_env_values(env) == ["hf_abcdefgh", "short", "a=b=c"]
-    assert secret_env_values(env, 8) == ["hf_abcdefgh"]
+    # "short" and "a=b=c" are shorter than the one minimum length: their variables are redacted by name only
+    assert secret_env_values(env) == ["hf_abcdefgh"]
+    assert secret_env_values(env + ["DB_PASSWD=hunt3r", "X_TOKEN=12345"]) == ["hf_abcdefgh", "hunt3r"]
     assert secret_env_values([]) == []
+
+
+def test_one_minimum_length_for_every_value_searched_in_text():
+    """MIN_SECRET_LENGTH is the one minimum: of env values (the audit's scrub), of told values (the
+    evidence pack's leak scan) and of a derived spelling (a key without its whitespace)."""
+    assert _secrets.MIN_SECRET_LENGTH == 6 and not hasattr(_audit, "SCRUB_MIN")
+    assert _evidence.MIN_SECRET_LENGTH is _secrets.MIN_SECRET_LENGTH and not hasattr(_evidence, "SECRET_VALUE_MIN")
+    six, five = "k" * 6, "k" * 5
+    assert secret_env_values([f"A_TOKEN={six}", f"B_TOKEN={five}"]) == [six]
+    assert _evidence.secret_values([six, five])[0] == [six] and _evidence.secret_values([six, five])[2] == 1
+    assert six in _secrets.spellings(f" {six}\n") and five not in _secrets.spellings(f" {five}\n")
 
 
 # ---- variables ------------------------------------------------------------------------------
@@ -115,10 +127,11 @@ def test_every_redacting_module_uses_the_one_implementation():
 
 
 def test_the_evidence_prefix_rule_is_replace_each():
+    assert not hasattr(_evidence, "redact_value")  # the pack's path placeholders are no second redactor
     prefixes = [_evidence.Prefix("/home/op/evidence", "<evidence>")]
-    assert _evidence.redact_value({"/home/op/evidence/x": "/home/op/evidence"}, prefixes) == {
+    assert _evidence.replace_prefixes({"/home/op/evidence/x": "/home/op/evidence"}, prefixes) == {
         "<evidence>/x": "<evidence>"}
-    assert _evidence.redact_value("at /home/op/evidence/a", prefixes) == "at <evidence>/a"
+    assert _evidence.replace_prefixes("at /home/op/evidence/a", prefixes) == "at <evidence>/a"
 
 
 # ---- every spelling of a known secret ---------------------------------------------------------
