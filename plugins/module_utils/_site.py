@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["SITE_DEFAULTS", "VARIABLES", "TERMS", "variable_name", "default", "local_api_url", "site_value"]
+__all__ = ["SITE_DEFAULTS", "VARIABLES", "TERMS", "API_KEY_VARIABLE", "variable_name", "default", "local_api_url",
+           "site_value", "has_api_key"]
 
 # term (a plain name, as the lookup takes it) -> the site's default
 SITE_DEFAULTS: dict[str, Any] = {
@@ -35,6 +36,9 @@ SITE_DEFAULTS: dict[str, Any] = {
 VARIABLES: dict[str, str] = {term: f"dspark_{term}" for term in SITE_DEFAULTS}
 
 TERMS: tuple[str, ...] = tuple(SITE_DEFAULTS)
+
+# The site's API key (no default: without one the engine serves without a key).
+API_KEY_VARIABLE = "dspark_api_key"
 
 
 def _known(term: object) -> str:
@@ -69,3 +73,20 @@ def site_value(term: str, variables: Mapping[str, Any] | None,
         value = variables[name]
         return template(value) if template is not None else value
     return SITE_DEFAULTS[term]
+
+
+def has_api_key(variables: Mapping[str, Any] | None, template: Callable[[Any], Any] | None = None) -> bool:
+    """Whether the site has an API key: ``dspark_api_key`` is defined and not empty (after ``template``).
+
+    The one definition of "has a key" (roles ask ``lookup('gb10.dspark.has_api_key')``); exactly what
+    ``(dspark_api_key | default('')) | length > 0`` said, with null counted as no key. Never returns the key.
+    """
+    if variables is None or API_KEY_VARIABLE not in variables:
+        return False
+    value = variables[API_KEY_VARIABLE]
+    if template is not None:
+        value = template(value)
+    try:
+        return len(value) > 0
+    except TypeError:
+        return False
