@@ -93,7 +93,7 @@ FORMER_ENGINE_LABELS = {
     "io.gb10.dspark.model.revision": "{{ dspark_pin.model_revision }}",
     "io.gb10.dspark.release": "{{ dspark_pin.release }}",
     # no longer the former unkeyed fingerprint: the label the rank made with its own secret
-    "io.gb10.dspark.api_key": "{{ __dspark_engine_key_label_made.label if __dspark_engine_has_key else 'none' }}",
+    "io.gb10.dspark.api_key": "{{ __dspark_engine_key_label_made.label if lookup('gb10.dspark.has_api_key') else 'none' }}",
 }
 MADE_LABEL = "hmac-sha256:" + "5e" * 16
 
