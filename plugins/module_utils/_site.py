@@ -3,7 +3,8 @@
 """The site's defaults: the values a pair serves with when the inventory does not say otherwise.
 
 A site sets ``dspark_container_name``, ``dspark_api_port``, ``dspark_master_port`` and
-``dspark_served_model_name`` once in ``group_vars/all/site.yml`` (docs/operator-guide.md). When
+``dspark_served_model_name`` once in ``group_vars/all/site.yml`` (docs/operator-guide.md), and a pair
+its ``dspark_profile`` in its group when it serves another profile than the default. When
 one is not set, the collection falls back to :data:`SITE_DEFAULTS`. This file is the only place
 those fallbacks are spelled: roles take them through the ``gb10.dspark.site`` lookup
 (``lookup('gb10.dspark.site', 'api_port')``: the variable when it is defined, else the default,
@@ -30,6 +31,8 @@ SITE_DEFAULTS: dict[str, Any] = {
     "master_port": 25000,
     # the model name the head's API serves
     "served_model_name": "deepseek-v4-flash-dspark",
+    # the serving profile a pair runs when its inventory names none (a key of the profile catalog)
+    "profile": "production",
 }
 
 # term -> the inventory variable that overrides its default
