@@ -16,7 +16,7 @@ from tests.unit.plugins.conftest import REPO
 
 SITE_VARS = {"dspark_container_name": "engine_b", "dspark_api_port": 9999, "dspark_master_port": 26000,
              "dspark_served_model_name": "other-model", "dspark_profile": "long-1m"}
-# Terms a site sets in group_vars/all/site.yml; a pair names its profile in its own group (sample-fleet).
+# Terms a site sets in group_vars/all/site.yml; a pair names its profile in its own group (sample/fleet.yml).
 SITE_FILE_TERMS = ("container_name", "api_port", "master_port", "served_model_name")
 
 
