@@ -146,7 +146,7 @@ EXAMPLES = r"""
 - name: Audit this rank (read-only, one call)
   gb10.dspark.rank_audit:
     rank: "{{ inventory_hostname }}"
-    container: "{{ dspark_engine_container | default('dspark_vllm') }}"
+    container: "{{ lookup('gb10.dspark.site', 'container_name') }}"
     model_dir: "{{ dspark_model_dir }}"
     revision_marker: "{{ dspark_pin.model_revision_marker }}"
     api: "{{ dspark_rank == 0 }}"
