@@ -16,7 +16,7 @@ def fleet_verdicts(hosts):
     if not isinstance(hosts, (list, tuple)) or not all(isinstance(h, Mapping) for h in hosts):
         raise AnsibleFilterError("fleet_verdicts: the input must be a list of hosts' variables")
     return _fleet_verdicts([{"pair": h.get("dspark_pair"), "rank": h.get("dspark_rank"),
-                             "verdict": h.get("__dspark_audit_verdict"), "failure": h.get("__dspark_audit_failure")}
+                             "verdict": h.get("dspark_audit_verdict"), "failure": h.get("dspark_audit_failure")}
                             for h in hosts])
 
 

@@ -17,13 +17,15 @@ description:
     module_utils).
   - "The terms and their defaults: C(container_name) (variable C(dspark_container_name), default
     C(dspark_vllm)), C(api_port) (C(dspark_api_port), C(8888)), C(master_port) (C(dspark_master_port),
-    C(25000)) and C(served_model_name) (C(dspark_served_model_name), C(deepseek-v4-flash-dspark))."
+    C(25000)), C(served_model_name) (C(dspark_served_model_name), C(deepseek-v4-flash-dspark)) and C(profile)
+    (C(dspark_profile), the serving profile a pair runs, C(production))."
   - Roles use it wherever they need one of these settings, so that no role spells a default of its own.
   - A variable that is defined wins whatever its value, even null or empty; only an undefined one gives the default.
   - An unknown term is an error that lists the known terms.
 options:
   _terms:
-    description: The settings to look up, C(container_name), C(api_port), C(master_port) or C(served_model_name).
+    description: The settings to look up, C(container_name), C(api_port), C(master_port), C(served_model_name)
+      or C(profile).
     type: list
     elements: str
     required: true
@@ -51,8 +53,8 @@ EXAMPLES = r"""
 RETURN = r"""
 _raw:
   description:
-    - One value per term, the variable's value or the site's default (a string for C(container_name) and
-      C(served_model_name), an integer for the ports unless the variable holds a string).
+    - One value per term, the variable's value or the site's default (a string for C(container_name),
+      C(served_model_name) and C(profile), an integer for the ports unless the variable holds a string).
   type: list
   elements: raw
 """

@@ -13,6 +13,10 @@ SHA256 = re.compile(r"^sha256:[0-9a-f]{64}$")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 GIT_SHA = re.compile(r"^[0-9a-f]{40}$")
 
+# The one KV-cache dtype the DSpark lane serves: the pin must name it, the profile's KV_CACHE_DTYPE
+# is it (_profile), the gate's logs must show it (_runtime_gate). Spelled here only.
+KV_CACHE_DTYPE = "nvfp4_ds_mla"
+
 # key: (required, check) — check is a compiled pattern, a type, or None
 FIELDS: dict[str, tuple[bool, object]] = {
     "release": (True, str),
@@ -33,7 +37,7 @@ FIELDS: dict[str, tuple[bool, object]] = {
     "model_config": (True, dict),
     "runtime_manifest_path": (True, re.compile(r"^/\S+$")),
     "runtime_manifest_sha256": (True, HEX64),
-    "kv_cache_dtype": (True, re.compile(r"^nvfp4_ds_mla$")),
+    "kv_cache_dtype": (True, re.compile("^" + re.escape(KV_CACHE_DTYPE) + "$")),
     "speculative_method": (True, str),
     "speculative_tokens": (True, int),
     "gpu_compute_capability": (True, re.compile(r"^\d+\.\d+$")),
@@ -50,6 +54,8 @@ LABELS = {
     "io.r0b0tlab.speculative.method": "speculative_method",
     "io.r0b0tlab.speculative.tokens": "speculative_tokens",
 }
+# Pin key → the image label that carries it (the inverse of LABELS), for readers that start from the key.
+LABEL_OF = {key: label for label, key in LABELS.items()}
 
 # Top-level runtime-manifest fields that must equal the pin key of the same name.
 MANIFEST_FIELDS = ("vllm_version", "integrated_vllm_commit", "model_id", "model_revision",

@@ -31,11 +31,12 @@ import json
 import re
 from typing import Any, Callable
 
+from ansible_collections.gb10.dspark.plugins.module_utils import _pin
 from ansible_collections.gb10.dspark.plugins.module_utils._identity import IdentityError, Mismatch
 from ansible_collections.gb10.dspark.plugins.module_utils._secrets import REDACTED, is_secret_name, redact_document
 from ansible_collections.gb10.dspark.plugins.module_utils._site import SITE_DEFAULTS
 
-KV_CACHE_DTYPE = "nvfp4_ds_mla"
+KV_CACHE_DTYPE = _pin.KV_CACHE_DTYPE  # the pin's one dtype; every profile's env gets it (_resolve)
 RUNTIME_LANE = "native-v026"
 TUPLE_KEYS = ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization",
               "kv_cache_memory_bytes", "mtp_tokens")
@@ -441,6 +442,8 @@ def _resolve(catalog: Any, name: str, overrides: Any, allow_experimental: bool, 
         problems.add(f"catalog entry {key}", entry[key], None, "not a profile setting")
     qualified = {key: copy.deepcopy(entry.get(key)) for key in CATALOG_KEYS}
     qualified["env"] = _check_env(entry.get("env", {}), "catalog env", problems)
+    # The dtype is the pin's (_pin.KV_CACHE_DTYPE), not catalog data: every profile serves it.
+    qualified["env"].setdefault("KV_CACHE_DTYPE", KV_CACHE_DTYPE)
     _check_gate(qualified, problems)
 
     resolved = _apply_overrides(qualified, overrides if overrides is not None else {}, problems)

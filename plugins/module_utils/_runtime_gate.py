@@ -64,6 +64,8 @@ CUDAGRAPH_MODES = ("FULL", "FULL_AND_PIECEWISE", "FULL_DECODE_ONLY", "PIECEWISE"
 OPTIMIZATION_LEVELS = (2, 3)
 PERFORMANCE_MODES = ("balanced", "throughput", "interactivity")
 EXPECTED_ARCHITECTURE = "arm64"
+# Pin keys whose image label the gate records in a rank's identity, in this order.
+IMAGE_IDENTITY_KEYS = ("source_revision", "model_revision", "vllm_version", "integrated_vllm_commit")
 
 LEGACY_SELECTOR = "VLLM_USE_BREAKABLE_CUDAGRAPH="
 MULTI_STREAM = "VLLM_DSV4_ENABLE_MULTI_STREAM="
@@ -71,7 +73,7 @@ MULTI_STREAM_PINNED = ["VLLM_DSV4_ENABLE_MULTI_STREAM=0"]
 
 # --- log markers (docs/wrapper-reference.md §5.4); matched as case-insensitive substrings of the engine's runtime lines
 # (every log line except the echo of its own arguments and configuration, see ECHO_MESSAGE)
-ALWAYS_REQUIRED = ("DSpark", "nvfp4_ds_mla", "B12X", "NET/IB")
+ALWAYS_REQUIRED = ("DSpark", _pin.KV_CACHE_DTYPE, "B12X", "NET/IB")
 REQUIRED = {
     "regular": ("CUDA_GRAPH_RUNTIME", "requested=regular", "resolved=regular", "breakable=false",
                 "enforce_eager=false", "CUDA_GRAPH_CAPTURE implementation=regular status=complete",
@@ -603,10 +605,8 @@ def assess_image(rank: str, image: dict, config: dict, identity: dict) -> list[s
                       f"got {_show(identity['image_architecture'])}")
     labels = (image.get("Config") or {}).get("Labels") if isinstance(image.get("Config"), dict) else None
     labels = labels if isinstance(labels, dict) else {}
-    identity["source_revision"] = labels.get("org.opencontainers.image.revision")
-    identity["model_revision"] = labels.get("io.r0b0tlab.model.revision")
-    identity["vllm_version"] = labels.get("io.r0b0tlab.vllm.package.version")
-    identity["integrated_vllm_commit"] = labels.get("io.r0b0tlab.vllm.integrated.commit")
+    for key in IMAGE_IDENTITY_KEYS:  # the labels are the pin's (_pin.LABEL_OF), never spelled here
+        identity[key] = labels.get(_pin.LABEL_OF[key])
     identity["label_mismatches"] = label_mismatches(labels, config["pin"])
     for label, diff in identity["label_mismatches"].items():
         errors.append(f"{rank} image label mismatch: {label} expected {diff['expected']}, got {_show(diff['actual'])}")

@@ -3,7 +3,8 @@
 """The site's defaults: the values a pair serves with when the inventory does not say otherwise.
 
 A site sets ``dspark_container_name``, ``dspark_api_port``, ``dspark_master_port`` and
-``dspark_served_model_name`` once in ``group_vars/all/site.yml`` (docs/operator-guide.md). When
+``dspark_served_model_name`` once in ``group_vars/all/site.yml`` (docs/operator-guide.md), and a pair
+its ``dspark_profile`` in its group when it serves another profile than the default. When
 one is not set, the collection falls back to :data:`SITE_DEFAULTS`. This file is the only place
 those fallbacks are spelled: roles take them through the ``gb10.dspark.site`` lookup
 (``lookup('gb10.dspark.site', 'api_port')``: the variable when it is defined, else the default,
@@ -17,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["SITE_DEFAULTS", "VARIABLES", "TERMS", "variable_name", "default", "local_api_url", "site_value"]
+__all__ = ["SITE_DEFAULTS", "VARIABLES", "TERMS", "API_KEY_VARIABLE", "variable_name", "default", "local_api_url",
+           "site_value", "has_api_key"]
 
 # term (a plain name, as the lookup takes it) -> the site's default
 SITE_DEFAULTS: dict[str, Any] = {
@@ -29,12 +31,17 @@ SITE_DEFAULTS: dict[str, Any] = {
     "master_port": 25000,
     # the model name the head's API serves
     "served_model_name": "deepseek-v4-flash-dspark",
+    # the serving profile a pair runs when its inventory names none (a key of the profile catalog)
+    "profile": "production",
 }
 
 # term -> the inventory variable that overrides its default
 VARIABLES: dict[str, str] = {term: f"dspark_{term}" for term in SITE_DEFAULTS}
 
 TERMS: tuple[str, ...] = tuple(SITE_DEFAULTS)
+
+# The site's API key (no default: without one the engine serves without a key).
+API_KEY_VARIABLE = "dspark_api_key"
 
 
 def _known(term: object) -> str:
@@ -69,3 +76,20 @@ def site_value(term: str, variables: Mapping[str, Any] | None,
         value = variables[name]
         return template(value) if template is not None else value
     return SITE_DEFAULTS[term]
+
+
+def has_api_key(variables: Mapping[str, Any] | None, template: Callable[[Any], Any] | None = None) -> bool:
+    """Whether the site has an API key: ``dspark_api_key`` is defined and not empty (after ``template``).
+
+    The one definition of "has a key" (roles ask ``lookup('gb10.dspark.has_api_key')``); exactly what
+    ``(dspark_api_key | default('')) | length > 0`` said, with null counted as no key. Never returns the key.
+    """
+    if variables is None or API_KEY_VARIABLE not in variables:
+        return False
+    value = variables[API_KEY_VARIABLE]
+    if template is not None:
+        value = template(value)
+    try:
+        return len(value) > 0
+    except TypeError:
+        return False

@@ -147,12 +147,12 @@ EXAMPLES = r"""
 - name: Audit this rank (read-only, one call)
   gb10.dspark.rank_audit:
     rank: "{{ inventory_hostname }}"
-    container: "{{ dspark_engine_container | default('dspark_vllm') }}"
+    container: "{{ lookup('gb10.dspark.site', 'container_name') }}"
     model_dir: "{{ dspark_model_dir }}"
     revision_marker: "{{ dspark_pin.model_revision_marker }}"
     api: "{{ dspark_rank == 0 }}"
-    base_url: "http://127.0.0.1:{{ dspark_api_port | default(8888) }}"
-    model: "{{ dspark_served_model_name }}"
+    base_url: "http://127.0.0.1:{{ lookup('gb10.dspark.site', 'api_port') }}"
+    model: "{{ lookup('gb10.dspark.site', 'served_model_name') }}"
     api_key: "{{ dspark_api_key | default(omit) }}"
   become: true
   register: __dspark_rank_audit

@@ -185,10 +185,11 @@ def test_bad_inventory_fails_naming_the_pair(tmp_path):
 
 @pytest.fixture()
 def trapped_inventory(tmp_path):
-    """The sample fleet (three pairs; its linked group_vars copied as files) whose ranks are reached
+    """The sample fleet (three pairs: the sample folder without its one-pair hosts.yml) whose ranks are reached
     through an SSH that fails and leaves a trace if it is ever started, on a port nothing listens on."""
     inv = tmp_path / "inv"
-    shutil.copytree(REPO / "inventories" / "sample-fleet", inv)
+    shutil.copytree(REPO / "inventories" / "sample", inv)
+    (inv / "hosts.yml").unlink()
     trace = tmp_path / "ssh-was-started"
     trap = tmp_path / "ssh-trap"
     trap.write_text(f"#!/bin/sh\necho \"$@\" >> {shlex.quote(str(trace))}\nexit 255\n")

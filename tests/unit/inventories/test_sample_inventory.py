@@ -1,12 +1,14 @@
-"""inventories/sample (one pair) and inventories/sample-fleet (three pairs, the same group_vars through
-symlinks) parse with ansible-inventory, each folder alone as operators pass it with -i, form
-pairs by the collection's own pairing check, give every host what the roles require, carry only
+"""inventories/sample/hosts.yml (one pair) and inventories/sample/fleet.yml (three pairs, beside it so that
+both use the folder's one group_vars) parse with ansible-inventory, each file as operators pass it with
+-i and the folder whole (both: four pairs), form pairs by the collection's own pairing check,
+give every host what the roles require, carry only
 documentation addresses, and render a launch with the collection's own profile logic."""
 from __future__ import annotations
 
 import ipaddress
 import json
 import os
+import shutil
 import subprocess
 import sys
 from functools import lru_cache
@@ -24,7 +26,7 @@ if str(COLLECTIONS) not in sys.path:
 from ansible_collections.gb10.dspark.plugins.module_utils import _pin, _profile  # noqa: E402
 from ansible_collections.gb10.dspark.plugins.module_utils._pair import check_pairs  # noqa: E402
 
-INVENTORIES = {"sample": 1, "sample-fleet": 3}  # folder (given to -i whole) -> pairs
+INVENTORIES = {"sample/hosts.yml": 1, "sample/fleet.yml": 3, "sample": 4}  # what is given to -i -> pairs
 DOCUMENTATION_NETS = [ipaddress.ip_network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")]
 # Required by a role but set during the run, not by the inventory.
 SET_DURING_THE_RUN = {"dspark_profile_active"}
@@ -138,8 +140,25 @@ def test_every_rank_renders_its_launch_with_the_collections_profile_logic(file):
     assert all(len(s) == 1 for s in sha.values()), "the ranks of a pair must resolve the identical profile"
 
 
-def test_the_fleet_shares_the_samples_pin_and_site_settings_through_symlinks():
-    """One pin: the fleet's group_vars are links to the pair sample's, never copies."""
+def test_the_samples_pin_and_site_settings_exist_once_without_links():
+    """One pin, one site file: both inventory files read the folder's group_vars; nothing under
+    inventories/ is a link, and no second pin.yml or site.yml exists."""
+    assert not [p for p in SAMPLE.rglob("*") if p.is_symlink()]
     for name in ("pin.yml", "site.yml"):
-        link = SAMPLE / "sample-fleet" / "group_vars" / "all" / name
-        assert link.is_symlink() and link.resolve() == (SAMPLE / "sample" / "group_vars" / "all" / name).resolve()
+        assert [p.relative_to(SAMPLE).as_posix() for p in SAMPLE.rglob(name)] == [f"sample/group_vars/all/{name}"]
+
+
+@pytest.mark.parametrize("file", ["hosts.yml", "fleet.yml"])
+def test_a_copy_of_the_sample_folder_gives_every_host_the_pin_and_site(tmp_path, file):
+    """cp -r of the folder (links copied as links, as cp -r does) still gives each host the pin and site."""
+    copy = tmp_path / "inventory"
+    shutil.copytree(SAMPLE / "sample", copy, symlinks=True)
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0")
+    res = subprocess.run([str(Path(sys.executable).with_name("ansible-inventory")), "-i", str(copy / file), "--list"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 0, res.stderr
+    hv = json.loads(res.stdout)["_meta"]["hostvars"]
+    assert len(hv) == 2 * INVENTORIES[f"sample/{file}"]
+    for host, v in hv.items():
+        _pin.check(v.get("dspark_pin"))
+        assert v.get("dspark_evidence_dir") and v.get("dspark_served_model_name"), host

@@ -22,9 +22,11 @@ from ansible.module_utils import basic
 from ansible_collections.gb10.dspark.plugins.module_utils import _audit, _engine_probe, _profile, _site, _systems
 from tests.unit.plugins.conftest import REPO
 
-VALUES = "|".join(re.escape(str(v)) for v in _site.SITE_DEFAULTS.values())
+# The default profile's value, production, is also the name of the qualified profile, which a play may
+# name on purpose (playbooks/rollforward.yml rolls forward to it); `dspark_profile | default(` is caught below.
+VALUES = "|".join(re.escape(str(v)) for k, v in _site.SITE_DEFAULTS.items() if k != "profile")
 # default('dspark_vllm'), default( "dspark_vllm" ), default(8888), default(25000, true), ...
-INLINE_DEFAULT = re.compile(r"""\bdefault\(\s*(['"]?)(?:%s)\1\s*[,)]""" % VALUES)
+INLINE_DEFAULT = re.compile(r"""\bdefault\(\s*(['"]?)(?:%s)\1\s*[,)]|\bdspark_profile\s*\|\s*default\(""" % VALUES)
 COMMENT = re.compile(r"(^|\s)#.*$")
 
 
@@ -51,6 +53,8 @@ def test_the_pattern():
     assert not offenders("x: 1  # was: dspark_api_port | default(8888)", "f")
     assert not offenders("x: \"{{ lookup('gb10.dspark.site', 'api_port') }}\"", "f")
     assert not offenders('x: "{{ port | default(88888) }}"', "f")
+    assert offenders("x: \"{{ dspark_profile | default('production') }}\"", "f")
+    assert not offenders("x: \"{{ dspark_rollforward_profile | default('production') }}\"", "f")
 
 
 def test_no_role_or_playbook_spells_a_site_default():

@@ -13,9 +13,9 @@ verdicts = FilterModule().filters()["fleet_verdicts"]
 def host(pair, rank, verdict=None, failure=None) -> dict:
     out = {"dspark_pair": pair, "dspark_rank": rank, "inventory_hostname": f"{pair}-{'worker' if rank else 'head'}"}
     if verdict is not None:
-        out["__dspark_audit_verdict"] = verdict
+        out["dspark_audit_verdict"] = verdict
     if failure is not None:
-        out["__dspark_audit_failure"] = failure
+        out["dspark_audit_failure"] = failure
     return out
 
 
@@ -47,3 +47,11 @@ def test_a_head_without_verdict_or_failure_gives_nothing_and_a_worker_whose_head
 def test_an_input_that_is_not_a_list_of_hosts_is_a_filter_error(bad):
     with pytest.raises(AnsibleFilterError, match="list of hosts' variables"):
         verdicts(bad)
+
+
+def test_the_filter_reads_the_audit_roles_public_facts_never_its_internals():
+    """The verdict is the audit role's public result (dspark_audit_verdict, dspark_audit_failure in its
+    argument_specs); an internal __dspark_audit_ name is not read."""
+    private = {"dspark_pair": "sim01", "dspark_rank": 0, "__dspark_audit_verdict": {"pair": "sim01", "verdict": "OK"}}
+    assert verdicts([private]) == []
+    assert verdicts([host("sim01", 0, {"pair": "sim01", "verdict": "OK"})]) == [{"pair": "sim01", "verdict": "OK"}]

@@ -93,7 +93,7 @@ FORMER_ENGINE_LABELS = {
     "io.gb10.dspark.model.revision": "{{ dspark_pin.model_revision }}",
     "io.gb10.dspark.release": "{{ dspark_pin.release }}",
     # no longer the former unkeyed fingerprint: the label the rank made with its own secret
-    "io.gb10.dspark.api_key": "{{ __dspark_engine_key_label_made.label if __dspark_engine_has_key else 'none' }}",
+    "io.gb10.dspark.api_key": "{{ __dspark_engine_key_label_made.label if lookup('gb10.dspark.has_api_key') else 'none' }}",
 }
 MADE_LABEL = "hmac-sha256:" + "5e" * 16
 
@@ -107,7 +107,6 @@ def engine_vars(experimental: object, api_key: str | None) -> dict:
         "dspark_profile_active": {"name": "long-1m", "sha256": "4" * 64, "experimental": experimental,
                                   "gate": {"cudagraph_implementation": "regular"}},
         "dspark_pin": {"runtime_manifest_sha256": "f" * 64, "model_revision": "9" * 40, "release": "v026"},
-        "__dspark_engine_has_key": "{{ (dspark_api_key | default('')) | length > 0 }}",
         "__dspark_engine_key_label": ENGINE_VARS["__dspark_engine_key_label"],
         # what gb10.dspark.engine_key_label registered (skipped without a key)
         "__dspark_engine_key_label_made": {"label": MADE_LABEL} if api_key else {"skipped": True},

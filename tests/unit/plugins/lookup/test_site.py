@@ -15,7 +15,9 @@ from tests.unit.plugins._templar import render
 from tests.unit.plugins.conftest import REPO
 
 SITE_VARS = {"dspark_container_name": "engine_b", "dspark_api_port": 9999, "dspark_master_port": 26000,
-             "dspark_served_model_name": "other-model"}
+             "dspark_served_model_name": "other-model", "dspark_profile": "long-1m"}
+# Terms a site sets in group_vars/all/site.yml; a pair names its profile in its own group (sample/fleet.yml).
+SITE_FILE_TERMS = ("container_name", "api_port", "master_port", "served_model_name")
 
 
 class _Templar:
@@ -37,9 +39,10 @@ def run(terms, variables=None):
 # ---- the table and the plugin, in this process ---------------------------------------------
 def test_the_table():
     assert _site.SITE_DEFAULTS == {"container_name": "dspark_vllm", "api_port": 8888, "master_port": 25000,
-                                   "served_model_name": "deepseek-v4-flash-dspark"}
+                                   "served_model_name": "deepseek-v4-flash-dspark", "profile": "production"}
     assert _site.VARIABLES == {"container_name": "dspark_container_name", "api_port": "dspark_api_port",
-                               "master_port": "dspark_master_port", "served_model_name": "dspark_served_model_name"}
+                               "master_port": "dspark_master_port", "served_model_name": "dspark_served_model_name",
+                               "profile": "dspark_profile"}
     assert _site.local_api_url() == "http://127.0.0.1:8888"
     assert _site.local_api_url(9000) == "http://127.0.0.1:9000"
     assert _site.default("master_port") == 25000 and _site.variable_name("api_port") == "dspark_api_port"
@@ -47,7 +50,9 @@ def test_the_table():
 
 def test_the_sample_inventory_and_the_operator_guide_state_the_table():
     site = yaml.safe_load((REPO / "inventories" / "sample" / "group_vars" / "all" / "site.yml").read_text())
-    assert {term: site[var] for term, var in _site.VARIABLES.items()} == _site.SITE_DEFAULTS
+    assert {term: site[_site.VARIABLES[term]] for term in SITE_FILE_TERMS} == {
+        term: _site.SITE_DEFAULTS[term] for term in SITE_FILE_TERMS}
+    assert "dspark_profile" not in site  # the default profile is the table's
     guide = (REPO / "docs" / "operator-guide.md").read_text()
     row = ("| `dspark_served_model_name`, `dspark_api_port`, `dspark_master_port`, `dspark_container_name` | "
            "`{served_model_name}`, {api_port}, {master_port}, `{container_name}` |").format(**_site.SITE_DEFAULTS)
@@ -55,16 +60,16 @@ def test_the_sample_inventory_and_the_operator_guide_state_the_table():
 
 
 def test_the_default_when_the_variable_is_not_defined():
-    assert run(["api_port", "container_name", "master_port", "served_model_name"], {"dspark_pair": "lab01"}) == (
-        [8888, "dspark_vllm", 25000, "deepseek-v4-flash-dspark"], [])
+    assert run(["api_port", "container_name", "master_port", "served_model_name", "profile"],
+               {"dspark_pair": "lab01"}) == ([8888, "dspark_vllm", 25000, "deepseek-v4-flash-dspark", "production"], [])
     assert run(["api_port"], None) == ([8888], [])
     assert run([], {}) == ([], [])
 
 
 def test_the_variable_wins_when_defined_and_is_templated():
     values, seen = run(list(_site.SITE_DEFAULTS), SITE_VARS)
-    assert values == ["engine_b", 9999, 26000, "other-model"]
-    assert seen == ["engine_b", 9999, 26000, "other-model"]  # each value went through the templar
+    assert values == ["engine_b", 9999, 26000, "other-model", "long-1m"]
+    assert seen == ["engine_b", 9999, 26000, "other-model", "long-1m"]  # each value went through the templar
     # a defined variable wins whatever its value, as `dspark_api_port | default(8888)` did
     assert run(["api_port"], {"dspark_api_port": None})[0] == [None]
     assert run(["api_port"], {"dspark_api_port": "7777"})[0] == ["7777"]
@@ -75,7 +80,7 @@ def test_an_unknown_term_is_refused_naming_the_known_terms(term):
     with pytest.raises(AnsibleLookupError) as exc:
         run(["api_port", term], SITE_VARS)
     assert str(exc.value).startswith(f"gb10.dspark.site: unknown site term {term!r}; the known terms are "
-                                     "container_name, api_port, master_port, served_model_name")
+                                     "container_name, api_port, master_port, served_model_name, profile")
 
 
 def test_the_documentation():

@@ -971,7 +971,8 @@ def catalog_env_names() -> list[str]:
     from ansible_collections.gb10.dspark.plugins.module_utils._profile import PER_RANK_ENV  # noqa: PLC0415
 
     catalog = yaml.safe_load(CATALOG.read_text())["__dspark_profile_catalog"]
-    names = {name for profile in catalog.values() for name in profile["env"]}
+    # KV_CACHE_DTYPE is the pin's dtype, which _profile adds to every profile's env
+    names = {name for profile in catalog.values() for name in profile["env"]} | {"KV_CACHE_DTYPE"}
     assert "MTP_NUM_TOKENS" in PER_RANK_ENV and "KV_CACHE_DTYPE" in names  # the catalog is what we think it is
     return sorted(names | set(PER_RANK_ENV))
 

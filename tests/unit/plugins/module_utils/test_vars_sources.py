@@ -89,7 +89,7 @@ def test_every_refused_source_is_listed_and_clean_sources_pass(tmp_path):
 
 
 def test_the_sample_inventories_have_no_key_given_twice():
-    for name in ("sample", "sample-fleet"):
+    for name in ("sample", "sample/hosts.yml", "sample/fleet.yml"):
         inv = ROOT / "inventories" / name
         found = vs.sources([str(inv)], str(ROOT / "playbooks"), ["all", "dspark_pairs", "dspark_heads", "dspark_workers"],
                            [], str(ROOT), DataLoader().find_vars_files)
