@@ -219,7 +219,7 @@ def test_engine_with_requests_in_flight_is_not_replaced_without_force(sim, clean
     try:
         refused = provision(pair, clean_tree, "-e", "dspark_profile=long-1m")
         assert refused.returncode != 0
-        assert "is serving 1 request(s)" in flat(refused)
+        assert "the head has 1 request(s) in flight (running 1, waiting 0), expected 0" in flat(refused)
         assert started(pair) == before
         forced = provision(pair, clean_tree, "-e", "dspark_profile=long-1m", "-e", "dspark_engine_force_replace=true",
                            check=True)
