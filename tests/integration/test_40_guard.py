@@ -3,10 +3,13 @@ die-after-N and slow-token faults fail it, naming the request and the field; an 
 stops at its bound."""
 from __future__ import annotations
 
-import pytest
-
 import json
+import re
+import time
+import urllib.request
 from pathlib import Path
+
+import pytest
 
 import yaml
 
@@ -77,6 +80,23 @@ def test_slow_tokens_stop_at_the_bound(sim, clean_tree, host_vars):
     assert any("time bound" in e or "transport" in e for e in doc["errors"])
 
 
+def in_flight(pair) -> int:
+    """vllm:num_requests_running + vllm:num_requests_waiting on the head, as the busy check reads them."""
+    with urllib.request.urlopen(f"http://{pair.head.mgmt_ip}:8888/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return int(sum(float(v) for v in re.findall(r"^vllm:num_requests_(?:running|waiting)\{[^}]*\} (\S+)$", text, re.M)))
+
+
+def drained(pair, bound_s: float = 120) -> int:
+    """Wait (on the head's own counts) until it serves nothing: a guard that ended at its bound has closed its
+    last requests' connections, and the stand-in finishes a non-streamed request whose client has gone (vLLM
+    aborts it instead: a known difference of the stand-in)."""
+    deadline = time.monotonic() + bound_s
+    while (left := in_flight(pair)) and time.monotonic() < deadline:
+        time.sleep(1)
+    return left
+
+
 def labelled(rank) -> list[str]:
     out = on_rank(rank, ["docker", "container", "ls", "--all", "--filter", "label=io.gb10.dspark.pair",
                          "--format", "{{.Names}}"]).stdout
@@ -100,7 +120,9 @@ def test_ci_guard_takes_the_model_dir_from_the_runner_and_removes_leftovers(sim,
     assert "dspark_guard_leftover" in labelled(pair.head)
 
     # The module's previous test left the head serving with slow tokens (a rank-local extra env);
-    # the CI job's provision removes that variable, and a removed variable replaces the engine.
+    # the CI job's provision removes that variable, and a removed variable replaces the engine - once the
+    # requests that guard left behind have finished (the busy check refuses to cut them off).
+    assert drained(pair) == 0
     faulty = [e for e in container_inspect(pair.head)["Config"]["Env"] if e.startswith("DSPARK_SIM_FAULT=")]
     started = container_state(pair.head)["StartedAt"]
     ok = playbook("guard_ci.yml", clean_tree, "--limit", pair.group, env={"DSPARK_MODEL_DIR": model_dir})
