@@ -87,7 +87,8 @@ def open_http(method: str, url: str, body: bytes | None = None, headers: dict | 
               timeout: float = 10.0, inflight: Inflight | None = None):
     """Send one request and yield its ``http.client.HTTPResponse`` whatever the status (the caller
     reads ``status``). Transport failures (refused, reset, timeout, a malformed status line, a body cut
-    short while the caller reads it) raise ``OSError``, never http.client's own exceptions; a URL that is not http(s), or a header value http.client would refuse, raises
+    short while the caller reads it) raise ``OSError``, never http.client's own exceptions; a URL that is not
+    http(s), or a header value http.client would refuse, raises
     :class:`RequestNotSent` (a ``ValueError``) whose message never holds a header's value. With ``inflight``,
     the connection is registered there while it is open: once the caller aborts it, the request (connecting,
     sending or reading) raises ``TimeoutError``."""
