@@ -287,8 +287,8 @@ def main() -> None:
         reserve=p["reserve"], min_depth=p["min_depth"], request_timeout=p["request_timeout"], code=p["code"],
         needle_fraction=p["needle_fraction"], tokenizer_file=p["tokenizer_file"],
         stop_on_infra_error=p["stop_on_infra_error"], rank=rank)
-    if api_key_problem(p["api_key"]):  # refused before any request, naming the variable, never the value
-        module.fail_json(msg=f"rank {rank}: {api_key_problem(p['api_key'])}")
+    if problem := api_key_problem(p["api_key"]):  # refused before any request, naming the variable, never the value
+        module.fail_json(msg=f"rank {rank}: {problem}")
     call = json_client(p["base_url"], p["api_key"], rank)
     if module.check_mode:
         result = guarded(module, lambda: _niah.check_run(call, settings))

@@ -162,8 +162,8 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    if api_key_problem(p["api_key"]):  # refused before any request, naming the variable, never the value
-        module.fail_json(msg=f"rank {p['head'] or 'head'}: {api_key_problem(p['api_key'])}")
+    if problem := api_key_problem(p["api_key"]):  # refused before any request, naming the variable, never the value
+        module.fail_json(msg=f"rank {p['head'] or 'head'}: {problem}")
     if module.check_mode:
         module.exit_json(changed=False, skipped=True, msg="check mode: no requests sent", report={})
     # every request (its /tokenize call too) is judged inside the run, a refused or stalled head included; the

@@ -410,8 +410,8 @@ def main() -> None:
         decode_max_tokens=p["decode_max_tokens"], prefill_reps=p["prefill_reps"],
         prefill_prompt_tokens=p["prefill_prompt_tokens"], request_timeout=p["request_timeout"],
         external_client=p["external_client"], context=p["context"])
-    if api_key_problem(p["api_key"]):  # refused before any request, naming the variable, never the value
-        module.fail_json(msg=f"rank {p['head'] or 'head'}: {api_key_problem(p['api_key'])}")
+    if problem := api_key_problem(p["api_key"]):  # refused before any request, naming the variable, never the value
+        module.fail_json(msg=f"rank {p['head'] or 'head'}: {problem}")
     if module.check_mode:
         result = guarded(module, lambda: _systems.plan(settings, _systems.run_process))
     else:
