@@ -309,7 +309,8 @@ def test_api_key_reaches_only_the_containers_environment(sim, clean_tree, tmp_pa
         phase = re.search(rf"^\[sim02\] {pair.head.name} \d\d:\d\d:\d\d waited \d+/\d+ s; head loading weights \d+/48; "
                           r"worker \S", out, re.M)
         ready = re.search(rf"^\[sim02\] {pair.head.name} READY served=\S+ kv_cache_size_tokens=\d+ after \d+ s$", out, re.M)
-        verdict = re.search(r"Gate \| Summary -- pair sim02: RUNTIME_GATE status=PASS errors=0", out)
+        verdict = re.search(r"Gate \| Run the runtime gate suite \(its verdict is this task's result\) -- "
+                            r"pair sim02: RUNTIME_GATE status=PASS errors=0", out)
         assert phase and ready and verdict, out[-5000:]
         assert phase.start() < ready.start() < verdict.start()
         between = started(pair)
