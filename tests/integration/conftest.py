@@ -36,7 +36,7 @@ def lane_of(item) -> str:
     if name in FLEET_LAST:
         return "last"
     wants = set(item.fixturenames)
-    direct = set(getattr(item, "_fixtureinfo").argnames)
+    direct = set(item._fixtureinfo.argnames)
     pairs = {"pair_a", "pair_b"} & wants
     if "sim" not in wants:
         return "a"  # touches no pair: either lane may run it
