@@ -85,8 +85,8 @@ def run(pair: str, folder: str, config: dict, *, hosts: dict | None, inventory: 
             with open(os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as handle:
                 handle.write(api_key + "\n")
             suite_env[KEY_FILE_ENV] = key_file
-        proc = (runner or subprocess.run)(suite_argv(python, suite, where["config"]), env=suite_env, capture_output=True, text=True,
-                      check=False, stdin=subprocess.DEVNULL)
+        proc = (runner or subprocess.run)(suite_argv(python, suite, where["config"]), env=suite_env, capture_output=True,
+                                          text=True, check=False, stdin=subprocess.DEVNULL)
     finally:
         if key_dir:
             shutil.rmtree(key_dir, ignore_errors=True)

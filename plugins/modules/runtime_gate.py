@@ -135,8 +135,8 @@ rc:
   type: int
 msg:
   description:
-    - C(pair <pair>: RUNTIME_GATE status=<status> errors=<n> output=<path>), followed on FAIL by
-      C(pair <pair>: runtime gate FAIL) and each error on a line of its own.
+    - "C(pair <pair>: RUNTIME_GATE status=<status> errors=<n> output=<path>), followed on FAIL by
+      C(pair <pair>: runtime gate FAIL) and each error on a line of its own."
   returned: always
   type: str
 ansible_facts:
@@ -166,7 +166,7 @@ def main() -> None:
             "ansible_config": {"type": "str", "default": ""},
             "collections_path": {"type": "str", "default": ""},
         },
-        supports_check_mode=True,
+        supports_check_mode=False,
     )
     module.fail_json(msg="gb10.dspark.runtime_gate runs through its action plugin; it cannot run as a plain module")
 
