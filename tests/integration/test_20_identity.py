@@ -75,7 +75,7 @@ def test_identity_converges_then_changes_nothing(pair_a, clean_tree):
     first_events = on_rank(pair.worker, ["docker", "events", "--since", "0", "--until", "0s", "--filter", "type=image",
                                          "--format", "{{.Action}}"]).stdout.split()
     assert "load" in first_events  # the probe above would be vacuous if the engine never reported loads
-    tree = json.loads((Path(site()["dspark_evidence_dir"]) / "wrapper-tree.json").read_text())
+    tree = json.loads((Path(site()["dspark_evidence_dir"]) / f"sim{pair.index:02d}" / "wrapper-tree.json").read_text())
     assert tree["dirty"] is False and tree["publishable"] is True
 
 

@@ -29,7 +29,7 @@ def test_the_built_artefact_installs_and_provisions_the_simulator(pair_a, contro
                            "-e", f"dspark_evidence_dir={evidence}")
     assert "failed=0" in res.stdout.split("PLAY RECAP")[-1]
 
-    tree = json.loads((evidence / "wrapper-tree.json").read_text())
+    tree = json.loads((evidence / f"sim{pair.index:02d}" / "wrapper-tree.json").read_text())
     assert tree["kind"] == "installed_collection", tree
     assert tree["path"] == str(root) and tree["dirty"] is False
     assert tree["revision"] == f"gb10.dspark:{control_node.version}"

@@ -127,7 +127,7 @@ def test_sample_filled_in_for_the_simulator_passes_preflight_in_check_mode(pair,
         assert ran.get(task) == set(HOSTS), (task, ran.get(task), sorted(ran))
     assert not [task for task in ran if "SSH" in task], ran  # no rank is reached but through Ansible
     assert {r.name: snapshot(r) for r in pair.ranks} == before, "preflight in check mode changed a rank"
-    tree = json.loads((tmp_path / "evidence" / "wrapper-tree.json").read_text())
+    tree = json.loads((tmp_path / "evidence" / "lab01" / "wrapper-tree.json").read_text())
     assert tree["dirty"] is False and tree["kind"] == "installed_collection", tree
 
 
