@@ -3,7 +3,8 @@
 """The collection's own folders and small files on a rank, in one call (``gb10.dspark.rank_files``).
 
 The profile role keeps the profile folder, the engine's environment file and the compilation config; the engine
-role keeps the runtime manifest and the cache folders. Each was a task of its own (a folder, a copy: two or three
+role keeps the runtime manifest and the cache folders; the evidence role reads the rendered profiles back
+(:func:`read_files`). Each was a task of its own (a folder, a copy: two or three
 module runs per file on every converged re-run); here one module run reads them all and changes only what differs.
 
 Every path is absolute, owned by the given uid and gid (root), and never a symbolic link: a link where a folder or
@@ -13,6 +14,8 @@ file's content is never in the diff or a message.
 """
 from __future__ import annotations
 
+import base64
+import fnmatch
 import os
 import stat
 import tempfile
@@ -169,4 +172,31 @@ def ensure(directories: list[dict], files: list[dict], check_mode: bool, uid: in
                              "after": SECRET_DIFF if spec.get("secret") else str(spec.get("content", ""))})
             continue
         _file(spec, uid, gid, check_mode, out)
+    return out
+
+
+MAX_READ_BYTES = 1 << 20  # one rendered profile file; a bigger file is not the collection's and is refused
+
+
+def read_files(folders: list[dict]) -> list[dict]:
+    """The regular files directly in each folder whose names match one of its ``patterns``, sorted by path,
+    each as ``{path, content}`` with the content base64-encoded (as ``slurp`` returns it). A folder that is
+    absent gives nothing; links and subfolders are not read."""
+    out = []
+    for spec in folders:
+        folder, patterns = spec["path"], list(spec.get("patterns") or ["*"])
+        st = _lstat(folder)
+        if st is None:
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            raise RankFilesError(f"{folder}: is {'a symbolic link' if stat.S_ISLNK(st.st_mode) else 'not a folder'}, "
+                                 "expected a folder")
+        for name in sorted(os.listdir(folder)):
+            path = os.path.join(folder, name)
+            fst = os.lstat(path)
+            if not stat.S_ISREG(fst.st_mode) or not any(fnmatch.fnmatch(name, p) for p in patterns):
+                continue
+            if fst.st_size > MAX_READ_BYTES:
+                raise RankFilesError(f"{path}: is {fst.st_size} bytes, expected at most {MAX_READ_BYTES}")
+            out.append({"path": path, "content": base64.b64encode(_read(path, fst)).decode("ascii")})
     return out

@@ -87,3 +87,23 @@ def test_a_bad_entry_changes_nothing(tmp_path):
 def test_a_file_whose_folder_is_absent_and_not_listed_is_refused(tmp_path):
     with pytest.raises(RankFilesError, match="expected a folder"):
         run([], [{"path": str(tmp_path / "nowhere" / "f"), "content": "x"}])
+
+
+def test_read_returns_the_matching_regular_files_sorted_and_nothing_else(tmp_path):
+    import base64
+
+    from ansible_collections.gb10.dspark.plugins.module_utils._rank_files import read_files
+
+    d = tmp_path / "profiles"
+    d.mkdir()
+    (d / "production.env").write_text("A=1\n")
+    (d / "production.json").write_text("{}\n")
+    (d / "notes.txt").write_text("no\n")
+    (d / "sub.json").mkdir()
+    (d / "link.env").symlink_to(tmp_path / "elsewhere.env")
+    got = read_files([{"path": str(d), "patterns": ["*.env", "*.json"]}, {"path": str(tmp_path / "absent")}])
+    assert [g["path"] for g in got] == [str(d / "production.env"), str(d / "production.json")]
+    assert base64.b64decode(got[0]["content"]) == b"A=1\n"
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(RankFilesError, match="expected a folder"):
+        read_files([{"path": str(tmp_path / "file")}])
