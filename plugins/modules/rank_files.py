@@ -113,6 +113,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+changed:
+  description: Whether a folder or file was (or would be) made or changed; reading never changes anything.
+  returned: always
+  type: bool
 read:
   description: The files of O(read), sorted by path, each with its C(path) and base64 C(content).
   returned: always

@@ -70,8 +70,9 @@ options:
     default: ""
 attributes:
   check_mode:
-    support: none
-    details: Skipped in check mode (the gate inspects a serving engine, which check mode did not start).
+    support: partial
+    details: Returns skipped in check mode, running nothing (the gate inspects a serving engine, which check mode did
+      not start).
   diff_mode:
     support: none
     details: Changes nothing on a rank; the files it writes are evidence of the run on the control node.
@@ -110,6 +111,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+changed:
+  description: Always false; the files it writes are evidence of the run on the control node.
+  returned: always
+  type: bool
 passed:
   description: The suite's document says schema 3, PASS, and no errors.
   returned: when the suite wrote a result
@@ -166,7 +171,7 @@ def main() -> None:
             "ansible_config": {"type": "str", "default": ""},
             "collections_path": {"type": "str", "default": ""},
         },
-        supports_check_mode=False,
+        supports_check_mode=True,
     )
     module.fail_json(msg="gb10.dspark.runtime_gate runs through its action plugin; it cannot run as a plain module")
 
