@@ -354,10 +354,10 @@ audit:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils._audit import REVISION_MARKER, collect, open_engine
-from ansible_collections.gb10.dspark.plugins.module_utils._docker_engine import DEFAULT_DOCKER_HOST
-from ansible_collections.gb10.dspark.plugins.module_utils._identity import guarded, rank_name
-from ansible_collections.gb10.dspark.plugins.module_utils._site import SITE_DEFAULTS, local_api_url
+from ansible_collections.gb10.dspark.plugins.module_utils.fleet._audit import REVISION_MARKER, collect, open_engine
+from ansible_collections.gb10.dspark.plugins.module_utils.engine._docker_engine import DEFAULT_DOCKER_HOST
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import guarded, rank_name
+from ansible_collections.gb10.dspark.plugins.module_utils.common._site import SITE_DEFAULTS, local_api_url
 
 
 def main() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gb10.dspark.plugins.module_utils import _runtime_gate as R
+from ansible_collections.gb10.dspark.plugins.module_utils.gate import _runtime_gate as R
 from tools.vllm_lane.contract import WINDOW_RE
 
 

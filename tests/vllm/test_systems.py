@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gb10.dspark.plugins.module_utils import _systems as S
-from ansible_collections.gb10.dspark.plugins.module_utils._http import json_client
+from ansible_collections.gb10.dspark.plugins.module_utils.serving import _systems as S
+from ansible_collections.gb10.dspark.plugins.module_utils.common._http import json_client
 
 # The prefill prompt leaves the lane's 4096-token window fewer tokens than the lane's 16 output tokens:
 # the real server then caps max_tokens (200, finish_reason length), and the lane must still measure.

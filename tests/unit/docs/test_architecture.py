@@ -21,14 +21,14 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[3]
 
-# ---- one HTTP client: plugins/module_utils/_http.py ---------------------------------------------
-HTTP_CLIENT = "plugins/module_utils/_http.py"
+# ---- one HTTP client: plugins/module_utils/common/_http.py ---------------------------------------------
+HTTP_CLIENT = "plugins/module_utils/common/_http.py"
 # The modules that speak HTTP as a client; only _http.py may import them.
 HTTP_CLIENT_MODULES = ("http.client", "urllib.request", "requests", "urllib3", "httpx", "aiohttp",
                        "ansible.module_utils.urls")
 # Real exceptions, each with its reason. Nothing here talks to a head.
 HTTP_CLIENT_ALLOWED = {
-    "plugins/module_utils/_docker_engine.py": "the rank's Docker Engine API over its Unix socket (unix:// only), not a "
+    "plugins/module_utils/engine/_docker_engine.py": "the rank's Docker Engine API over its Unix socket (unix:// only), not a "
                                                "head's HTTP API; issue 31 replaces it with the docker SDK",
 }
 
@@ -99,7 +99,7 @@ def test_one_http_client_no_module_but_http_opens_its_own():
         uses = http_client_uses(path.read_text(encoding="utf-8"))
         if uses:
             offenders[rel] = uses
-    assert offenders == {}, f"speak HTTP through plugins/module_utils/_http.py, not on their own: {offenders}"
+    assert offenders == {}, f"speak HTTP through plugins/module_utils/common/_http.py, not on their own: {offenders}"
     assert http_client_uses((REPO / HTTP_CLIENT).read_text(encoding="utf-8")), "_http.py is the client"
     for rel, reason in HTTP_CLIENT_ALLOWED.items():
         assert (REPO / rel).is_file() and reason, f"{rel} no longer exists: remove it from HTTP_CLIENT_ALLOWED"
@@ -109,7 +109,7 @@ def test_one_http_client_no_module_but_http_opens_its_own():
 
 def test_one_http_client_the_architecture_page_says_so():
     text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
-    assert "`plugins/module_utils/_http.py`" in text and "one HTTP client" in text
+    assert "`plugins/module_utils/common/_http.py`" in text and "one HTTP client" in text
 
 
 # Ansible's own HTTP modules in the roles and playbooks: none speaks to a head's API. Each use is named by its
@@ -151,20 +151,20 @@ def test_one_http_client_no_task_calls_a_head_with_ansibles_own_http_modules():
             if any(module in task for module in HTTP_TASK_MODULES):
                 found.add((path.relative_to(REPO).as_posix(), task.get("name")))
     assert found, "the image role's mirror and relay tasks are not seen: the check reads nothing"
-    assert found - set(HTTP_TASKS_ALLOWED) == set(), "speak to a head through plugins/module_utils/_http.py"
+    assert found - set(HTTP_TASKS_ALLOWED) == set(), "speak to a head through plugins/module_utils/common/_http.py"
     assert set(HTTP_TASKS_ALLOWED) - found == set(), "allow-listed tasks that no longer exist: remove them"
 
 
-# ---- one redaction rule: plugins/module_utils/_secrets.py ------------------------------------------
+# ---- one redaction rule: plugins/module_utils/common/_secrets.py ------------------------------------------
 # Each claim has its own test functions, named after it (``test_redaction_...``, ...), so that more
 # claims can be added here without touching the others. The checks read the Python sources of the
 # product (plugins/, cli/, the roles' files) with :mod:`ast`; they never import them.
 # 
-# Redaction (docs/architecture.md, "Secrets"): ``plugins/module_utils/_secrets.py`` holds the one
+# Redaction (docs/architecture.md, "Secrets"): ``plugins/module_utils/common/_secrets.py`` holds the one
 # rule for secret NAMES (``is_secret_name``), the one redactor of VALUES (``redact``,
 # ``redact_document``, ``redact_secrets_text``), the one placeholder (``REDACTED``) and the one
 # minimum length (``MIN_SECRET_LENGTH``). No other module defines its own.
-SECRETS_MODULE = REPO / "plugins" / "module_utils" / "_secrets.py"
+SECRETS_MODULE = REPO / "plugins" / "module_utils" / "common" / "_secrets.py"
 PRODUCT_DIRS = ("plugins", "cli", "roles")
 
 
@@ -240,7 +240,7 @@ def secret_name_rules(tree: ast.Module) -> list[str]:
 def test_redaction_no_module_defines_its_own_secret_name_pattern():
     """Whether a NAME is secret is decided by _secrets.is_secret_name alone."""
     offenders = [f"{path} {where}" for path, tree in outside_secrets() for where in secret_name_rules(tree)]
-    assert offenders == [], "secret-name rules outside plugins/module_utils/_secrets.py (use is_secret_name):\n" + \
+    assert offenders == [], "secret-name rules outside plugins/module_utils/common/_secrets.py (use is_secret_name):\n" + \
         "\n".join(offenders)
 
 
@@ -250,7 +250,7 @@ def test_redaction_no_module_defines_its_own_redaction_function():
                  for node in ast.walk(tree)
                  if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
                  and re.search(r"redact|secretish|is_secret", node.name, re.IGNORECASE)]
-    assert offenders == [], "redaction functions outside plugins/module_utils/_secrets.py (use _secrets):\n" + \
+    assert offenders == [], "redaction functions outside plugins/module_utils/common/_secrets.py (use _secrets):\n" + \
         "\n".join(offenders)
 
 
@@ -300,7 +300,8 @@ COLLECTIONS = REPO / "collections"
 if str(COLLECTIONS) not in sys.path:
     sys.path.insert(0, str(COLLECTIONS))
 
-from ansible_collections.gb10.dspark.plugins.module_utils import _pin, _site  # noqa: E402
+from ansible_collections.gb10.dspark.plugins.module_utils.identity import _pin  # noqa: E402
+from ansible_collections.gb10.dspark.plugins.module_utils.common import _site  # noqa: E402
 
 _DOC_NAMES = {"DOCUMENTATION", "EXAMPLES", "RETURN"}
 _COMMENT = re.compile(r"(^|\s)#.*$")
@@ -362,7 +363,7 @@ def pin_value_spellings(python: list[Path], yaml_files: list[Path]) -> list[str]
 
 def test_values_once_the_pins_values_are_spelled_in_pin_py_only():
     """"Nothing else repeats the pin's values": the KV-cache dtype and the image labels are spelled in
-    plugins/module_utils/_pin.py; the profile logic, the gate, the catalog and every role read them."""
+    plugins/module_utils/identity/_pin.py; the profile logic, the gate, the catalog and every role read them."""
     assert _pin.KV_CACHE_DTYPE == "nvfp4_ds_mla" and "io.r0b0tlab.kv-cache.dtype" in _pin.LABELS
     assert pin_value_spellings(_collection_python(), _role_and_playbook_yaml()) == []
 

@@ -4,7 +4,7 @@
 
 Each table row states one value that seed 003 (the wrapper's AGENTS.md) names. The row is compared
 with the sample identity pin, with the `vllm serve` argv and environment that
-plugins/module_utils/_profile.py renders for both ranks of inventories/sample, with the runtime
+plugins/module_utils/engine/_profile.py renders for both ranks of inventories/sample, with the runtime
 gate's expectations in the profile catalog, or with the sample site variables. One function,
 :func:`check_conformance`, does every comparison for a (catalog, pin) pair. The negative tests
 call it on mutated copies to show that each departure is reported, and reported under its own row.
@@ -29,8 +29,8 @@ COLLECTIONS = REPO / "collections"
 if str(COLLECTIONS) not in sys.path:
     sys.path.insert(0, str(COLLECTIONS))
 
-from ansible_collections.gb10.dspark.plugins.module_utils import _profile  # noqa: E402
-from ansible_collections.gb10.dspark.plugins.module_utils._identity import IdentityError  # noqa: E402
+from ansible_collections.gb10.dspark.plugins.module_utils.engine import _profile  # noqa: E402
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import IdentityError  # noqa: E402
 
 DOC = REPO / "docs" / "wrapper-reference.md"
 CATALOG_FILE = REPO / "roles" / "profile" / "vars" / "main.yml"

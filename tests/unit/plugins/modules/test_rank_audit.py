@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.gb10.dspark.plugins.module_utils import _audit
-from ansible_collections.gb10.dspark.plugins.module_utils._labels import PREFIX
+from ansible_collections.gb10.dspark.plugins.module_utils.fleet import _audit
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._labels import PREFIX
 from ansible_collections.gb10.dspark.plugins.modules import rank_audit
 from tests.support import fake_dockerd
 from tests.support.fake_dockerd import FakeDockerd
-from tests.unit.plugins.module_utils.test_audit import (
+from tests.unit.plugins.module_utils.fleet.test_audit import (
     API_KEY,
     CONTAINER,
     DEFAULT_IMAGES,
@@ -31,7 +31,7 @@ from tests.unit.plugins.module_utils.test_audit import (
     labels_for,
     rank_files,
 )
-from tests.unit.plugins.module_utils.test_docker_engine import _ExecHandler, frame
+from tests.unit.plugins.module_utils.engine.test_docker_engine import _ExecHandler, frame
 
 
 class Docker:
