@@ -41,17 +41,17 @@ are ``openai_portable``; an external row takes the ``backend`` its client's repo
 ``openai_portable``: r0b0bench lanes are OpenAI-API clients); a NOT_IMPLEMENTED row measured
 nothing and has none. A report whose rows mix ``openai_portable`` and ``vllm-bench`` is refused:
 its status is ERROR and ``reasons`` names both kinds and their rows.
+
+This file holds the lanes and the run; beside it, by concern: :mod:`._systems_settings` (the options and their
+validation), :mod:`._systems_measure` (figures, /metrics, one streamed completion), :mod:`._systems_rows` (a row,
+its status and client kind, the Markdown page) and :mod:`._systems_external` (the r0b0bench client).
 """
 from __future__ import annotations
 
 import concurrent.futures as cf
 import json
-import math
 import os
-import re
 import secrets
-import statistics
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -59,9 +59,7 @@ from datetime import datetime, timezone
 from typing import Callable
 
 from ansible_collections.gb10.dspark.plugins.module_utils.common._clock import utc_now
-from ansible_collections.gb10.dspark.plugins.module_utils.engine._engine_probe import parse_metrics
 from ansible_collections.gb10.dspark.plugins.module_utils.common._files import write_json_atomic, write_text_atomic
-from ansible_collections.gb10.dspark.plugins.module_utils.common._http import auth_headers, open_http
 from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import CheckError, IdentityError, Mismatch
 from ansible_collections.gb10.dspark.plugins.module_utils.common._secrets import redact
 from ansible_collections.gb10.dspark.plugins.module_utils.serving._serving_guard import (
@@ -69,534 +67,71 @@ from ansible_collections.gb10.dspark.plugins.module_utils.serving._serving_guard
     Verdict,
     accuracy,
     check_completion,
-    check_stream,
 )
-from ansible_collections.gb10.dspark.plugins.module_utils.common._site import local_api_url
+from ansible_collections.gb10.dspark.plugins.module_utils.serving._systems_measure import (
+    Call,
+    Measure,
+    SPEC_COUNTERS,
+    Streamed,
+    _exc_text,
+    _r,
+    _server_message,
+    acceptance,
+    counter_delta,
+    measure,
+    median,
+    rate,
+    read_counters,
+    server_section,
+)
+from ansible_collections.gb10.dspark.plugins.module_utils.serving._systems_rows import (
+    RANK,
+    HTTP_LANES,
+    LANES,
+    _client,
+    client_kinds,
+    counts,
+    error_row,
+    finish_row,
+    markdown,
+    mix_reasons,
+    new_row,
+    overall_status,
+)
+from ansible_collections.gb10.dspark.plugins.module_utils.serving._systems_external import (
+    NO_EXTERNAL,
+    QUALITY_PILLARS,
+    Runner,
+    SCRUBBED,
+    external_argv,
+    external_env,
+    external_rows,
+    external_version,
+    pillar_row,
+    run_process,
+)
+from ansible_collections.gb10.dspark.plugins.module_utils.serving._systems_settings import (
+    PREFILL_OUTPUT_TOKENS,
+    Settings,
+    external_lanes,
+    unconfigured_pillars,
+    validate,
+)
 
-# call(method, path, body or None, timeout) -> (status, parsed body); see _http.json_client.
-Call = Callable[[str, str, "dict | None", float], tuple]
-# run(argv, cwd, env, timeout) -> (rc, stdout, stderr), for the external client.
-Runner = Callable[[list, str, dict, float], tuple]
 
-LANES = ("canary", "latency", "concurrency", "throughput", "spec_decode", "external")
-HTTP_LANES = ("canary", "latency", "concurrency", "throughput", "spec_decode")
-STATUSES = ("PASS", "FAIL", "ERROR", "NOT_IMPLEMENTED")
-RANK = "head"
 SCHEMA_VERSION = 1
 JSON_FILE = "systems.json"
 MARKDOWN_FILE = "systems.md"
 
-# The original wrapper's r0b0bench run: its --only list, in its order (niah runs apart, on long-1m).
-DEFAULT_EXTERNAL_LANES = ("canary", "bfcl_mt", "bfcl_ast", "latency", "concurrency", "throughput")
-BFCL_LANES = ("bfcl_mt", "bfcl_ast")
-QUALITY_PILLARS = ("qa", "ifeval", "humaneval", "gsm8k")
-DEFAULT_EXTERNAL_TIMEOUT = 86400.0
-NO_EXTERNAL = "no external benchmark client configured"
-SCRUBBED = "********"  # stands for the API key in the external client's output
-EXTERNAL_STATUSES = {"PASS": "PASS", "FAIL": "FAIL", "ERROR": "ERROR", "NOT_IMPLEMENTED": "NOT_IMPLEMENTED",
-                     "SKIP": "NOT_IMPLEMENTED"}
-EXTERNAL_ENV_KEYS = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR")
-# The client's own entry point: r0b0bench has no __main__, its console script calls r0b0bench.cli:main.
-EXTERNAL_MODULE = "r0b0bench.cli"
-MIN_R0B0BENCH_VERSION = "1.0.0rc2"
-VERSION_FORMS = "X.Y.Z[{a|b|rc}N][.postN][.devN]"
-VERSION_TIMEOUT = 120.0
-# Named options of external_client that reach the child as environment variables, and the defaults
-# of the integer ones (the original wrapper's exports).
-EXTERNAL_PATH_ENV = (("aquila_scripts", "R0B0BENCH_AQUILA_SCRIPTS"), ("bfcl_python", "R0B0BENCH_BFCL_PYTHON"))
-EXTERNAL_INT_ENV = (("bfcl_num_threads", "BFCL_NUM_THREADS", 4), ("bfcl_http_timeout", "BFCL_HTTP_TIMEOUT", 3600),
-                    ("bfcl_max_tokens", "BFCL_MAX_TOKENS", 8192))
-EXTERNAL_PUBLIC = ("path", "python", "lanes", "timeout", "tokenizer", "aquila_scripts", "bfcl_python",
-                   "bfcl_num_threads", "bfcl_http_timeout", "bfcl_max_tokens")
-
-# Who measured a row. The suite's own lanes are OpenAI-compatible API clients; vllm-bench rows come
-# from vLLM's own benchmark tool; the two are never reported together.
-OWN_CLIENT_KIND = "openai_portable"
-CLIENT_KINDS = ("openai_portable", "vllm-bench")
-_KIND_SPELLINGS = {"openai_portable": "openai_portable", "openai-portable": "openai_portable",
-                   "vllm-bench": "vllm-bench", "vllm_bench": "vllm-bench"}
 
 CANARY_PROMPT = "Compute 7 multiplied by 19. Reply with only the number."
 CANARY_ANSWER = "133"
 CANARY_MAX_TOKENS = 16
-PREFILL_OUTPUT_TOKENS = 16
-MIN_PREFILL_PROMPT_TOKENS = 128
 SETUP_TIMEOUT = 30.0
 TOPICS = ("the weather over a mountain pass", "a library reading room", "a river crossing at dawn",
           "the history of a city wall", "a quiet railway station", "an orchard in autumn")
 FILLER = (" The harbor ledger lists two barges of timber, a quiet tide at noon and lamps lit along"
           " the pier at the usual hour.")
-
-PROMPT_COUNTER = "vllm:prompt_tokens_total"
-GENERATION_COUNTER = "vllm:generation_tokens_total"
-SPEC_COUNTERS = {"num_drafts": "vllm:spec_decode_num_drafts_total",
-                 "num_draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
-                 "num_accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total"}
-COUNTERS = (PROMPT_COUNTER, GENERATION_COUNTER, *SPEC_COUNTERS.values())
-
-# Keys of a row's ``client`` and ``server`` sections that describe the setup, not a measurement;
-# everything else is a figure and is null in an ERROR row.
-_SETUP_KEYS = frozenset({"tok_s_kind", "max_tokens", "max_model_len", "requests", "reps", "dropped_reps",
-                         "concurrency", "prompt_tokens_constructed", "expected", "error", "report", "argv", "backend",
-                         "quality_pillar"})
-
-
-# ---- settings --------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Settings:
-    """What one suite is asked to do (the module's options)."""
-
-    model: str
-    output_dir: str
-    base_url: str = local_api_url()
-    lanes: tuple[str, ...] = LANES
-    latency_reps: int = 5
-    latency_max_tokens: int = 128
-    concurrency_levels: tuple[int, ...] = (1, 2, 4, 6, 16)
-    concurrency_reps: int = 3
-    concurrency_max_tokens: int = 512
-    decode_reps: int = 5
-    decode_max_tokens: int = 2048
-    prefill_reps: int = 3
-    prefill_prompt_tokens: int = 14000
-    request_timeout: float = 600.0
-    external_client: dict | None = None
-    context: dict | None = None  # what served the run (profile, implementation, image), recorded as given
-
-    def public(self) -> dict:
-        """The settings as recorded in the report (no secret is part of them)."""
-        ext = None
-        if self.external_client:
-            ext = {k: self.external_client.get(k) for k in EXTERNAL_PUBLIC}
-            for key, _unused, default in EXTERNAL_INT_ENV:
-                if ext[key] is None:
-                    ext[key] = default
-        return {"base_url": self.base_url, "model": self.model, "lanes": [x for x in LANES if x in self.lanes],
-                "latency_reps": self.latency_reps, "latency_max_tokens": self.latency_max_tokens,
-                "concurrency_levels": list(self.concurrency_levels), "concurrency_reps": self.concurrency_reps,
-                "concurrency_max_tokens": self.concurrency_max_tokens, "decode_reps": self.decode_reps,
-                "decode_max_tokens": self.decode_max_tokens, "prefill_reps": self.prefill_reps,
-                "prefill_prompt_tokens": self.prefill_prompt_tokens,
-                "prefill_output_tokens": PREFILL_OUTPUT_TOKENS, "request_timeout": self.request_timeout,
-                "external_client": ext}
-
-
-def external_lanes(s: Settings) -> list[str]:
-    if s.external_client and s.external_client.get("lanes") is not None:
-        return list(s.external_client["lanes"])
-    return list(DEFAULT_EXTERNAL_LANES)
-
-
-def unconfigured_pillars(s: Settings) -> list[str]:
-    """The quality pillars that are not among the external lanes: reported NOT_IMPLEMENTED."""
-    names = external_lanes(s)
-    return [p for p in QUALITY_PILLARS if p not in names]
-
-
-# ---- r0b0bench's version --------------------------------------------------------------------------
-_VERSION = re.compile(r"(\d+(?:\.\d+)*)(?:(a|b|rc)(\d+))?(?:\.post(\d+))?(?:\.dev(\d+))?", re.IGNORECASE)
-_PRE_PHASES = {"a": 0, "b": 1, "rc": 2}
-
-
-def version_key(text: object) -> tuple | None:
-    """A sort key with PEP 440 order for ``X.Y.Z[{a|b|rc}N][.postN][.devN]`` (1.0.0.dev1 < 1.0.0a1 <
-    1.0.0rc1 < 1.0.0rc2 < 1.0.0 < 1.0.0.post1 < 1.0.1; trailing zeros of the release do not count);
-    None for anything else (local labels, other spellings), which is never compared."""
-    match = _VERSION.fullmatch(text.strip()) if isinstance(text, str) else None
-    if not match:
-        return None
-    release = [int(x) for x in match.group(1).split(".")]
-    while len(release) > 1 and release[-1] == 0:
-        release.pop()
-    phase, number, post, dev = match.group(2), match.group(3), match.group(4), match.group(5)
-    if phase:
-        pre = (_PRE_PHASES[phase.lower()], int(number))
-    elif dev is not None and post is None:
-        pre = (-1, 0)  # X.Y.Z.devN comes before every pre-release of X.Y.Z
-    else:
-        pre = (len(_PRE_PHASES), 0)  # the final release, after its release candidates
-    return (tuple(release), pre, -1 if post is None else int(post), math.inf if dev is None else int(dev))
-
-
-def version_at_least(found: str, minimum: str) -> bool:
-    key, floor = version_key(found), version_key(minimum)
-    return key is not None and floor is not None and key >= floor
-
-
-def external_version(ext: dict, runner: Runner) -> str:
-    """The version the external client reports (``<python> -m r0b0bench.cli --version`` in its checkout,
-    answered ``r0b0bench <version>``); refused below MIN_R0B0BENCH_VERSION or when it cannot be compared."""
-    argv = [str(ext["python"]), "-m", EXTERNAL_MODULE, "--version"]
-    where = f"r0b0bench in {ext['path']}"
-    floor = f"{MIN_R0B0BENCH_VERSION} or newer"
-    rc, out, err = runner(argv, str(ext["path"]), external_env(None), VERSION_TIMEOUT)
-    lines = (out or "").strip().splitlines()
-    match = re.fullmatch(r"r0b0bench\s+(\S+)", lines[-1].strip()) if lines else None
-    if rc != 0 or not match:
-        tail = " ".join((err or out or "").split())[-300:]
-        raise CheckError(RANK, f"{where} did not report its version ({' '.join(argv)} exited {rc}"
-                               + (f": {tail}" if tail else "") + f"), expected 'r0b0bench <version>', {floor}")
-    found = match.group(1)
-    if version_key(found) is None:
-        raise CheckError(RANK, f"{where} reports version {found}, which this check cannot compare (it knows "
-                               f"{VERSION_FORMS}), expected {floor}")
-    if not version_at_least(found, MIN_R0B0BENCH_VERSION):
-        raise IdentityError(Mismatch(rank=RANK, item="r0b0bench version", expected=floor, actual=found,
-                                     reason=f"reported by {' '.join(argv)} in {ext['path']}; older clients "
-                                            "do not run the systems package as the wrapper does",
-                                     expected_word="expected"))
-    return found
-
-
-def _positive_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
-def _validate_bench_options(ext: dict, names: list[str], runs: bool) -> list[Mismatch]:
-    """The seed's options of the external client: absolute paths, positive integers, and - when the
-    external lane runs - paths that exist and the BFCL settings the BFCL lanes need."""
-    bad: list[Mismatch] = []
-    paths = {key: ext.get(key) for key in ("tokenizer", "aquila_scripts", "bfcl_python")}
-    for key, value in paths.items():
-        if value not in (None, "") and not (isinstance(value, str) and os.path.isabs(value)):
-            bad.append(_opt(f"external_client.{key}", value, "an absolute path"))
-            paths[key] = None
-    for key, _unused, _unused in EXTERNAL_INT_ENV:
-        value = ext.get(key)
-        if value is not None and not _positive_int(value):
-            bad.append(_opt(f"external_client.{key}", value, "a positive integer"))
-    if not runs:
-        return bad
-    bfcl = [n for n in names if n in BFCL_LANES]
-    need = f"lanes {', '.join(bfcl)} need it" if len(bfcl) > 1 else f"lane {''.join(bfcl)} needs it"
-    tokenizer, scripts, python = paths["tokenizer"], paths["aquila_scripts"], paths["bfcl_python"]
-    if tokenizer and not os.path.exists(tokenizer):
-        bad.append(_opt("external_client.tokenizer", tokenizer, "an existing tokenizer file or model folder"))
-    if scripts and not os.path.isdir(scripts):
-        bad.append(_opt("external_client.aquila_scripts", scripts,
-                        "an existing folder (the DSV4 BFCL served-id registry scripts)"))
-    elif not ext.get("aquila_scripts") and bfcl:
-        bad.append(_opt("external_client.aquila_scripts", None, f"the DSV4 BFCL registry scripts folder ({need})"))
-    if python and not (os.path.isfile(python) and os.access(python, os.X_OK)):
-        bad.append(_opt("external_client.bfcl_python", python, "an executable interpreter (the BFCL virtualenv's)"))
-    elif not ext.get("bfcl_python") and bfcl:
-        bad.append(_opt("external_client.bfcl_python", None, f"the BFCL virtualenv's python ({need})"))
-    return bad
-
-
-def _opt(item: str, actual: object, expected: str) -> Mismatch:
-    return Mismatch(rank=RANK, item=f"option {item}", expected=expected, actual=actual, expected_word="expected")
-
-
-def validate(s: Settings) -> list[Mismatch]:
-    """Every option that cannot give a meaningful measurement."""
-    bad: list[Mismatch] = []
-    unknown = [x for x in s.lanes if x not in LANES]
-    if unknown:
-        bad.append(_opt("lanes", unknown, "names among " + ", ".join(LANES)))
-    if not s.lanes:
-        bad.append(_opt("lanes", [], "at least one lane"))
-    if not s.model:
-        bad.append(_opt("model", s.model, "the served model name"))
-    checks = (("latency_reps", s.latency_reps, 2, "at least 2 (the first is a dropped warm-up)"),
-              ("latency_max_tokens", s.latency_max_tokens, 2, "at least 2 (ITL needs two tokens)"),
-              ("concurrency_reps", s.concurrency_reps, 1, "at least 1"),
-              ("concurrency_max_tokens", s.concurrency_max_tokens, 2, "at least 2 (ITL needs two tokens)"),
-              ("decode_reps", s.decode_reps, 1, "at least 1"),
-              ("decode_max_tokens", s.decode_max_tokens, 2, "at least 2 (decode rate needs two tokens)"),
-              ("prefill_reps", s.prefill_reps, 1, "at least 1"),
-              ("prefill_prompt_tokens", s.prefill_prompt_tokens, MIN_PREFILL_PROMPT_TOKENS,
-               f"at least {MIN_PREFILL_PROMPT_TOKENS}"))
-    for name, value, low, text in checks:
-        if value < low:
-            bad.append(_opt(name, value, text))
-    if not s.concurrency_levels:
-        bad.append(_opt("concurrency_levels", [], "at least one level"))
-    elif any(level < 1 for level in s.concurrency_levels):
-        bad.append(_opt("concurrency_levels", list(s.concurrency_levels), "levels of at least 1"))
-    elif len(set(s.concurrency_levels)) != len(s.concurrency_levels):
-        bad.append(_opt("concurrency_levels", list(s.concurrency_levels), "distinct levels"))
-    if not s.request_timeout > 0:
-        bad.append(_opt("request_timeout", s.request_timeout, "greater than 0"))
-    ext = s.external_client
-    if ext:
-        if ext.get("lanes") is not None and not ext["lanes"]:
-            bad.append(_opt("external_client.lanes", ext.get("lanes"), "at least one lane name"))
-        elif any(not n or "," in n for n in external_lanes(s)):
-            bad.append(_opt("external_client.lanes", external_lanes(s), "lane names without commas"))
-        if not (ext.get("timeout") or 0) > 0:
-            bad.append(_opt("external_client.timeout", ext.get("timeout"), "greater than 0"))
-        if "external" in s.lanes:
-            if not os.path.isdir(str(ext.get("path"))):
-                bad.append(_opt("external_client.path", ext.get("path"), "an existing checkout directory"))
-            python = str(ext.get("python"))
-            if not (os.path.isfile(python) and os.access(python, os.X_OK)):
-                bad.append(_opt("external_client.python", ext.get("python"), "an executable interpreter"))
-        bad += _validate_bench_options(ext, external_lanes(s), "external" in s.lanes)
-    return bad
-
-
-# ---- pure figures ------------------------------------------------------------------------------
-def median(values: list) -> float | None:
-    """The median of the values that are numbers, or None when there are none."""
-    nums = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    return statistics.median(nums) if nums else None
-
-
-def itl_seconds(t_first: float, t_last: float, completion_tokens: int, first_tokens: int = 1) -> float | None:
-    """Mean inter-token latency: the text span over the tokens that arrived after the first text
-    chunk (``first_tokens`` of the ``completion_tokens`` came in that chunk)."""
-    after = completion_tokens - first_tokens
-    if after < 1 or t_last <= t_first:
-        return None
-    return (t_last - t_first) / after
-
-
-def decode_rate(t_first: float, t_last: float, completion_tokens: int, first_tokens: int = 1) -> float | None:
-    """Client decode tokens/s: the tokens after the first text chunk over the time they took to arrive."""
-    after = completion_tokens - first_tokens
-    if after < 1 or t_last <= t_first:
-        return None
-    return after / (t_last - t_first)
-
-
-def rate(amount: float | None, seconds: float | None) -> float | None:
-    if amount is None or seconds is None or seconds <= 0:
-        return None
-    return amount / seconds
-
-
-def acceptance(deltas: dict) -> tuple[float | None, float | None]:
-    """(acceptance rate, mean acceptance length) of spec-decode counter deltas:
-    accepted / draft_tokens and 1 + accepted / drafts (vLLM's definitions)."""
-    drafts, draft_tokens, accepted = (deltas.get(k) for k in ("num_drafts", "num_draft_tokens",
-                                                              "num_accepted_tokens"))
-    rate_ = accepted / draft_tokens if accepted is not None and draft_tokens else None
-    length = 1 + accepted / drafts if accepted is not None and drafts else None
-    return rate_, length
-
-
-def _r(value: float | None, digits: int = 3) -> float | None:
-    return None if value is None else round(value, digits)
-
-
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds * 1000.0, 3)
-
-
-# ---- /metrics ------------------------------------------------------------------------------------
-def counter(metrics: dict, name: str, model: str) -> float | None:
-    """The sum of a counter's samples for ``model`` (samples without a model label count too)."""
-    samples = [v for labels, v in metrics.get(name, []) if labels.get("model_name") in (None, model)]
-    return float(sum(samples)) if samples else None
-
-
-def read_counters(call: Call, model: str, timeout: float) -> tuple[dict, str | None]:
-    """The counters this module reads, and an error text when /metrics could not be read."""
-    try:
-        status, text = call("GET", "/metrics", None, timeout)
-    except OSError as exc:
-        return {}, f"/metrics: transport is {_exc_text(exc)}, expected an HTTP answer"
-    if status != 200 or not isinstance(text, str):
-        return {}, f"/metrics: HTTP status is {status}, expected 200"
-    metrics = parse_metrics(text)
-    return {name: counter(metrics, name, model) for name in COUNTERS}, None
-
-
-def counter_delta(before: dict, after: dict, name: str) -> tuple[float | None, str | None]:
-    a, b = before.get(name), after.get(name)
-    if a is None or b is None:
-        return None, f"{name} is absent, expected a counter on /metrics"
-    if b < a:
-        return None, f"{name} went from {a:g} to {b:g}, expected it not to decrease (engine restarted?)"
-    delta = b - a
-    return (int(delta) if float(delta).is_integer() else delta), None
-
-
-def server_section(before: dict, after: dict, wall: float, errors: list[str]) -> dict:
-    """Server-side token rates over a row's wall time, from two samples of /metrics."""
-    problems = list(errors)
-    prompt = gen = None
-    if not problems:
-        prompt, e1 = counter_delta(before, after, PROMPT_COUNTER)
-        gen, e2 = counter_delta(before, after, GENERATION_COUNTER)
-        problems += [e for e in (e1, e2) if e]
-    return {"wall_s": _r(wall), "prompt_tokens": prompt, "generation_tokens": gen,
-            "prompt_tok_s": _r(rate(prompt, wall)), "generation_tok_s": _r(rate(gen, wall)),
-            "error": "; ".join(problems) or None}
-
-
-# ---- streaming ---------------------------------------------------------------------------------
-@dataclass
-class Streamed:
-    """One streamed answer: each ``data:`` line with the time (monotonic) it arrived."""
-
-    status: int | None = None
-    raw: str = ""
-    arrivals: list[tuple[float, str]] = field(default_factory=list)
-    sent: float = 0.0
-    ended: float = 0.0
-    error: str | None = None
-    error_body: object = None
-
-
-def _exc_text(exc: BaseException) -> str:
-    reason = getattr(exc, "reason", None)
-    return str(reason if reason is not None else exc) or type(exc).__name__
-
-
-def _read_events(resp, out: Streamed, lines: list[str], deadline: float, timeout: float) -> None:
-    """Read a streamed answer line by line as it arrives, timestamping every ``data:`` line."""
-    while True:
-        line = resp.readline()
-        now = time.monotonic()
-        if not line:
-            return
-        text = line.decode("utf-8", "replace")
-        lines.append(text)
-        stripped = text.rstrip("\r\n")
-        if stripped.startswith("data:"):
-            out.arrivals.append((now, stripped[5:].lstrip(" ")))
-        if now > deadline:
-            raise TimeoutError(f"the answer took longer than {timeout:g} s")
-
-
-def stream_client(base_url: str, api_key: str | None) -> Callable[[str, dict, float], Streamed]:
-    """``post(path, body, timeout)`` -> :class:`Streamed`. Reads the answer line by line as it
-    arrives (``json_client`` reads whole bodies) and timestamps every ``data:`` line; the whole
-    answer must arrive within ``timeout`` seconds. The key goes only into the Authorization header."""
-    authorization = auth_headers(api_key)  # a key that cannot be a header is refused here, before any request
-
-    def post(path: str, body: dict, timeout: float) -> Streamed:
-        headers = {"Content-Type": "application/json", "Accept": "text/event-stream", **authorization}
-        out = Streamed()
-        lines: list[str] = []
-        out.sent = time.monotonic()
-        deadline = out.sent + timeout
-        try:
-            with open_http("POST", base_url.rstrip("/") + path, json.dumps(body).encode(), headers, timeout) as resp:
-                out.status = resp.status
-                if resp.status >= 400:
-                    try:
-                        out.error_body = json.loads(resp.read().decode("utf-8", "replace"))
-                    except (OSError, ValueError):
-                        out.error_body = None
-                else:
-                    _read_events(resp, out, lines, deadline, timeout)
-        except (OSError, ValueError) as exc:  # open_http: transport failures are OSError, a bad request ValueError
-            out.error = _exc_text(exc)
-        out.ended = time.monotonic()
-        out.raw = "".join(lines)
-        return out
-    return post
-
-
-def _server_message(doc: object) -> str | None:
-    if isinstance(doc, dict):
-        err = doc.get("error") if isinstance(doc.get("error"), dict) else doc
-        message = err.get("message")
-        if isinstance(message, str) and message:
-            return message[:300]
-    return None
-
-
-@dataclass
-class Measure:
-    """The client figures of one streamed request (seconds), or the reasons it has none."""
-
-    label: str
-    reasons: list[str] = field(default_factory=list)
-    usage: dict | None = None
-    ttft: float | None = None
-    itl: float | None = None
-    e2e: float | None = None
-    decode_tok_s: float | None = None
-    text_chunks: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return not self.reasons
-
-    @property
-    def completion_tokens(self) -> int | None:
-        return self.usage.get("completion_tokens") if self.usage else None
-
-    @property
-    def prompt_tokens(self) -> int | None:
-        return self.usage.get("prompt_tokens") if self.usage else None
-
-    def record(self, **extra) -> dict:
-        return {"request": self.label, **extra, "ttft_ms": _ms(self.ttft), "itl_ms": _ms(self.itl),
-                "e2e_s": _r(self.e2e), "decode_tok_s": _r(self.decode_tok_s), "text_chunks": self.text_chunks,
-                "usage": self.usage, "reasons": list(self.reasons)}
-
-
-def text_chunks(arrivals: list[tuple[float, str]]) -> list[tuple[float, dict]]:
-    """(arrival time, decoded chunk) of the chunks that carry generated text (completion or chat delta);
-    a role-only opening chunk (``content: ""``) carries none."""
-    out = []
-    for t, payload in arrivals:
-        try:
-            doc = json.loads(payload)
-        except ValueError:
-            continue
-        choices = doc.get("choices") if isinstance(doc, dict) else None
-        if not choices or not isinstance(choices[0], dict):
-            continue
-        choice = choices[0]
-        delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
-        if choice.get("text") or delta.get("content") or delta.get("reasoning"):
-            out.append((t, doc))
-    return out
-
-
-def text_times(arrivals: list[tuple[float, str]]) -> list[float]:
-    """Arrival times of the chunks that carry generated text."""
-    return [t for t, _unused in text_chunks(arrivals)]
-
-
-def first_chunk_tokens(chunks: list[tuple[float, dict]], completion_tokens: int) -> int:
-    """How many tokens the first text chunk carried: its continuous usage count (``continuous_usage_stats``),
-    else 1 (a server that does not count per chunk is taken to send one token per chunk)."""
-    usage = chunks[0][1].get("usage") if chunks else None
-    count = usage.get("completion_tokens") if isinstance(usage, dict) else None
-    if isinstance(count, int) and not isinstance(count, bool) and 1 <= count <= completion_tokens:
-        return count
-    return 1
-
-
-def measure(label: str, streamed: Streamed, expect: Expect) -> Measure:
-    """Judge one streamed answer against the contract, then take its figures."""
-    m = Measure(label)
-    if streamed.error is not None:
-        v = Verdict(label)
-        v.fail("transport", streamed.error, "an HTTP answer")
-        m.reasons = v.errors
-        return m
-    verdict = check_stream(label, streamed.status, streamed.raw, expect)
-    m.reasons = list(verdict.errors)
-    m.usage = verdict.usage
-    message = _server_message(streamed.error_body)
-    if m.reasons and message:
-        m.reasons[0] += f" (server: {message})"
-    chunks = text_chunks(streamed.arrivals)
-    times = [t for t, _unused in chunks]
-    m.text_chunks = len(times)
-    if streamed.status == 200 and not times:
-        m.reasons.append(f"request {label}: chunks carrying text is 0, expected at least 1")
-    if m.reasons:
-        return m
-    tokens = int(m.completion_tokens or 0)
-    first = first_chunk_tokens(chunks, tokens)
-    m.ttft = times[0] - streamed.sent
-    m.e2e = streamed.ended - streamed.sent
-    m.itl = itl_seconds(times[0], times[-1], tokens, first)
-    m.decode_tok_s = decode_rate(times[0], times[-1], tokens, first)
-    if m.itl is None:
-        m.reasons.append(f"request {label}: text arrival span is {times[-1] - times[0]:.6f} s over "
-                         f"{tokens} tokens ({first} in the first text chunk), expected a positive span over "
-                         "at least one token after the first text chunk")
-    return m
 
 
 # ---- the suite -----------------------------------------------------------------------------------
@@ -684,38 +219,6 @@ class Window:
         self.wall = time.monotonic() - self.t0
         after, err = read_counters(self.ctx.call, self.ctx.s.model, SETUP_TIMEOUT)
         return server_section(self.before, after, self.wall, self.errors + ([err] if err else []))
-
-
-def new_row(lane: str, level: object = None) -> dict:
-    """A row; the suite's own lanes are measured by its OpenAI-API client (``openai_portable``), an
-    external row's kind is set from its client's report."""
-    return {"lane": lane, "level": level, "status": "PASS", "reasons": [], "client": {}, "server": {},
-            "samples": [], "client_kind": OWN_CLIENT_KIND if lane in HTTP_LANES else None}
-
-
-def _null(section: dict) -> dict:
-    return {k: (v if k in _SETUP_KEYS else None) for k, v in section.items()}
-
-
-def finish_row(row: dict) -> dict:
-    """An ERROR row keeps its reasons and setup but no figure: client, server and samples nulled."""
-    if row["status"] == "ERROR":
-        row["client"] = _null(row["client"])
-        row["server"] = _null(row["server"])
-        row["samples"] = [{"request": s.get("request"), "dropped": s.get("dropped"), "usage": s.get("usage"),
-                           "reasons": s.get("reasons", [])} for s in row["samples"]]
-    return row
-
-
-def error_row(row: dict, reasons: list[str]) -> dict:
-    row["status"] = "ERROR"
-    row["reasons"] = list(reasons)
-    return finish_row(row)
-
-
-def _client(ttft=None, itl=None, e2e=None, tok_s=None, kind=None, **extra) -> dict:
-    return {"ttft_ms": _ms(ttft), "itl_ms": _ms(itl), "e2e_s": _r(e2e), "tok_s": _r(tok_s), "tok_s_kind": kind,
-            **extra}
 
 
 def _judge(row: dict, measures: list[Measure]) -> None:
@@ -913,131 +416,6 @@ def lane_spec_decode(ctx: Ctx) -> tuple[list[dict], dict]:
     return [row], section
 
 
-# ---- the external client ---------------------------------------------------------------------------
-def external_argv(ext: dict, base_url: str, model: str, output_root: str, run_id: str) -> list[str]:
-    """The original wrapper's ``r0b0bench run``, through the configured interpreter. No secret is on it."""
-    lanes = ext.get("lanes") if ext.get("lanes") is not None else DEFAULT_EXTERNAL_LANES
-    tokenizer = ["--tokenizer", str(ext["tokenizer"])] if ext.get("tokenizer") else []
-    return [str(ext["python"]), "-m", EXTERNAL_MODULE, "run", "--profile", "systems",
-            "--base-url", base_url.rstrip("/") + "/v1", "--model", model, *tokenizer, "--output", output_root,
-            "--only", ",".join(lanes), "--run-id", run_id]
-
-
-def external_env(api_key: str | None, environ: dict | None = None, ext: dict | None = None) -> dict:
-    """A minimal environment for the child: locale and search path, the BFCL settings of ``ext`` (named
-    options, never taken from the caller's environment), and the key only as OPENAI_API_KEY."""
-    environ = os.environ if environ is None else environ
-    env = {k: environ[k] for k in EXTERNAL_ENV_KEYS if environ.get(k)}
-    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
-    env["PYTHONUNBUFFERED"] = "1"
-    if ext is not None:
-        for key, name in EXTERNAL_PATH_ENV:
-            if ext.get(key):
-                env[name] = str(ext[key])
-        for key, name, default in EXTERNAL_INT_ENV:
-            env[name] = str(ext[key] if ext.get(key) is not None else default)
-    if api_key:
-        env["OPENAI_API_KEY"] = api_key
-    return env
-
-
-def run_process(argv: list, cwd: str, env: dict, timeout: float) -> tuple[int, str, str]:
-    """The default runner: the child with exactly ``env``, bounded by ``timeout`` seconds."""
-    try:
-        done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
-                              check=False)
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode("utf-8", "replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        return 124, out, f"timed out after {timeout:g} s"
-    except OSError as exc:
-        return 127, "", str(exc)
-    return done.returncode, done.stdout, done.stderr
-
-
-def _finite(value: object) -> object:
-    """``value`` with every non-finite float replaced by None (the report must stay strict JSON)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    if value is None or isinstance(value, (str, int, bool)):
-        return value
-    return str(value)
-
-
-def _stated_backend(entry: dict, report: dict) -> object:
-    """The backend a report states for a lane: the lane's own, its summary's, else the report's."""
-    summary = entry.get("summary") if isinstance(entry.get("summary"), dict) else {}
-    for value in (entry.get("backend"), summary.get("backend"), report.get("backend")):
-        if value not in (None, ""):
-            return value
-    return None
-
-
-def external_rows(names: list[str], report: object, report_path: str, failure: str | None) -> list[dict]:
-    """One row per requested external lane, from the external client's ``report.json``. A lane that
-    measured records its client kind: the backend its report states, else ``openai_portable``."""
-    rows = []
-    entries: dict[str, dict] = {}
-    if isinstance(report, dict) and isinstance(report.get("lanes"), list):
-        for entry in report["lanes"]:
-            if isinstance(entry, dict):
-                name = entry.get("lane_id", entry.get("lane", entry.get("name")))
-                if isinstance(name, str):
-                    entries.setdefault(name, entry)
-    for name in names:
-        row = new_row("external", name)
-        row["client"] = _client(report=report_path, quality_pillar=name in QUALITY_PILLARS)
-        if failure:
-            rows.append(error_row(row, [f"external {name}: {failure}"]))
-            continue
-        entry = entries.get(name)
-        if entry is None:
-            row["status"] = "NOT_IMPLEMENTED"
-            row["reasons"] = [f"external {name}: lane is absent from {report_path}, expected a lane result"]
-            row["client"]["summary"] = None
-            rows.append(row)
-            continue
-        raw = str(entry.get("status", "")).upper()
-        status = EXTERNAL_STATUSES.get(raw)
-        infra = entry.get("infra_errors")
-        backend = _stated_backend(entry, report if isinstance(report, dict) else {})
-        kind = OWN_CLIENT_KIND if backend is None else _KIND_SPELLINGS.get(str(backend).strip().lower())
-        if status is None:
-            status = "ERROR"
-            row["reasons"].append(f"external {name}: status is {json.dumps(entry.get('status'))}, expected "
-                                  "PASS, FAIL, ERROR, SKIP or NOT_IMPLEMENTED")
-        elif kind is None and status != "NOT_IMPLEMENTED":
-            row["reasons"].append(f"external {name}: backend is {json.dumps(backend)}, expected "
-                                  + " or ".join(CLIENT_KINDS))
-            status = "ERROR"
-        elif status in ("PASS", "FAIL") and isinstance(infra, int) and infra > 0:
-            row["reasons"].append(f"external {name}: infra_errors is {infra}, expected 0")
-            status = "ERROR"
-        elif raw != "PASS":
-            row["reasons"].append(f"external {name}: the external client reported {raw}")
-        row["status"] = status
-        row["client_kind"] = kind if status != "NOT_IMPLEMENTED" else None
-        row["client"] = _client(report=report_path, external_status=raw, infra_errors=infra,
-                                summary=_finite(entry.get("summary")), elapsed_s=_finite(entry.get("elapsed_s")),
-                                imported=entry.get("imported"), backend=_finite(backend),
-                                quality_pillar=name in QUALITY_PILLARS)
-        rows.append(finish_row(row))
-    return rows
-
-
-def pillar_row(name: str) -> dict:
-    """A quality pillar that is not among the external lanes: visible, not measured, no score."""
-    row = new_row("external", name)
-    row["status"] = "NOT_IMPLEMENTED"
-    row["reasons"] = [f"quality pillar {name}: not among the external client's lanes, so not measured; "
-                      "no score is reported"]
-    row["client"] = _client(quality_pillar=True)
-    return row
-
-
 def lane_external(ctx: Ctx) -> list[dict]:
     s = ctx.s
     names = external_lanes(s)
@@ -1071,95 +449,6 @@ def lane_external(ctx: Ctx) -> list[dict]:
         row["client"]["rc"] = rc
         row["client"]["r0b0bench_version"] = ctx.external_version
     return rows + pillars
-
-
-# ---- report and files -------------------------------------------------------------------------------
-def counts(rows: list[dict]) -> dict:
-    out = {status: sum(1 for r in rows if r["status"] == status) for status in STATUSES}
-    out["total"] = len(rows)
-    return out
-
-
-def overall_status(rows: list[dict]) -> str:
-    """PASS unless a row is ERROR (then ERROR) or FAIL (then FAIL); NOT_IMPLEMENTED does not fail."""
-    statuses = {r["status"] for r in rows}
-    return "ERROR" if "ERROR" in statuses else "FAIL" if "FAIL" in statuses else "PASS"
-
-
-def row_label(row: dict) -> str:
-    return f"external {row['level']}" if row["lane"] == "external" else str(row["lane"])
-
-
-def client_kinds(rows: list[dict]) -> dict[str, list[str]]:
-    """Each client kind among the rows, with the rows (by lane) that carry it, in row order."""
-    kinds: dict[str, list[str]] = {}
-    for row in rows:
-        kind = row.get("client_kind")
-        if kind:
-            labels = kinds.setdefault(kind, [])
-            if row_label(row) not in labels:
-                labels.append(row_label(row))
-    return kinds
-
-
-def mix_reasons(kinds: dict[str, list[str]]) -> list[str]:
-    """The refusal of a report whose rows were measured by more than one kind of client."""
-    if len(kinds) < 2:
-        return []
-    parts = [f"{kind} ({', '.join(labels)})" for kind, labels in sorted(kinds.items())]
-    return ["rows mix client kinds: " + " and ".join(parts) + "; vllm-bench and openai_portable rows are never "
-            "reported together"]
-
-
-def _cell(value: object, digits: int = 1) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value).replace("|", "\\|").replace("\n", " ")
-
-
-def _notes(row: dict) -> str:
-    notes = list(row["reasons"])
-    server = row.get("server") or {}
-    if row["lane"] == "spec_decode" and server.get("acceptance_rate") is not None:
-        notes.append(f"acceptance {server['acceptance_rate']:.4f}, mean length {server['mean_acceptance_length']:.3f}")
-    if row["lane"] == "latency" and row["status"] != "ERROR":
-        notes.append("rep 1 dropped (warm-up)")
-    if row["lane"] == "canary" and row["client"].get("answer") is not None:
-        notes.append(f"answer {row['client']['answer']}")
-    if row["lane"] == "external" and row["client"].get("report"):
-        notes.append(f"report {row['client']['report']}")
-    if server.get("error"):
-        notes.append(f"server: {server['error']}")
-    return "; ".join(notes)
-
-
-def markdown(report: dict) -> str:
-    lines = [f"# Systems lanes: {report['model']}", "",
-             f"- status: **{report['status']}**",
-             f"- base URL: `{report['base_url']}`",
-             f"- started: {report['started']}, finished: {report['finished']}",
-             "- rows: " + ", ".join(f"{k} {v}" for k, v in report["counts"].items()),
-             "- client kinds: " + (", ".join(report.get("client_kinds") or []) or "none")]
-    if report.get("r0b0bench_version"):
-        lines.append(f"- r0b0bench: {report['r0b0bench_version']}")
-    lines += [f"- refused: {_cell(reason)}" for reason in report.get("reasons") or []]
-    lines += ["",
-              "| lane | level | status | TTFT ms | ITL ms | e2e s | client tok/s | server tok/s | notes |",
-              "|---|---|---|---:|---:|---:|---:|---:|---|"]
-    for row in report["rows"]:
-        c, srv = row["client"], row.get("server") or {}
-        server_rate = srv.get("prompt_tok_s") if c.get("tok_s_kind") == "prefill" else srv.get("generation_tok_s")
-        lines.append("| " + " | ".join([row["lane"], _cell(row["level"]), row["status"], _cell(c.get("ttft_ms")),
-                                        _cell(c.get("itl_ms"), 2), _cell(c.get("e2e_s"), 3), _cell(c.get("tok_s")),
-                                        _cell(server_rate), _cell(_notes(row))]) + " |")
-    lines += ["", "Client figures are medians over the row's requests (latency: without the dropped warm-up; "
-              "concurrency tok/s: sum of completion tokens over the level's wall time). Server tok/s: "
-              "/metrics counter deltas over the row's wall time (prompt tokens for prefill, generated tokens "
-              "otherwise). ERROR rows carry no figures. NOT_IMPLEMENTED rows were not measured: they carry no "
-              "figure and no score, and do not fail the run."]
-    return "\n".join(lines) + "\n"
 
 
 def prepare_output_dir(path: str) -> None:

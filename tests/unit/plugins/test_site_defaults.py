@@ -23,6 +23,7 @@ from ansible_collections.gb10.dspark.plugins.module_utils.fleet import _audit
 from ansible_collections.gb10.dspark.plugins.module_utils.engine import _engine_probe, _profile
 from ansible_collections.gb10.dspark.plugins.module_utils.common import _site
 from ansible_collections.gb10.dspark.plugins.module_utils.serving import _systems
+from ansible_collections.gb10.dspark.plugins.module_utils.serving import _systems_settings
 from tests.unit.plugins.conftest import REPO
 
 # The default profile's value, production, is also the name of the qualified profile, which a play may
@@ -121,7 +122,7 @@ def test_the_module_utils_default_to_the_table():
     collect = inspect.signature(_audit.collect).parameters
     assert collect["container"].default == SITE["container_name"]
     assert collect["base_url"].default == _site.local_api_url()
-    assert _systems.Settings(model="m", output_dir="/tmp/x").base_url == _site.local_api_url()
+    assert _systems_settings.Settings(model="m", output_dir="/tmp/x").base_url == _site.local_api_url()
 
 
 def test_no_python_plugin_spells_a_site_default_outside_documentation():

@@ -17,6 +17,10 @@ import pytest
 from tests.support import fake_r0b0bench, standin
 
 from ansible_collections.gb10.dspark.plugins.module_utils.serving import _systems as S
+from ansible_collections.gb10.dspark.plugins.module_utils.serving import _systems_settings as S_settings
+from ansible_collections.gb10.dspark.plugins.module_utils.serving import _systems_external as S_external
+from ansible_collections.gb10.dspark.plugins.module_utils.serving import _systems_rows as S_rows
+from ansible_collections.gb10.dspark.plugins.module_utils.serving import _systems_measure as S_measure
 from ansible_collections.gb10.dspark.plugins.module_utils.common._http import json_client
 from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import CheckError, IdentityError
 from ansible_collections.gb10.dspark.plugins.module_utils.serving._serving_guard import Expect
@@ -43,15 +47,15 @@ def wrong_usage_engine(tmp_path_factory):
     standin.stop(proc, log)
 
 
-def _settings(url: str, output_dir: Path, **kw) -> S.Settings:
+def _settings(url: str, output_dir: Path, **kw) -> S_settings.Settings:
     args = dict(SMALL)
     args.update(kw)
-    return S.Settings(model=SERVED, output_dir=str(output_dir), base_url=url, **args)
+    return S_settings.Settings(model=SERVED, output_dir=str(output_dir), base_url=url, **args)
 
 
 def _run(url: str, output_dir: Path, **kw) -> dict:
     s = _settings(url, output_dir, **kw)
-    return S.run(s, json_client(url, None), S.stream_client(url, None))
+    return S.run(s, json_client(url, None), S_measure.stream_client(url, None))
 
 
 @pytest.fixture(scope="module")
@@ -66,25 +70,25 @@ def _row(report: dict, lane: str, level=None) -> dict:
 
 # ---- pure figures ----------------------------------------------------------------------------------
 def test_median_ignores_missing_values():
-    assert S.median([3.0, None, 1.0, 2.0]) == 2.0
-    assert S.median([4, 1, 3, 2]) == 2.5
-    assert S.median([None, None]) is None
+    assert S_measure.median([3.0, None, 1.0, 2.0]) == 2.0
+    assert S_measure.median([4, 1, 3, 2]) == 2.5
+    assert S_measure.median([None, None]) is None
 
 
 def test_itl_and_decode_rate_from_text_timestamps():
     # 9 gaps between 10 tokens over 0.9 s: 0.1 s per token, 10 tokens/s after the first
-    assert S.itl_seconds(10.0, 10.9, 10) == pytest.approx(0.1)
-    assert S.decode_rate(10.0, 10.9, 10) == pytest.approx(10.0)
-    assert S.itl_seconds(5.0, 5.0, 10) is None and S.decode_rate(5.0, 5.0, 10) is None
-    assert S.itl_seconds(1.0, 2.0, 1) is None
+    assert S_measure.itl_seconds(10.0, 10.9, 10) == pytest.approx(0.1)
+    assert S_measure.decode_rate(10.0, 10.9, 10) == pytest.approx(10.0)
+    assert S_measure.itl_seconds(5.0, 5.0, 10) is None and S_measure.decode_rate(5.0, 5.0, 10) is None
+    assert S_measure.itl_seconds(1.0, 2.0, 1) is None
 
 
 def test_rate_and_acceptance():
-    assert S.rate(500, 2.0) == 250.0
-    assert S.rate(None, 2.0) is None and S.rate(5, 0) is None
-    rate, length = S.acceptance({"num_drafts": 10, "num_draft_tokens": 60, "num_accepted_tokens": 30})
+    assert S_measure.rate(500, 2.0) == 250.0
+    assert S_measure.rate(None, 2.0) is None and S_measure.rate(5, 0) is None
+    rate, length = S_measure.acceptance({"num_drafts": 10, "num_draft_tokens": 60, "num_accepted_tokens": 30})
     assert rate == pytest.approx(0.5) and length == pytest.approx(4.0)
-    assert S.acceptance({"num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0}) == (None, None)
+    assert S_measure.acceptance({"num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0}) == (None, None)
 
 
 METRICS = """# HELP vllm:prompt_tokens_total x
@@ -98,27 +102,27 @@ vllm:generation_tokens_total 7.0
 def test_counter_sums_samples_of_the_model():
     from ansible_collections.gb10.dspark.plugins.module_utils.engine._engine_probe import parse_metrics
     metrics = parse_metrics(METRICS)
-    assert S.counter(metrics, S.PROMPT_COUNTER, "m") == 120.0
-    assert S.counter(metrics, S.GENERATION_COUNTER, "m") == 7.0
-    assert S.counter(metrics, S.SPEC_COUNTERS["num_drafts"], "m") is None
+    assert S_measure.counter(metrics, S_measure.PROMPT_COUNTER, "m") == 120.0
+    assert S_measure.counter(metrics, S_measure.GENERATION_COUNTER, "m") == 7.0
+    assert S_measure.counter(metrics, S_measure.SPEC_COUNTERS["num_drafts"], "m") is None
 
 
 def test_server_section_rates_and_a_decreasing_counter():
-    before = {S.PROMPT_COUNTER: 100.0, S.GENERATION_COUNTER: 50.0}
-    after = {S.PROMPT_COUNTER: 300.0, S.GENERATION_COUNTER: 450.0}
-    sec = S.server_section(before, after, 4.0, [])
+    before = {S_measure.PROMPT_COUNTER: 100.0, S_measure.GENERATION_COUNTER: 50.0}
+    after = {S_measure.PROMPT_COUNTER: 300.0, S_measure.GENERATION_COUNTER: 450.0}
+    sec = S_measure.server_section(before, after, 4.0, [])
     assert (sec["prompt_tokens"], sec["generation_tokens"]) == (200, 400)
     assert (sec["prompt_tok_s"], sec["generation_tok_s"], sec["error"]) == (50.0, 100.0, None)
-    sec = S.server_section(after, before, 4.0, [])
+    sec = S_measure.server_section(after, before, 4.0, [])
     assert sec["prompt_tok_s"] is None and "vllm:prompt_tokens_total went from 300 to 100" in sec["error"]
-    sec = S.server_section({}, {}, 4.0, ["/metrics: HTTP status is 503, expected 200"])
+    sec = S_measure.server_section({}, {}, 4.0, ["/metrics: HTTP status is 503, expected 200"])
     assert sec["generation_tok_s"] is None and sec["error"].startswith("/metrics: HTTP status is 503")
 
 
 def test_spec_decode_section_absent_counters_are_an_error():
-    present = {name: 0.0 for name in S.SPEC_COUNTERS.values()}
-    later = {S.SPEC_COUNTERS["num_drafts"]: 4.0, S.SPEC_COUNTERS["num_draft_tokens"]: 24.0,
-             S.SPEC_COUNTERS["num_accepted_tokens"]: 6.0}
+    present = {name: 0.0 for name in S_measure.SPEC_COUNTERS.values()}
+    later = {S_measure.SPEC_COUNTERS["num_drafts"]: 4.0, S_measure.SPEC_COUNTERS["num_draft_tokens"]: 24.0,
+             S_measure.SPEC_COUNTERS["num_accepted_tokens"]: 6.0}
     sec = S.spec_decode_section(present, None, later, None)
     assert sec["reasons"] == [] and sec["acceptance_rate"] == 0.25 and sec["mean_acceptance_length"] == 2.5
     assert sec["deltas"] == {"num_drafts": 4, "num_draft_tokens": 24, "num_accepted_tokens": 6}
@@ -143,8 +147,8 @@ def _chunks(texts: list[str], usage: dict) -> list[dict]:
 def test_measure_takes_ttft_itl_e2e_from_arrival_times():
     raw, arrivals = _sse(_chunks(["a", "b", "", "c", "d"], {"prompt_tokens": 5, "completion_tokens": 4,
                                                             "total_tokens": 9}))
-    streamed = S.Streamed(status=200, raw=raw, arrivals=arrivals, sent=-0.5, ended=7.0)
-    m = S.measure("r1", streamed, Expect(served_model="m", max_tokens=4, prompt_tokens=5))
+    streamed = S_measure.Streamed(status=200, raw=raw, arrivals=arrivals, sent=-0.5, ended=7.0)
+    m = S_measure.measure("r1", streamed, Expect(served_model="m", max_tokens=4, prompt_tokens=5))
     assert m.ok, m.reasons
     # text chunks arrive at t=0, 1, 3, 4 (the empty one at t=2 carries no text)
     assert m.ttft == pytest.approx(0.5) and m.e2e == pytest.approx(7.5)
@@ -159,7 +163,7 @@ def test_measure_counts_every_token_of_the_first_text_chunk():
     for chunk, count in zip(chunks, (3, 5, 7)):
         chunk["usage"] = {"prompt_tokens": 5, "completion_tokens": count, "total_tokens": 5 + count}
     raw, arrivals = _sse(chunks)
-    m = S.measure("r7", S.Streamed(status=200, raw=raw, arrivals=arrivals, sent=-0.5, ended=3.0),
+    m = S_measure.measure("r7", S_measure.Streamed(status=200, raw=raw, arrivals=arrivals, sent=-0.5, ended=3.0),
                   Expect(served_model="m", max_tokens=7, prompt_tokens=5))
     assert m.ok, m.reasons
     assert m.ttft == pytest.approx(0.5) and m.itl == pytest.approx(2 / 4) and m.decode_tok_s == pytest.approx(4 / 2)
@@ -167,7 +171,7 @@ def test_measure_counts_every_token_of_the_first_text_chunk():
     one = _chunks(["abcdefg", ""], {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12})
     one[0]["usage"] = one[1]["usage"] = {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}
     raw, arrivals = _sse(one)
-    m = S.measure("r8", S.Streamed(status=200, raw=raw, arrivals=arrivals, sent=0.0, ended=3.0),
+    m = S_measure.measure("r8", S_measure.Streamed(status=200, raw=raw, arrivals=arrivals, sent=0.0, ended=3.0),
                   Expect(served_model="m", max_tokens=7, prompt_tokens=5))
     assert m.itl is None and "after the first text chunk" in m.reasons[0]
 
@@ -179,7 +183,7 @@ def test_a_role_only_opening_chunk_carries_no_text():
               {"choices": [{"index": 0, "delta": {"content": "ok"}}]},
               {"choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": "stop"}]}]
     arrivals = [(float(i), json.dumps(c)) for i, c in enumerate(chunks)] + [(9.0, "[DONE]")]
-    assert S.text_times(arrivals) == [1.0, 2.0]
+    assert S_measure.text_times(arrivals) == [1.0, 2.0]
 
 
 def test_streamed_requests_ask_for_usage_in_every_chunk():
@@ -190,7 +194,7 @@ def test_streamed_requests_ask_for_usage_in_every_chunk():
 
 def test_measure_inconsistent_usage_names_the_field_and_has_no_figures():
     raw, arrivals = _sse(_chunks(["a", "b"], {"prompt_tokens": 6, "completion_tokens": 2, "total_tokens": 7}))
-    m = S.measure("r2", S.Streamed(status=200, raw=raw, arrivals=arrivals, sent=0.0, ended=3.0),
+    m = S_measure.measure("r2", S_measure.Streamed(status=200, raw=raw, arrivals=arrivals, sent=0.0, ended=3.0),
                   Expect(served_model="m", max_tokens=2, prompt_tokens=5))
     assert not m.ok and m.ttft is None and m.itl is None
     assert any("usage.total_tokens is 7" in r for r in m.reasons)
@@ -199,11 +203,11 @@ def test_measure_inconsistent_usage_names_the_field_and_has_no_figures():
 
 def test_measure_missing_usage_transport_and_http_errors():
     raw, arrivals = _sse(_chunks(["a", "b"], {})[:-1])
-    m = S.measure("r3", S.Streamed(status=200, raw=raw, arrivals=arrivals), Expect(served_model="m", max_tokens=2))
+    m = S_measure.measure("r3", S_measure.Streamed(status=200, raw=raw, arrivals=arrivals), Expect(served_model="m", max_tokens=2))
     assert any("usage chunks is 0, expected 1" in r for r in m.reasons)
-    m = S.measure("r4", S.Streamed(error="Connection refused"), Expect(served_model="m"))
+    m = S_measure.measure("r4", S_measure.Streamed(error="Connection refused"), Expect(served_model="m"))
     assert m.reasons == ['request r4: transport is "Connection refused", expected an HTTP answer']
-    m = S.measure("r5", S.Streamed(status=400, error_body={"error": {"message": "too long"}}),
+    m = S_measure.measure("r5", S_measure.Streamed(status=400, error_body={"error": {"message": "too long"}}),
                   Expect(served_model="m"))
     assert m.reasons == ["request r5: HTTP status is 400, expected 200 (server: too long)"]
 
@@ -211,17 +215,17 @@ def test_measure_missing_usage_transport_and_http_errors():
 def test_measure_all_text_in_one_instant_has_no_itl():
     raw, _unused = _sse(_chunks(["a", "b"], {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}))
     payloads = [line[6:] for line in raw.split("\n\n") if line]
-    m = S.measure("r6", S.Streamed(status=200, raw=raw, arrivals=[(1.0, p) for p in payloads], sent=0.0, ended=1.0),
+    m = S_measure.measure("r6", S_measure.Streamed(status=200, raw=raw, arrivals=[(1.0, p) for p in payloads], sent=0.0, ended=1.0),
                   Expect(served_model="m", max_tokens=2))
     assert m.itl is None and "text arrival span is 0.000000 s over 2 tokens" in m.reasons[0]
 
 
 def test_finish_row_nulls_every_figure_of_an_error_row():
-    row = S.new_row("latency")
-    row["client"] = S._client(0.1, 0.02, 1.0, 50.0, "decode", reps=3, dropped_reps=[1])
+    row = S_rows.new_row("latency")
+    row["client"] = S_rows._client(0.1, 0.02, 1.0, 50.0, "decode", reps=3, dropped_reps=[1])
     row["server"] = {"wall_s": 2.0, "prompt_tok_s": 10.0, "error": None}
     row["samples"] = [{"request": "latency-1", "dropped": True, "ttft_ms": 1.0, "usage": {}, "reasons": ["x"]}]
-    row = S.error_row(row, ["x"])
+    row = S_rows.error_row(row, ["x"])
     assert row["status"] == "ERROR" and row["reasons"] == ["x"]
     assert {k: v for k, v in row["client"].items() if v is not None} == {"tok_s_kind": "decode", "reps": 3,
                                                                          "dropped_reps": [1]}
@@ -230,28 +234,28 @@ def test_finish_row_nulls_every_figure_of_an_error_row():
 
 
 def test_validate_names_each_bad_option():
-    s = S.Settings(model=SERVED, output_dir="/tmp/x", lanes=("canary", "bogus"), latency_reps=1,
+    s = S_settings.Settings(model=SERVED, output_dir="/tmp/x", lanes=("canary", "bogus"), latency_reps=1,
                    concurrency_levels=(1, 0), prefill_prompt_tokens=10, request_timeout=0)
-    messages = [m.message for m in S.validate(s)]
+    messages = [m.message for m in S_settings.validate(s)]
     assert "rank head: option latency_reps is 1, expected at least 2 (the first is a dropped warm-up)" in messages
     assert any(m.startswith("rank head: option lanes is [bogus], expected names among canary") for m in messages)
     assert "rank head: option concurrency_levels is [1, 0], expected levels of at least 1" in messages
     assert "rank head: option prefill_prompt_tokens is 10, expected at least 128" in messages
     assert "rank head: option request_timeout is 0, expected greater than 0" in messages
-    assert S.validate(S.Settings(model=SERVED, output_dir="/tmp/x")) == []
+    assert S_settings.validate(S_settings.Settings(model=SERVED, output_dir="/tmp/x")) == []
 
 
 def test_counts_status_and_markdown():
-    rows = [dict(S.new_row("canary"), status="PASS"), dict(S.new_row("external", "bfcl_mt"),
-                                                           status="NOT_IMPLEMENTED", reasons=[S.NO_EXTERNAL])]
-    assert S.overall_status(rows) == "PASS"
-    assert S.overall_status(rows + [dict(S.new_row("canary"), status="FAIL")]) == "FAIL"
-    assert S.overall_status(rows + [dict(S.new_row("x"), status="FAIL"), dict(S.new_row("y"), status="ERROR")]) \
+    rows = [dict(S_rows.new_row("canary"), status="PASS"), dict(S_rows.new_row("external", "bfcl_mt"),
+                                                           status="NOT_IMPLEMENTED", reasons=[S_external.NO_EXTERNAL])]
+    assert S_rows.overall_status(rows) == "PASS"
+    assert S_rows.overall_status(rows + [dict(S_rows.new_row("canary"), status="FAIL")]) == "FAIL"
+    assert S_rows.overall_status(rows + [dict(S_rows.new_row("x"), status="FAIL"), dict(S_rows.new_row("y"), status="ERROR")]) \
         == "ERROR"
-    assert S.counts(rows) == {"PASS": 1, "FAIL": 0, "ERROR": 0, "NOT_IMPLEMENTED": 1, "total": 2}
-    rows[0]["client"] = S._client(0.25, 0.02, 1.5, 49.5, "decode")
-    md = S.markdown({"model": "m", "base_url": "u", "status": "PASS", "started": "a", "finished": "b",
-                     "counts": S.counts(rows), "rows": rows})
+    assert S_rows.counts(rows) == {"PASS": 1, "FAIL": 0, "ERROR": 0, "NOT_IMPLEMENTED": 1, "total": 2}
+    rows[0]["client"] = S_rows._client(0.25, 0.02, 1.5, 49.5, "decode")
+    md = S_rows.markdown({"model": "m", "base_url": "u", "status": "PASS", "started": "a", "finished": "b",
+                     "counts": S_rows.counts(rows), "rows": rows})
     assert "| canary | - | PASS | 250.0 | 20.00 | 1.500 | 49.5 | - |  |" in md
     assert "| external | bfcl_mt | NOT_IMPLEMENTED | - | - | - | - | - | no external benchmark client configured |" in md
 
@@ -296,7 +300,7 @@ def slow_server():
 
 
 def test_stream_client_timestamps_each_line_as_it_arrives(slow_server):
-    got = S.stream_client(slow_server, None)("/v1/completions", {"stream": True}, 10)
+    got = S_measure.stream_client(slow_server, None)("/v1/completions", {"stream": True}, 10)
     assert got.status == 200 and got.error is None
     assert [p for _unused, p in got.arrivals] == ['{"n": 0}', '{"n": 1}', '{"n": 2}', "[DONE]"]
     times = [t for t, _unused in got.arrivals]
@@ -307,9 +311,9 @@ def test_stream_client_timestamps_each_line_as_it_arrives(slow_server):
 
 
 def test_stream_client_http_error_and_refused(slow_server):
-    got = S.stream_client(slow_server, "sk-x")("/bad", {"stream": True}, 5)
+    got = S_measure.stream_client(slow_server, "sk-x")("/bad", {"stream": True}, 5)
     assert got.status == 404 and got.error_body["error"]["message"] == "no such model" and got.error is None
-    got = S.stream_client(f"http://127.0.0.1:{standin.free_port()}", None)("/v1/completions", {}, 2)
+    got = S_measure.stream_client(f"http://127.0.0.1:{standin.free_port()}", None)("/v1/completions", {}, 2)
     assert got.status is None and got.error
 
 
@@ -317,10 +321,10 @@ def test_stream_client_http_error_and_refused(slow_server):
 def test_external_env_passes_only_what_the_client_needs():
     environ = {"PATH": "/bin", "HOME": "/root", "AWS_SECRET_ACCESS_KEY": "nope", "VLLM_API_KEY": "nope",
                "LANG": "C.UTF-8"}
-    env = S.external_env("sk-abc", environ)
+    env = S_external.external_env("sk-abc", environ)
     assert env == {"PATH": "/bin", "HOME": "/root", "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1",
                    "OPENAI_API_KEY": "sk-abc"}
-    assert "OPENAI_API_KEY" not in S.external_env(None, environ)
+    assert "OPENAI_API_KEY" not in S_external.external_env(None, environ)
 
 
 def test_external_rows_from_a_report():
@@ -329,7 +333,7 @@ def test_external_rows_from_a_report():
                         {"lane_id": "x_infra", "status": "PASS", "infra_errors": 2},
                         {"lane_id": "x_odd", "status": "WEIRD"},
                         {"lane_id": "x_skip", "status": "SKIP"}]}
-    rows = S.external_rows(["bfcl_mt", "bfcl_ast", "x_infra", "x_odd", "x_skip", "x_missing"], report,
+    rows = S_external.external_rows(["bfcl_mt", "bfcl_ast", "x_infra", "x_odd", "x_skip", "x_missing"], report,
                            "/o/report.json", None)
     got = {r["level"]: r for r in rows}
     assert got["bfcl_mt"]["status"] == "PASS" and got["bfcl_mt"]["client"]["summary"] == {"score": 0.755}
@@ -340,11 +344,11 @@ def test_external_rows_from_a_report():
     assert got["x_skip"]["status"] == "NOT_IMPLEMENTED"
     assert got["x_missing"]["status"] == "NOT_IMPLEMENTED"
     assert "absent from /o/report.json" in got["x_missing"]["reasons"][0]
-    rows = S.external_rows(["bfcl_mt"], None, "/o/report.json", "report unreadable")
+    rows = S_external.external_rows(["bfcl_mt"], None, "/o/report.json", "report unreadable")
     assert rows[0]["status"] == "ERROR" and rows[0]["reasons"] == ["external bfcl_mt: report unreadable"]
 
 
-def _external_settings(tmp_path: Path, **ext) -> S.Settings:
+def _external_settings(tmp_path: Path, **ext) -> S_settings.Settings:
     checkout = tmp_path / "r0b0bench"
     checkout.mkdir(exist_ok=True)
     scripts = tmp_path / "dsv4-bfcl-scripts"
@@ -352,7 +356,7 @@ def _external_settings(tmp_path: Path, **ext) -> S.Settings:
     client = {"path": str(checkout), "python": sys.executable, "lanes": ["bfcl_mt", "bfcl_ast"], "timeout": 60.0,
               "aquila_scripts": str(scripts), "bfcl_python": sys.executable}
     client.update(ext)
-    return S.Settings(model=SERVED, output_dir=str(tmp_path / "out"), base_url="http://head:8888",
+    return S_settings.Settings(model=SERVED, output_dir=str(tmp_path / "out"), base_url="http://head:8888",
                       lanes=("external",), external_client=client)
 
 
@@ -420,11 +424,11 @@ def test_external_client_paths_must_exist(tmp_path):
 
 
 def test_unconfigured_external_lanes_are_not_implemented(tmp_path):
-    s = S.Settings(model=SERVED, output_dir=str(tmp_path / "out"), lanes=("external",))
+    s = S_settings.Settings(model=SERVED, output_dir=str(tmp_path / "out"), lanes=("external",))
     result = S.run(s, call=None, post=None, runner=lambda *a: pytest.fail("must not run"))
     rows = result["report"]["rows"]
     assert [(r["level"], r["status"], r["reasons"]) for r in rows[:6]] == [
-        (name, "NOT_IMPLEMENTED", [S.NO_EXTERNAL])
+        (name, "NOT_IMPLEMENTED", [S_external.NO_EXTERNAL])
         for name in ("canary", "bfcl_mt", "bfcl_ast", "latency", "concurrency", "throughput")]
     assert [(r["level"], r["status"]) for r in rows[6:]] == [
         ("qa", "NOT_IMPLEMENTED"), ("ifeval", "NOT_IMPLEMENTED"), ("humaneval", "NOT_IMPLEMENTED"),
@@ -441,19 +445,19 @@ ORDERED_VERSIONS = ["0.9.9", "1.0.0.dev1", "1.0.0a1", "1.0.0a2.post1", "1.0.0b1"
 
 
 def test_versions_compare_with_pep440_semantics():
-    keys = [S.version_key(v) for v in ORDERED_VERSIONS]
+    keys = [S_external.version_key(v) for v in ORDERED_VERSIONS]
     assert all(k is not None for k in keys)
     assert all(a < b for a, b in zip(keys, keys[1:])), ORDERED_VERSIONS
-    assert sorted(reversed(ORDERED_VERSIONS), key=S.version_key) == ORDERED_VERSIONS
-    assert S.version_key("1.0") == S.version_key("1.0.0") == S.version_key("1")
-    assert S.version_key("1.0.0RC2") == S.version_key("1.0.0rc2")
+    assert sorted(reversed(ORDERED_VERSIONS), key=S_external.version_key) == ORDERED_VERSIONS
+    assert S_external.version_key("1.0") == S_external.version_key("1.0.0") == S_external.version_key("1")
+    assert S_external.version_key("1.0.0RC2") == S_external.version_key("1.0.0rc2")
     for bad in ("", "v1.0.0", "1.0.0rc", "1.0.0-beta", "1.0.0+local", "latest", "1..0", "1.0.0rc2.dev1.post1", None):
-        assert S.version_key(bad) is None, bad
+        assert S_external.version_key(bad) is None, bad
 
 
 def test_the_version_floor_is_1_0_0rc2():
-    assert S.MIN_R0B0BENCH_VERSION == "1.0.0rc2"
-    assert [v for v in ORDERED_VERSIONS if S.version_at_least(v, S.MIN_R0B0BENCH_VERSION)] == ORDERED_VERSIONS[7:]
+    assert S_external.MIN_R0B0BENCH_VERSION == "1.0.0rc2"
+    assert [v for v in ORDERED_VERSIONS if S_external.version_at_least(v, S_external.MIN_R0B0BENCH_VERSION)] == ORDERED_VERSIONS[7:]
 
 
 def _seed_client(tmp_path: Path, **ext) -> dict:
@@ -469,32 +473,32 @@ def _seed_client(tmp_path: Path, **ext) -> dict:
 
 def test_external_argv_is_the_seed_command():
     ext = {"python": "/opt/rb/.venv/bin/python", "tokenizer": "/models/dsv4/hf"}
-    argv = S.external_argv(ext, "http://127.0.0.1:8888/", SERVED, "/out/r0b0bench", "systems-x")
+    argv = S_external.external_argv(ext, "http://127.0.0.1:8888/", SERVED, "/out/r0b0bench", "systems-x")
     assert argv == ["/opt/rb/.venv/bin/python", "-m", "r0b0bench.cli", "run", "--profile", "systems",
                     "--base-url", "http://127.0.0.1:8888/v1", "--model", SERVED, "--tokenizer", "/models/dsv4/hf",
                     "--output", "/out/r0b0bench", "--only", "canary,bfcl_mt,bfcl_ast,latency,concurrency,throughput",
                     "--run-id", "systems-x"]
-    assert "--tokenizer" not in S.external_argv({"python": "p", "lanes": ["latency"]}, "u", "m", "o", "r")
+    assert "--tokenizer" not in S_external.external_argv({"python": "p", "lanes": ["latency"]}, "u", "m", "o", "r")
 
 
 def test_external_env_carries_the_bfcl_settings_and_nothing_else():
     environ = {"PATH": "/bin", "HOME": "/root", "AWS_SECRET_ACCESS_KEY": "nope", "BFCL_NUM_THREADS": "99",
                "R0B0BENCH_AQUILA_SCRIPTS": "/elsewhere"}
     ext = {"aquila_scripts": "/srv/dsv4-bfcl/scripts", "bfcl_python": "/srv/bfcl/.venv/bin/python"}
-    assert S.external_env("sk-abc", environ, ext) == {
+    assert S_external.external_env("sk-abc", environ, ext) == {
         "PATH": "/bin", "HOME": "/root", "PYTHONUNBUFFERED": "1", "OPENAI_API_KEY": "sk-abc",
         "R0B0BENCH_AQUILA_SCRIPTS": "/srv/dsv4-bfcl/scripts", "R0B0BENCH_BFCL_PYTHON": "/srv/bfcl/.venv/bin/python",
         "BFCL_NUM_THREADS": "4", "BFCL_HTTP_TIMEOUT": "3600", "BFCL_MAX_TOKENS": "8192"}
-    env = S.external_env(None, environ, {"bfcl_num_threads": 2, "bfcl_http_timeout": 60, "bfcl_max_tokens": 512})
+    env = S_external.external_env(None, environ, {"bfcl_num_threads": 2, "bfcl_http_timeout": 60, "bfcl_max_tokens": 512})
     assert (env["BFCL_NUM_THREADS"], env["BFCL_HTTP_TIMEOUT"], env["BFCL_MAX_TOKENS"]) == ("2", "60", "512")
     assert "R0B0BENCH_AQUILA_SCRIPTS" not in env and "OPENAI_API_KEY" not in env
 
 
 def test_external_bench_options_are_validated(tmp_path):
     def messages(**ext) -> list[str]:
-        s = S.Settings(model=SERVED, output_dir=str(tmp_path / "out"), lanes=("external",),
+        s = S_settings.Settings(model=SERVED, output_dir=str(tmp_path / "out"), lanes=("external",),
                        external_client=_seed_client(tmp_path, **ext))
-        return [m.message for m in S.validate(s)]
+        return [m.message for m in S_settings.validate(s)]
 
     (tmp_path / "r0b0bench").mkdir()
     assert messages() == []
@@ -525,7 +529,7 @@ def test_the_seed_run_reaches_the_client_with_its_options_and_only_its_environme
     monkeypatch.setenv("BFCL_NUM_THREADS", "64")  # the caller's own setting never leaks into the child
     fake_r0b0bench.make_checkout(tmp_path / "r0b0bench")
     client = _seed_client(tmp_path)
-    s = S.Settings(model=SERVED, output_dir=str(tmp_path / "out"), base_url="http://head:8888",
+    s = S_settings.Settings(model=SERVED, output_dir=str(tmp_path / "out"), base_url="http://head:8888",
                    lanes=("external",), external_client=client)
     result = S.run(s, call=None, post=None, api_key="sk-live-seed")  # the real runner: a child process
     seen = fake_r0b0bench.seen(tmp_path / "out" / "r0b0bench")
@@ -539,7 +543,7 @@ def test_the_seed_run_reaches_the_client_with_its_options_and_only_its_environme
     assert env["R0B0BENCH_BFCL_PYTHON"] == sys.executable
     assert (env["BFCL_NUM_THREADS"], env["BFCL_HTTP_TIMEOUT"], env["BFCL_MAX_TOKENS"]) == ("4", "3600", "8192")
     assert env["OPENAI_API_KEY"] == "sha256:" + hashlib.sha256(b"sk-live-seed").hexdigest()
-    allowed = set(S.EXTERNAL_ENV_KEYS) | {"PYTHONUNBUFFERED", "OPENAI_API_KEY", "R0B0BENCH_AQUILA_SCRIPTS",
+    allowed = set(S_external.EXTERNAL_ENV_KEYS) | {"PYTHONUNBUFFERED", "OPENAI_API_KEY", "R0B0BENCH_AQUILA_SCRIPTS",
                                           "R0B0BENCH_BFCL_PYTHON", "BFCL_NUM_THREADS", "BFCL_HTTP_TIMEOUT",
                                           "BFCL_MAX_TOKENS"}
     assert set(env) <= allowed, set(env) - allowed
@@ -560,7 +564,7 @@ def test_the_seed_run_reaches_the_client_with_its_options_and_only_its_environme
 @pytest.mark.parametrize("found", ["1.0.0rc1", "1.0.0b9", "0.9.0"])
 def test_an_older_r0b0bench_is_refused_before_any_lane(tmp_path, found):
     fake_r0b0bench.make_checkout(tmp_path / "r0b0bench", version=found)
-    s = S.Settings(model=SERVED, output_dir=str(tmp_path / "out"), lanes=("canary", "external"),
+    s = S_settings.Settings(model=SERVED, output_dir=str(tmp_path / "out"), lanes=("canary", "external"),
                    external_client=_seed_client(tmp_path))
     with pytest.raises(IdentityError) as info:
         S.run(s, call=lambda *a: pytest.fail("no lane may run"), post=None)
@@ -571,7 +575,7 @@ def test_an_older_r0b0bench_is_refused_before_any_lane(tmp_path, found):
 @pytest.mark.parametrize("found", ["1.0.0rc2", "1.0.0", "1.0.1"])
 def test_r0b0bench_at_or_above_the_floor_is_accepted_in_check_mode(tmp_path, found):
     fake_r0b0bench.make_checkout(tmp_path / "r0b0bench", version=found)
-    s = S.Settings(model=SERVED, output_dir=str(tmp_path / "out"), lanes=("external",),
+    s = S_settings.Settings(model=SERVED, output_dir=str(tmp_path / "out"), lanes=("external",),
                    external_client=_seed_client(tmp_path))
     got = S.plan(s)
     assert got["plan"]["r0b0bench_version"] == found and not (tmp_path / "out").exists()
@@ -579,7 +583,7 @@ def test_r0b0bench_at_or_above_the_floor_is_accepted_in_check_mode(tmp_path, fou
 
 def test_check_mode_refuses_an_older_r0b0bench_too(tmp_path):
     fake_r0b0bench.make_checkout(tmp_path / "r0b0bench", version="1.0.0rc1")
-    s = S.Settings(model=SERVED, output_dir=str(tmp_path / "out"), lanes=("external",),
+    s = S_settings.Settings(model=SERVED, output_dir=str(tmp_path / "out"), lanes=("external",),
                    external_client=_seed_client(tmp_path))
     with pytest.raises(IdentityError, match=r"r0b0bench version is 1\.0\.0rc1, expected 1\.0\.0rc2 or newer"):
         S.plan(s)
@@ -593,7 +597,7 @@ def test_check_mode_refuses_an_older_r0b0bench_too(tmp_path):
 ])
 def test_an_unparsable_or_missing_version_is_refused(tmp_path, found, match):
     fake_r0b0bench.make_checkout(tmp_path / "r0b0bench", version=found)
-    s = S.Settings(model=SERVED, output_dir=str(tmp_path / "out"), lanes=("external",),
+    s = S_settings.Settings(model=SERVED, output_dir=str(tmp_path / "out"), lanes=("external",),
                    external_client=_seed_client(tmp_path))
     with pytest.raises(CheckError, match=match):
         S.run(s, call=None, post=None)
@@ -605,7 +609,7 @@ def test_quality_pillars_are_not_implemented_unless_configured_and_run_when_they
              "gsm8k": {"status": "PASS", "summary": {"accuracy": 0.905, "n": 200}}}
     fake_r0b0bench.make_checkout(tmp_path / "r0b0bench", lanes=lanes)
     client = _seed_client(tmp_path, lanes=["latency", "gsm8k"])
-    s = S.Settings(model=SERVED, output_dir=str(tmp_path / "out"), lanes=("external",), external_client=client)
+    s = S_settings.Settings(model=SERVED, output_dir=str(tmp_path / "out"), lanes=("external",), external_client=client)
     result = S.run(s, call=None, post=None)
     rows = {r["level"]: r for r in result["report"]["rows"]}
     assert list(rows) == ["latency", "gsm8k", "qa", "ifeval", "humaneval"]
@@ -629,7 +633,7 @@ def test_a_pillar_the_client_leaves_out_of_its_report_stays_not_implemented(tmp_
     # r0b0bench 1.0.0rc2's systems profile has no quality lanes: --only qa is left out of its report
     fake_r0b0bench.make_checkout(tmp_path / "r0b0bench", lanes={"latency": {}})
     client = _seed_client(tmp_path, lanes=["latency", "qa"])
-    s = S.Settings(model=SERVED, output_dir=str(tmp_path / "out"), lanes=("external",), external_client=client)
+    s = S_settings.Settings(model=SERVED, output_dir=str(tmp_path / "out"), lanes=("external",), external_client=client)
     rows = {r["level"]: r for r in S.run(s, call=None, post=None)["report"]["rows"]}
     assert rows["qa"]["status"] == "NOT_IMPLEMENTED" and "absent from" in rows["qa"]["reasons"][0]
     assert rows["qa"]["client_kind"] is None and rows["qa"]["client"]["summary"] is None
@@ -642,7 +646,7 @@ def test_external_rows_take_their_client_kind_from_the_report():
         {"lane_id": "canary", "status": "PASS"},
         {"lane_id": "perf", "status": "PASS", "summary": {"backend": "sglang-bench"}},
         {"lane_id": "bfcl_mt", "status": "NOT_IMPLEMENTED"}]}
-    rows = {r["level"]: r for r in S.external_rows(["latency", "throughput", "canary", "perf", "bfcl_mt"], report,
+    rows = {r["level"]: r for r in S_external.external_rows(["latency", "throughput", "canary", "perf", "bfcl_mt"], report,
                                                    "/o/report.json", None)}
     assert rows["latency"]["client_kind"] == "openai_portable"
     assert rows["throughput"]["client_kind"] == "vllm-bench"
@@ -650,7 +654,7 @@ def test_external_rows_take_their_client_kind_from_the_report():
     assert rows["perf"]["status"] == "ERROR" and rows["perf"]["client_kind"] is None
     assert 'backend is "sglang-bench", expected openai_portable or vllm-bench' in rows["perf"]["reasons"][0]
     assert rows["bfcl_mt"]["client_kind"] is None
-    plain = S.external_rows(["canary"], {"lanes": [{"lane_id": "canary", "status": "PASS"}]}, "/o/r.json", None)
+    plain = S_external.external_rows(["canary"], {"lanes": [{"lane_id": "canary", "status": "PASS"}]}, "/o/r.json", None)
     assert plain[0]["client_kind"] == "openai_portable"  # r0b0bench lanes are OpenAI-API clients
 
 
@@ -659,7 +663,7 @@ def test_a_report_mixing_client_kinds_is_refused_naming_both(tmp_path):
              "throughput": {"summary": {"backend": "vllm-bench"}}}
     fake_r0b0bench.make_checkout(tmp_path / "r0b0bench", lanes=lanes)
     client = _seed_client(tmp_path, lanes=["canary", "latency", "throughput"])
-    s = S.Settings(model=SERVED, output_dir=str(tmp_path / "out"), lanes=("external",), external_client=client)
+    s = S_settings.Settings(model=SERVED, output_dir=str(tmp_path / "out"), lanes=("external",), external_client=client)
     result = S.run(s, call=None, post=None)
     report = result["report"]
     assert result["status"] == "ERROR" == report["status"]
@@ -677,23 +681,23 @@ def test_a_report_mixing_client_kinds_is_refused_naming_both(tmp_path):
 def test_output_dir_not_writable_fails_before_sending(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    s = S.Settings(model=SERVED, output_dir=str(blocker / "out"), lanes=("canary",))
+    s = S_settings.Settings(model=SERVED, output_dir=str(blocker / "out"), lanes=("canary",))
     with pytest.raises(CheckError, match=r"^rank head: output_dir .*/file/out is not writable"):
         S.run(s, call=lambda *a: pytest.fail("must not send"), post=None)
 
 
 def test_unreachable_engine_fails(tmp_path):
     url = f"http://127.0.0.1:{standin.free_port()}"
-    s = S.Settings(model=SERVED, output_dir=str(tmp_path / "out"), base_url=url, lanes=("canary",))
+    s = S_settings.Settings(model=SERVED, output_dir=str(tmp_path / "out"), base_url=url, lanes=("canary",))
     with pytest.raises(CheckError, match=r"^rank head: the engine's API is unreachable"):
-        S.run(s, json_client(url, None), S.stream_client(url, None))
+        S.run(s, json_client(url, None), S_measure.stream_client(url, None))
     assert not (tmp_path / "out" / S.JSON_FILE).exists()
 
 
 def test_model_not_served_names_expected_and_actual(engine, tmp_path):
-    s = S.Settings(model="other-model", output_dir=str(tmp_path / "out"), base_url=engine, lanes=("canary",))
+    s = S_settings.Settings(model="other-model", output_dir=str(tmp_path / "out"), base_url=engine, lanes=("canary",))
     with pytest.raises(IdentityError) as info:
-        S.run(s, json_client(engine, None), S.stream_client(engine, None))
+        S.run(s, json_client(engine, None), S_measure.stream_client(engine, None))
     assert str(info.value) == (f"rank head: served models is [{SERVED}], expected other-model "
                                "(the model is not served)")
 
@@ -727,16 +731,16 @@ class _PrefillFake:
 
     def post(self, path, body, timeout):
         self.posted.append(body)
-        return S.Streamed(error="not served here")
+        return S_measure.Streamed(error="not served here")
 
 
 def _prefill_ctx(fake, window, prompt_tokens=2000):
-    s = S.Settings(model="m", output_dir="/tmp/unused", prefill_reps=2, prefill_prompt_tokens=prompt_tokens)
+    s = S_settings.Settings(model="m", output_dir="/tmp/unused", prefill_reps=2, prefill_prompt_tokens=prompt_tokens)
     return S.Ctx(s=s, call=fake.call, post=fake.post, runner=None, api_key=None, run_id="r", max_model_len=window)
 
 
 @pytest.mark.parametrize("window, asked", [
-    (4096, S.PREFILL_OUTPUT_TOKENS), (2000 + S.PREFILL_OUTPUT_TOKENS, S.PREFILL_OUTPUT_TOKENS), (2005, 5), (2002, 2),
+    (4096, S_settings.PREFILL_OUTPUT_TOKENS), (2000 + S_settings.PREFILL_OUTPUT_TOKENS, S_settings.PREFILL_OUTPUT_TOKENS), (2005, 5), (2002, 2),
 ])
 def test_prefill_asks_for_what_fits_the_window(window, asked):
     fake = _PrefillFake()
@@ -838,7 +842,7 @@ def test_suite_prefill_prompt_tokens_are_exact(suite):
     row = _row(result["report"], "throughput", "prefill")
     assert row["client"]["prompt_tokens"] == 2000 and row["client"]["prompt_tokens_constructed"] == 2000
     assert [s["usage"]["prompt_tokens"] for s in row["samples"]] == [2000, 2000]
-    assert all(s["usage"]["completion_tokens"] == S.PREFILL_OUTPUT_TOKENS for s in row["samples"])
+    assert all(s["usage"]["completion_tokens"] == S_settings.PREFILL_OUTPUT_TOKENS for s in row["samples"])
     ttft = statistics.median(s["ttft_ms"] for s in row["samples"]) / 1000
     assert row["client"]["tok_s"] == pytest.approx(2000 / ttft, rel=0.05)
     # the server counted at least both prompts within the row's window (the nonce defeats the prefix cache)
