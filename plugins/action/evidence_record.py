@@ -6,7 +6,7 @@ from __future__ import annotations
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import CheckError, IdentityError, failure
-from ansible_collections.gb10.dspark.plugins.module_utils.evidence._evidence import record_run_files
+from ansible_collections.gb10.dspark.plugins.module_utils.evidence._evidence_run import record_run_files
 
 FACT = "dspark_evidence_run_files"
 

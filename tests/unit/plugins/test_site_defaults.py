@@ -22,7 +22,6 @@ from ansible.module_utils import basic
 from ansible_collections.gb10.dspark.plugins.module_utils.fleet import _audit
 from ansible_collections.gb10.dspark.plugins.module_utils.engine import _engine_probe, _profile
 from ansible_collections.gb10.dspark.plugins.module_utils.common import _site
-from ansible_collections.gb10.dspark.plugins.module_utils.serving import _systems
 from ansible_collections.gb10.dspark.plugins.module_utils.serving import _systems_settings
 from tests.unit.plugins.conftest import REPO
 

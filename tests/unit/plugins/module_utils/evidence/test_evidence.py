@@ -15,6 +15,9 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.gb10.dspark.plugins.module_utils.evidence import _evidence as ev
+from ansible_collections.gb10.dspark.plugins.module_utils.evidence import _evidence_run as ev_run
+from ansible_collections.gb10.dspark.plugins.module_utils.evidence import _evidence_index as ev_index
+from ansible_collections.gb10.dspark.plugins.module_utils.evidence import _evidence_pack as ev_pack
 from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import CheckError, IdentityError
 
 MANIFEST = "f6777b31e8c8977361d629ca99c37a199d3b52b9abc134f1de624eb202f083a9"
@@ -87,11 +90,11 @@ def prefixes(root: Path) -> list[dict]:
             {"prefix": str(root / "evidence"), "placeholder": "<evidence>"}]
 
 
-def plan(root: Path, artifacts: list[dict] | None = None, facts: dict | None = None, **kwargs) -> ev.Plan:
+def plan(root: Path, artifacts: list[dict] | None = None, facts: dict | None = None, **kwargs) -> ev_pack.Plan:
     files = sources(root) if artifacts is None else None
     kwargs.setdefault("secrets", [API_KEY])
     kwargs.setdefault("redact_prefixes", prefixes(root))
-    return ev.plan_pack(str(kwargs.pop("dest", root / "evidence" / "sim01" / "runs" / "r1")), "sim01", "r1",
+    return ev_pack.plan_pack(str(kwargs.pop("dest", root / "evidence" / "sim01" / "runs" / "r1")), "sim01", "r1",
                         "provision", artifacts if artifacts is not None else full_artifacts(files),
                         facts=clean_facts() if facts is None else facts, now=NOW, **kwargs)
 
@@ -105,7 +108,7 @@ def test_pack_is_written_and_every_file_is_checksummed(tmp_path):
     old = os.umask(0o077)  # modes must not depend on the umask
     try:
         p = plan(tmp_path)
-        ev.write_pack(p)
+        ev_pack.write_pack(p)
     finally:
         os.umask(old)
     dest = Path(p.dest)
@@ -133,7 +136,7 @@ def test_pack_is_written_and_every_file_is_checksummed(tmp_path):
 
 def test_index_lists_every_file_with_its_checksum(tmp_path):
     p = plan(tmp_path)
-    ev.write_pack(p)
+    ev_pack.write_pack(p)
     dest = Path(p.dest)
     index = json.loads((dest / "index.json").read_text())
     assert index == p.index
@@ -167,7 +170,7 @@ def test_binary_source_is_copied_as_is(tmp_path):
     blob = tmp_path / "trace.bin"
     blob.write_bytes(bytes(range(256)) * 4)
     p = plan(tmp_path, artifacts=[{"name": "trace.bin", "src": str(blob)}], secrets=[], redact_prefixes=[])
-    ev.write_pack(p)
+    ev_pack.write_pack(p)
     assert (Path(p.dest) / "trace.bin").read_bytes() == blob.read_bytes()
 
 
@@ -342,7 +345,7 @@ def test_bad_fact_counts_are_refused(tmp_path):
 # --- redaction -------------------------------------------------------------------------------------------
 def test_control_node_paths_are_replaced_longest_prefix_first(tmp_path):
     p = plan(tmp_path)
-    ev.write_pack(p)
+    ev_pack.write_pack(p)
     dest = Path(p.dest)
     gate = json.loads((dest / "runtime-gate.json").read_text())
     assert gate["evidence"]["output"] == "<evidence>/sim01/runtime-gate.json"
@@ -376,7 +379,7 @@ def test_path_left_in_an_escaped_spelling_fails_the_plan(tmp_path):
 
 def test_inspect_env_and_api_key_are_redacted(tmp_path):
     p = plan(tmp_path)
-    ev.write_pack(p)
+    ev_pack.write_pack(p)
     raw = (Path(p.dest) / "inspect/head.json").read_text()
     assert API_KEY not in raw and "hf_abc" not in raw and "pw1" not in raw
     container = json.loads(raw)[0]
@@ -396,7 +399,7 @@ def test_a_ranks_engine_log_is_kept_in_order_and_redacted(tmp_path):
            "ERROR 12-05 04:15:00 [core.py:935] TimeoutError: RPC call to sample_tokens timed out after 300 s\n")
     files = sources(tmp_path)
     p = plan(tmp_path, artifacts=full_artifacts(files) + [{"name": "logs/head.log", "kind": "log", "content": log}])
-    ev.write_pack(p)
+    ev_pack.write_pack(p)
     written = (Path(p.dest) / "logs/head.log").read_text().splitlines()
     assert written == ["INFO 12-05 04:10:01 [api_server.py:1] vLLM API server version 0.19.1",
                        "WARNING 12-05 04:10:02 [env.py:7] HF_TOKEN=<redacted> given through the environment",
@@ -452,7 +455,7 @@ def test_leak_found_on_disk_removes_everything_written(tmp_path):
     p = plan(tmp_path, dest=tmp_path / "evidence" / "sim01" / "runs" / "r1")
     p.secrets.append("c0ffee")  # a value the plan did not know about, present in inspect/head.json
     with pytest.raises(IdentityError) as info:
-        ev.write_pack(p)
+        ev_pack.write_pack(p)
     assert "pack file inspect/head.json is carrying secret #2 (value withheld)" in str(info.value)
     assert "c0ffee" not in str(info.value)
     assert not (tmp_path / "evidence" / "sim01" / "runs").exists()  # the pack and the parents it created
@@ -479,7 +482,7 @@ def test_file_destination_is_refused_and_empty_folder_is_used(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     p = plan(tmp_path / "b", dest=empty)
-    ev.write_pack(p)
+    ev_pack.write_pack(p)
     assert "index.json" in os.listdir(empty)
 
 
@@ -488,7 +491,7 @@ def test_destination_written_meanwhile_is_not_overwritten(tmp_path):
     Path(p.dest).mkdir(parents=True)
     (Path(p.dest) / "other").write_text("theirs")
     with pytest.raises(IdentityError, match="non-empty folder"):
-        ev.write_pack(p)
+        ev_pack.write_pack(p)
     assert tree(Path(p.dest)) == ["other"]
     assert [n for n in os.listdir(Path(p.dest).parent) if n != "r1"] == []
 
@@ -556,7 +559,7 @@ def test_bad_prefixes_are_refused(item, match):
 def test_sha256sums_format():
     entries = [ev.Entry("b.txt", "other", data=b"b"), ev.Entry("a/x.json", "other", data=b"{}"),
                ev.Entry("gone", "other", state="absent")]
-    assert ev.sha256sums(entries).decode().splitlines() == [
+    assert ev_index.sha256sums(entries).decode().splitlines() == [
         f"{hashlib.sha256(b'{}').hexdigest()}  a/x.json",
         f"{hashlib.sha256(b'b').hexdigest()}  b.txt",
     ]
@@ -583,7 +586,7 @@ def _sha(path: Path) -> str:
 
 def _record(run_files: list[dict], *files: tuple[str, Path, str]) -> list[dict]:
     """``run_files`` with each (name, src, kind) recorded, as the producing role would."""
-    new, recorded, missing = ev.record_run_files(run_files, [{"name": n, "src": str(s), "kind": k} for n, s, k in files])
+    new, recorded, missing = ev_run.record_run_files(run_files, [{"name": n, "src": str(s), "kind": k} for n, s, k in files])
     assert missing == [] and [r["name"] for r in recorded] == [n for n, _s, _k in files]
     return new
 
@@ -622,24 +625,24 @@ def pair_folder(root: Path, guard_impl: str = "regular", dirty: bool = False, gu
     if guard:
         files.append(("serving-guard.json", pair / "serving-guard.json", "guard"))
     files.append(("wrapper-tree.json", tree, "tree"))
-    run_files, recorded, missing = ev.record_run_files(
+    run_files, recorded, missing = ev_run.record_run_files(
         [], [{"name": n, "src": str(s), "kind": k} for n, s, k in files]
         + [{"name": NIAH_DIR, "src": str(new), "kind": "niah_run"}])
     assert missing == [] and len(recorded) == len(run_files)
     return pair, run_files
 
 
-def pack_of_run(root: Path, run_files: list[dict], run_id: str = "r1", **given) -> ev.Plan:
+def pack_of_run(root: Path, run_files: list[dict], run_id: str = "r1", **given) -> ev_pack.Plan:
     """The plan of a pack of ``run_files``, with the pin (which no run file states) and ``given`` facts."""
-    artifacts, facts = ev.from_run(run_files)
-    facts = ev.merge_facts(facts, {"pin": clean_facts()["pin"], **given})
-    return ev.plan_pack(str(root / "pack"), "sim01", run_id, "pubsuite", artifacts, facts=facts, now=NOW)
+    artifacts, facts = ev_run.from_run(run_files)
+    facts = ev_run.merge_facts(facts, {"pin": clean_facts()["pin"], **given})
+    return ev_pack.plan_pack(str(root / "pack"), "sim01", run_id, "pubsuite", artifacts, facts=facts, now=NOW)
 
 
 def test_the_run_list_gives_exactly_its_files_with_their_recorded_sha256_and_the_facts_they_state(tmp_path):
     pair, run_files = pair_folder(tmp_path)
     assert [f["name"] for f in run_files] == sorted(f["name"] for f in run_files)
-    artifacts, facts = ev.from_run(run_files)
+    artifacts, facts = ev_run.from_run(run_files)
     names = {a["name"]: (a["kind"], a["required"]) for a in artifacts}
     assert names == {
         "readiness.json": ("readiness", True),
@@ -671,7 +674,7 @@ def test_the_run_list_gives_exactly_its_files_with_their_recorded_sha256_and_the
 
 def test_breakable_guard_and_dirty_tree_of_the_run_are_publication_reasons(tmp_path):
     _pair, run_files = pair_folder(tmp_path, guard_impl="breakable", dirty=True)
-    _artifacts, facts = ev.from_run(run_files)
+    _artifacts, facts = ev_run.from_run(run_files)
     assert facts["row_kinds"] == ["breakable", "regular"]
     plan = pack_of_run(tmp_path, run_files, run_id="20260805T120003Z")
     text = " | ".join(plan.reasons)
@@ -694,7 +697,7 @@ def test_the_site_fabric_settings_reach_the_index_and_are_no_reason(tmp_path):
 
 def test_merge_facts_given_values_win_and_none_keeps_the_found(tmp_path):
     found = {"profile": {"name": "production", "experimental": False}, "row_kinds": ["regular"]}
-    merged = ev.merge_facts(found, {"profile": {"name": None, "experimental": True}, "row_kinds": None,
+    merged = ev_run.merge_facts(found, {"profile": {"name": None, "experimental": True}, "row_kinds": None,
                                     "gate_status": "PASS"})
     assert merged == {"profile": {"name": "production", "experimental": True}, "row_kinds": ["regular"],
                       "gate_status": "PASS"}
@@ -705,7 +708,7 @@ def test_a_file_left_in_the_pair_folder_but_not_recorded_never_enters_the_pack(t
     pair, run_files = pair_folder(tmp_path, guard=False)  # an earlier run's FAIL guard is still in the folder
     _put(pair / "systems.json", {"status": "ERROR", "counts": {"ERROR": 3, "FAIL": 1},
                                  "context": {"cudagraph_implementation": "breakable"}})
-    artifacts, facts = ev.from_run(run_files)
+    artifacts, facts = ev_run.from_run(run_files)
     assert not any(a["name"] in ("serving-guard.json", "systems.json") or "000000000000" in a["name"]
                    for a in artifacts)
     assert not any(k.startswith(("guard_", "systems_")) for k in facts)
@@ -727,7 +730,7 @@ def test_a_recorded_file_rewritten_afterwards_is_stale_and_left_out(tmp_path):
     _put(guard, {"status": "PASS", "infra_failures": 0, "contract_failures": 0,  # a later run's guard
                  "context": {"cudagraph_implementation": "breakable", "client_kind": "vllm-bench"}})
     found = _sha(guard)
-    artifacts, facts = ev.from_run(run_files)
+    artifacts, facts = ev_run.from_run(run_files)
     assert next(a for a in artifacts if a["name"] == "serving-guard.json")["sha256"] == recorded
     assert "guard_infra_errors" not in facts and "guard_model_failures" not in facts
     assert facts["row_kinds"] == ["regular"] and "vllm-bench" not in facts["client_kinds"]
@@ -742,7 +745,7 @@ def test_a_recorded_file_rewritten_afterwards_is_stale_and_left_out(tmp_path):
     assert not any("serving guard" in r for r in plan.reasons)  # neither the later PASS nor the recorded FAIL
     listed = next(a for a in plan.index["artifacts"] if a["name"] == "serving-guard.json")
     assert (listed["state"], listed["recorded_sha256"], listed["sha256"]) == ("stale", recorded, None)
-    ev.write_pack(plan)
+    ev_pack.write_pack(plan)
     dest = Path(plan.dest)
     assert not (dest / "serving-guard.json").exists()
     assert "serving-guard.json" not in (dest / "SHA256SUMS").read_text()
@@ -751,7 +754,7 @@ def test_a_recorded_file_rewritten_afterwards_is_stale_and_left_out(tmp_path):
 def test_a_stale_niah_summary_leaves_the_niah_result_missing(tmp_path):
     pair, run_files = pair_folder(tmp_path)
     _put(pair / "niah" / NIAH_KEY / "niah.json", {"status": "PASS", "infra_error_count": 0, "fail_count": 0})
-    _artifacts, facts = ev.from_run(run_files)
+    _artifacts, facts = ev_run.from_run(run_files)
     assert "niah_infra_errors" not in facts
     plan = pack_of_run(tmp_path, run_files)
     entry = next(e for e in plan.entries if e.name == f"{NIAH_DIR}/niah.json")
@@ -762,17 +765,17 @@ def test_a_stale_niah_summary_leaves_the_niah_result_missing(tmp_path):
 
 
 def test_a_run_without_gate_readiness_or_tree_has_them_not_in_run(tmp_path):
-    artifacts, facts = ev.from_run([])
+    artifacts, facts = ev_run.from_run([])
     assert facts == {"row_kinds": []}
     assert artifacts == [{"name": name, "kind": kind, "required": True, "not_in_run": True}
                          for name, kind in (("readiness.json", "readiness"), ("runtime-gate.json", "gate"),
                                             ("wrapper-tree.json", "tree"))]
     guard = _put(tmp_path / "evidence" / "sim02" / "serving-guard.json", {"status": "PASS", "infra_failures": 0})
     run_files = _record([], ("serving-guard.json", guard, "guard"))
-    artifacts, facts = ev.from_run(run_files)
-    plan = ev.plan_pack(str(tmp_path / "pack"), "sim02", "r1", "guard",
+    artifacts, facts = ev_run.from_run(run_files)
+    plan = ev_pack.plan_pack(str(tmp_path / "pack"), "sim02", "r1", "guard",
                         artifacts + [{"name": "pin.json", "content": clean_facts()["pin"], "kind": "pin"}],
-                        facts=ev.merge_facts(facts, {"pin": clean_facts()["pin"]}), now=NOW)
+                        facts=ev_run.merge_facts(facts, {"pin": clean_facts()["pin"]}), now=NOW)
     states = {e.name: e.state for e in plan.entries}
     assert states == {"pin.json": "present", "serving-guard.json": "present", "readiness.json": "not_in_run",
                       "runtime-gate.json": "not_in_run", "wrapper-tree.json": "not_in_run"}
@@ -792,13 +795,13 @@ def test_the_manifest_sha256_fact_comes_from_the_recorded_gate(tmp_path):
     assert plan.index["manifest_sha256"] == MANIFEST
     assert not any("runtime manifest" in r for r in plan.reasons)
     other = "0" * 64
-    pinned = ev.merge_facts(ev.from_run(run_files)[1], {"pin": dict(clean_facts()["pin"], runtime_manifest_sha256=other)})
-    reasons, _results = ev.publication_reasons(pinned, [])
+    pinned = ev_run.merge_facts(ev_run.from_run(run_files)[1], {"pin": dict(clean_facts()["pin"], runtime_manifest_sha256=other)})
+    reasons, _results = ev_index.publication_reasons(pinned, [])
     assert f"runtime manifest sha256 is {MANIFEST}, pinned {other}" in reasons
     # a gate that measured none, or a gate rewritten since it was recorded, states no manifest
     _put(pair / "runtime-gate.json", {"status": "PASS", "errors": [],
                                       "evidence": {"expected_cudagraph_implementation": "regular"}})
-    assert "manifest_sha256" not in ev.from_run(run_files)[1]
+    assert "manifest_sha256" not in ev_run.from_run(run_files)[1]
     plan = pack_of_run(tmp_path / "b", _record(run_files, ("runtime-gate.json", pair / "runtime-gate.json", "gate")))
     assert plan.index["manifest_sha256"] is None
     assert "runtime manifest sha256 is not recorded (facts.manifest_sha256)" in plan.reasons
@@ -811,7 +814,7 @@ def test_systems_lanes_of_the_run_with_error_rows_are_a_reason(tmp_path):
     (pair / "systems.md").write_text("| lane | status |\n")
     run_files = _record(run_files, ("systems.json", pair / "systems.json", "systems"),
                         ("systems.md", pair / "systems.md", "other"))
-    artifacts, facts = ev.from_run(run_files)
+    artifacts, facts = ev_run.from_run(run_files)
     kinds = {a["name"]: a["kind"] for a in artifacts}
     assert kinds["systems.json"] == "systems" and kinds["systems.md"] == "other"
     assert (facts["systems_infra_errors"], facts["systems_model_failures"], facts["systems_not_implemented"]) == (2, 0, 2)
@@ -834,7 +837,7 @@ def test_client_kinds_of_the_systems_rows_guard_and_niah_are_judged_together(tmp
     _put(pair / "systems.json", doc)
     run_files = _record(run_files, ("serving-guard.json", pair / "serving-guard.json", "guard"),  # recorded again
                         ("systems.json", pair / "systems.json", "systems"))
-    _artifacts, facts = ev.from_run(run_files)
+    _artifacts, facts = ev_run.from_run(run_files)
     assert facts["client_kinds"] == {"openai_portable": [f"{NIAH_DIR}/context.json"],
                                      "vllm-bench": ["serving-guard.json"]}
     assert facts["systems_not_implemented"] == 2
@@ -853,7 +856,7 @@ def test_systems_lanes_of_one_client_kind_add_no_reason(tmp_path):
     _put(pair / "systems.json", dict(_systems_doc(("canary", None, "PASS", "openai_portable")),
                                      context={"cudagraph_implementation": "regular"}))
     run_files = _record(run_files, ("systems.json", pair / "systems.json", "systems"))
-    _artifacts, facts = ev.from_run(run_files)
+    _artifacts, facts = ev_run.from_run(run_files)
     assert "client_kinds" not in facts  # neither the guard nor NIAH states one here
     plan = pack_of_run(tmp_path, run_files, run_id="r4")
     assert not any("client kinds" in r for r in plan.reasons)
@@ -865,14 +868,14 @@ def test_recording_a_name_again_keeps_the_later_file(tmp_path):
     second = _put(tmp_path / "gate-2" / "runtime-gate.json", {"status": "PASS"})
     guard = _put(tmp_path / "serving-guard.json", {"status": "PASS"})
     run_files = _record([], ("runtime-gate.json", first, "gate"), ("serving-guard.json", guard, "guard"))
-    new, recorded, missing = ev.record_run_files(run_files, [{"name": "runtime-gate.json", "src": str(second),
+    new, recorded, missing = ev_run.record_run_files(run_files, [{"name": "runtime-gate.json", "src": str(second),
                                                               "kind": "gate"}])
     gate = {"name": "runtime-gate.json", "src": str(second), "kind": "gate", "sha256": _sha(second)}
     assert recorded == [gate] and missing == []
     assert new == [gate, {"name": "serving-guard.json", "src": str(guard), "kind": "guard", "sha256": _sha(guard)}]
     assert run_files[0]["src"] == str(first)  # the given list is not changed in place
     # twice in one call: the later one wins too
-    new, recorded, _missing = ev.record_run_files([], [{"name": "g.json", "src": str(first), "kind": "gate"},
+    new, recorded, _missing = ev_run.record_run_files([], [{"name": "g.json", "src": str(first), "kind": "gate"},
                                                        {"name": "g.json", "src": str(second), "kind": "gate"}])
     assert [f["src"] for f in new] == [str(second)]
     plan = pack_of_run(tmp_path, new)
@@ -881,7 +884,7 @@ def test_recording_a_name_again_keeps_the_later_file(tmp_path):
 
 def test_a_missing_source_is_returned_and_not_recorded(tmp_path):
     guard = _put(tmp_path / "serving-guard.json", {"status": "PASS"})
-    new, recorded, missing = ev.record_run_files(None, [
+    new, recorded, missing = ev_run.record_run_files(None, [
         {"name": "systems.json", "src": str(tmp_path / "nope" / "systems.json"), "kind": "systems"},
         {"name": "serving-guard.json", "src": str(guard), "kind": "guard"},
         {"name": "readiness.json", "src": str(tmp_path), "kind": "readiness"},  # a folder is no result file
@@ -906,18 +909,18 @@ def test_a_bad_run_file_is_refused_naming_it(tmp_path, item, message):
     src = _put(tmp_path / "guard.json", {"status": "PASS"})
     good = {"name": "readiness.json", "src": str(src), "kind": "readiness"}
     with pytest.raises(IdentityError) as info:
-        ev.record_run_files([], [good, {"src": str(src), **item}])
+        ev_run.record_run_files([], [good, {"src": str(src), **item}])
     assert message in str(info.value)
     assert len(info.value.mismatches) == 1
     with pytest.raises(IdentityError) as info:  # nor is it taken from a list given to the pack
-        ev.from_run([dict({"src": str(src), **item}, sha256=_sha(src))])
+        ev_run.from_run([dict({"src": str(src), **item}, sha256=_sha(src))])
     assert message in str(info.value)
 
 
 def test_every_bad_entry_is_named_at_once_and_a_bad_list_entry_is_refused(tmp_path):
     src = _put(tmp_path / "guard.json", {"status": "PASS"})
     with pytest.raises(IdentityError) as info:
-        ev.record_run_files([{"name": "g.json", "src": str(src), "kind": "guard", "sha256": "abc"}],
+        ev_run.record_run_files([{"name": "g.json", "src": str(src), "kind": "guard", "sha256": "abc"}],
                             [{"name": "/abs.json", "src": str(src), "kind": "guard"},
                              {"name": "x.json", "src": "rel", "kind": "nope"}, "not a mapping"])
     text = str(info.value)
@@ -927,9 +930,9 @@ def test_every_bad_entry_is_named_at_once_and_a_bad_list_entry_is_refused(tmp_pa
     assert "run file is str, expected a mapping with name, src, kind and sha256" in text
     assert len(info.value.mismatches) == 5
     with pytest.raises(IdentityError, match="run folder 'niah/k'"):
-        ev.record_run_files([], [{"name": "niah/k", "src": "niah/k", "kind": "niah_run"}])
+        ev_run.record_run_files([], [{"name": "niah/k", "src": "niah/k", "kind": "niah_run"}])
     with pytest.raises(IdentityError, match="run folder '../k'"):
-        ev.record_run_files([], [{"name": "../k", "src": str(tmp_path), "kind": "niah_run"}])
+        ev_run.record_run_files([], [{"name": "../k", "src": str(tmp_path), "kind": "niah_run"}])
 
 
 def test_a_niah_run_folder_is_recorded_file_by_file(tmp_path):
@@ -942,7 +945,7 @@ def test_a_niah_run_folder_is_recorded_file_by_file(tmp_path):
     (run / "depth-25.json.tmp").write_text("{}")
     (run / "rows.json").mkdir()  # a folder is not a file of the run
     guard = _put(tmp_path / "serving-guard.json", {"status": "PASS"})
-    new, recorded, missing = ev.record_run_files([], [{"name": NIAH_DIR, "src": str(run), "kind": "niah_run"},
+    new, recorded, missing = ev_run.record_run_files([], [{"name": NIAH_DIR, "src": str(run), "kind": "niah_run"},
                                                       {"name": "serving-guard.json", "src": str(guard),
                                                        "kind": "guard"}])
     assert missing == []
@@ -952,10 +955,10 @@ def test_a_niah_run_folder_is_recorded_file_by_file(tmp_path):
     for entry in new:
         assert entry["sha256"] == _sha(Path(entry["src"]))
     assert new[0]["src"] == str(run / "context.json")
-    required = {a["name"]: a["required"] for a in ev.from_run(new)[0] if not a.get("not_in_run")}
+    required = {a["name"]: a["required"] for a in ev_run.from_run(new)[0] if not a.get("not_in_run")}
     assert required == {f"{NIAH_DIR}/context.json": False, f"{NIAH_DIR}/depth-25.json": False,
                         f"{NIAH_DIR}/niah.json": True, "serving-guard.json": False}
-    assert [ev.niah_kind(n) for n in ("niah.json", "depth-25.json", "context.json", "depth-x.json", "notes.txt")] == \
+    assert [ev_run.niah_kind(n) for n in ("niah.json", "depth-25.json", "context.json", "depth-x.json", "notes.txt")] == \
         ["niah", "niah_row", "other", "other", None]
 
 
@@ -996,7 +999,7 @@ def leaking_sources(root: Path) -> tuple[list[dict], dict[str, Path]]:
 def test_secret_extra_env_never_reaches_any_file_of_the_pack(tmp_path):
     artifacts, _unused = leaking_sources(tmp_path)
     p = plan(tmp_path, artifacts=artifacts, secrets=[])
-    ev.write_pack(p)
+    ev_pack.write_pack(p)
     dest = Path(p.dest)
     for path in dest.rglob("*"):
         if path.is_file():
@@ -1047,7 +1050,7 @@ def test_a_secret_value_under_an_innocent_name_is_redacted(tmp_path):
                  {"name": "inspect/head.json", "kind": "inspect",
                   "content": [{"Config": {"Env": ["SITE_LABEL=hunter2-xyz", "NODE_RANK=0"]}}]}]
     p = plan(tmp_path, artifacts=artifacts, secrets=["hunter2-xyz"])
-    ev.write_pack(p)
+    ev_pack.write_pack(p)
     dest = Path(p.dest)
     assert (dest / "profiles/head/production.env").read_text() == "HF_HOME=/cache/huggingface\nSITE_LABEL=<redacted>\n"
     assert json.loads((dest / "inspect/head.json").read_text())[0]["Config"]["Env"] == \
@@ -1099,7 +1102,7 @@ def test_a_pack_whose_file_still_holds_a_secret_is_not_published(tmp_path):
     entry = p.entries[0]
     entry.data = b"NCCL_DEBUG=INFO\nDB_PASSWD=hunter2-xyz\n"  # e.g. a redaction bug between plan and write
     with pytest.raises(IdentityError) as info:
-        ev.write_pack(p)
+        ev_pack.write_pack(p)
     text = str(info.value)
     assert "pack file profiles/head/production.env" in text and "DB_PASSWD" in text and "hunter2-xyz" not in text
     assert not (tmp_path / "evidence" / "sim01" / "runs").exists()
@@ -1112,7 +1115,7 @@ def test_a_secret_departure_is_redacted_in_the_facts_and_the_index(tmp_path):
     p = plan(tmp_path, artifacts=[{"name": "readiness.json", "kind": "readiness",
                                    "content": {"departures": facts["profile"]["departures"]}}],
              facts=facts, secret_env=["HF_TOKEN=hf_q8ZrT4kLm2Nv"])
-    ev.write_pack(p)
+    ev_pack.write_pack(p)
     for path in Path(p.dest).rglob("*"):
         if path.is_file():
             assert b"hf_q8ZrT4kLm2Nv" not in path.read_bytes(), path
@@ -1125,7 +1128,7 @@ def test_a_pair_or_run_id_that_could_leave_the_pack_folder_is_refused(tmp_path, 
     kwargs = {"pair": "sim01", "run_id": "20261203T120000Z"}
     kwargs[item] = value
     with pytest.raises(IdentityError) as err:
-        ev.plan_pack(str(tmp_path / "pack"), kwargs["pair"], kwargs["run_id"], "provision",
+        ev_pack.plan_pack(str(tmp_path / "pack"), kwargs["pair"], kwargs["run_id"], "provision",
                      [{"name": "a.json", "content": "{}"}])
     assert item in str(err.value) and "1 to 64 letters" in str(err.value)
     assert not (tmp_path / "pack").exists()
@@ -1135,12 +1138,12 @@ def test_a_recorded_file_removed_afterwards_is_stale_not_silently_absent(tmp_pat
     guard = tmp_path / "serving-guard.json"
     guard.write_text('{"status": "FAIL"}\n')
     files = [{"name": "serving-guard.json", "src": str(guard), "kind": "guard"}]
-    run_files, _unused, _missing = ev.record_run_files([], files)
+    run_files, _unused, _missing = ev_run.record_run_files([], files)
     guard.unlink()
-    artifacts, _facts = ev.from_run(run_files)
+    artifacts, _facts = ev_run.from_run(run_files)
     spec = next(a for a in artifacts if a["name"] == "serving-guard.json")
     entry = ev.load_artifact(spec, [])
     assert entry.state == "stale" and entry.data is None
-    reasons, _results = ev.publication_reasons({}, [entry])
+    reasons, _results = ev_index.publication_reasons({}, [entry])
     assert any("serving-guard.json (guard) was rewritten after this run recorded it" in r and "the file is gone" in r
                for r in reasons), reasons
