@@ -7,7 +7,7 @@ import re
 from datetime import datetime, timedelta, timezone
 
 from ansible_collections.gb10.dspark.plugins.module_utils.common import _clock
-from ansible_collections.gb10.dspark.plugins.module_utils.evidence import _evidence
+from ansible_collections.gb10.dspark.plugins.module_utils.evidence import _evidence_pack
 from ansible_collections.gb10.dspark.plugins.module_utils.fleet import _fleet_report, _pair_lock
 from ansible_collections.gb10.dspark.plugins.module_utils.serving import _systems
 
@@ -43,4 +43,4 @@ def test_every_stamping_module_uses_the_one_clock():
     assert _pair_lock.utc_now is _clock.utc_now
     assert _systems.utc_now is _clock.utc_now
     assert _fleet_report.utc_now is _clock.utc_now
-    assert _evidence.utc_now is _clock.utc_now
+    assert _evidence_pack.utc_now is _clock.utc_now

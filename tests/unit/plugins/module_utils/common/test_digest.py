@@ -82,6 +82,6 @@ def test_sha256_text_of_a_surrogate_escaped_read_matches_the_raw_bytes():
 
 def test_the_gate_and_the_audit_hash_text_with_it():
     from ansible_collections.gb10.dspark.plugins.module_utils.fleet import _audit
-    from ansible_collections.gb10.dspark.plugins.module_utils.gate import _runtime_gate
+    from ansible_collections.gb10.dspark.plugins.module_utils.gate import _runtime_gate_logs
 
-    assert _runtime_gate.sha256_text is sha256_text and _audit.sha256_text is sha256_text
+    assert _runtime_gate_logs.sha256_text is sha256_text and _audit.sha256_text is sha256_text

@@ -142,10 +142,10 @@ def test_read_limited_reads_up_to_the_limit(tmp_path):
 
 def test_the_one_copy_of_each_helper_is_shared():
     from ansible_collections.gb10.dspark.plugins.module_utils.fleet import _audit
-    from ansible_collections.gb10.dspark.plugins.module_utils.evidence import _evidence
+    from ansible_collections.gb10.dspark.plugins.module_utils.evidence import _evidence_pack
     from ansible_collections.gb10.dspark.plugins.module_utils.identity import _model_checkpoint
 
-    assert _evidence.fsync_dir is rg.fsync_dir
+    assert _evidence_pack.fsync_dir is rg.fsync_dir
     assert _audit.read_limited is rg.read_limited and _model_checkpoint.read_limited is rg.read_limited
-    assert not hasattr(_evidence, "_fsync_dir") and not hasattr(_audit, "_read_limited")
+    assert not hasattr(_evidence_pack, "_fsync_dir") and not hasattr(_audit, "_read_limited")
     assert not hasattr(_model_checkpoint, "_read_limited")

@@ -185,9 +185,9 @@ def test_canonical_json_refuses_what_json_cannot_hold_exactly():
 
 
 def test_the_gate_records_with_canonical_json():
-    from ansible_collections.gb10.dspark.plugins.module_utils.gate import _runtime_gate
+    from ansible_collections.gb10.dspark.plugins.module_utils.gate import _runtime_gate_identity
 
-    assert _runtime_gate.canonical_json is canonical_json
+    assert _runtime_gate_identity.canonical_json is canonical_json
 
 
 def test_duplicate_key_names_the_lines_of_both_occurrences():

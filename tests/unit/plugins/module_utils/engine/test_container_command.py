@@ -7,7 +7,7 @@ import pytest
 
 from ansible_collections.gb10.dspark.plugins.module_utils.fleet import _audit
 from ansible_collections.gb10.dspark.plugins.module_utils.engine import _container_command
-from ansible_collections.gb10.dspark.plugins.module_utils.gate import _runtime_gate
+from ansible_collections.gb10.dspark.plugins.module_utils.gate import _runtime_gate_identity
 from ansible_collections.gb10.dspark.plugins.module_utils.engine._container_command import command_string
 
 
@@ -29,5 +29,5 @@ def test_what_is_not_a_string_is_left_out(path, args, expected):
 
 
 def test_the_gate_and_the_audit_hash_the_same_command():
-    assert _runtime_gate.command_string is _container_command.command_string
+    assert _runtime_gate_identity.command_string is _container_command.command_string
     assert _audit.command_string is _container_command.command_string

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ansible_collections.gb10.dspark.plugins.module_utils.engine import _container_reads as cr
 from ansible_collections.gb10.dspark.plugins.module_utils.gate import _runtime_gate as rg
+from ansible_collections.gb10.dspark.plugins.module_utils.gate import _runtime_gate_identity as rg_identity
 from tests.unit.plugins.module_utils.gate.test_runtime_gate import PIN, FakeRank, config
 
 # The code as the gate ran it before it moved to _container_reads, character for character.
@@ -30,7 +31,7 @@ def test_argv_helpers():
 
 def test_argv_helpers_are_what_collect_identity_runs():
     rank = FakeRank()
-    rg.collect_identity("head", rank, config())
+    rg_identity.collect_identity("head", rank, config())
     execs = [argv for argv in rank.calls if argv[:2] == ["docker", "exec"]]
     expected_before = [
         ["docker", "exec", "dspark_vllm", "/usr/bin/python3", "-c", PID1_ENV_CODE,
@@ -38,5 +39,5 @@ def test_argv_helpers_are_what_collect_identity_runs():
         ["docker", "exec", "dspark_vllm", "/usr/bin/python3", "-c", SHA256_CODE, PIN["runtime_manifest_path"]],
     ]
     assert execs == expected_before
-    assert execs == [["docker", "exec", "dspark_vllm", *cr.pid1_env_argv([rg.LEGACY_SELECTOR, rg.MULTI_STREAM])],
+    assert execs == [["docker", "exec", "dspark_vllm", *cr.pid1_env_argv([rg_identity.LEGACY_SELECTOR, rg_identity.MULTI_STREAM])],
                      ["docker", "exec", "dspark_vllm", *cr.sha256_argv(PIN["runtime_manifest_path"])]]

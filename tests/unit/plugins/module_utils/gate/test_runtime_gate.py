@@ -22,6 +22,10 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.gb10.dspark.plugins.module_utils.gate import _runtime_gate as rg
+from ansible_collections.gb10.dspark.plugins.module_utils.gate import _runtime_gate_api as rg_api
+from ansible_collections.gb10.dspark.plugins.module_utils.gate import _runtime_gate_logs as rg_logs
+from ansible_collections.gb10.dspark.plugins.module_utils.gate import _runtime_gate_identity as rg_identity
+from ansible_collections.gb10.dspark.plugins.module_utils.gate import _runtime_gate_base as rg_base
 from ansible_collections.gb10.dspark.plugins.module_utils.common import _secrets
 
 REPO = Path(__file__).resolve().parents[5]
@@ -84,7 +88,7 @@ def _bare(errors: list[str]) -> list[str]:
 
 
 def _assess(rank: str, text: str, cfg: dict) -> tuple[dict, list[str]]:
-    section, errors = rg.assess_logs(rank, text, cfg)
+    section, errors = rg_logs.assess_logs(rank, text, cfg)
     for e in errors:
         if " (log: " in e:
             quoted = e.split(" (log: ", 1)[1].rstrip(")")
@@ -194,7 +198,7 @@ class FakeApi:
             name = "models"
         else:
             content = request["messages"][0]["content"]
-            name = "tool" if "tools" in request else "retrieval" if rg.RETRIEVAL_NEEDLE in content else "semantic"
+            name = "tool" if "tools" in request else "retrieval" if rg_api.RETRIEVAL_NEEDLE in content else "semantic"
         if name in self.overrides:
             return self.overrides[name]
         return self.status, json.dumps(api_fixture(f"{self.prefix}-{name}")).encode()
@@ -262,26 +266,26 @@ def test_load_config_is_strict_json():
 # the command
 # ================================================================================================
 def test_command_tokens_keep_a_direct_argv_intact():
-    tokens = rg.command_tokens("/entry.sh", serve_argv())
+    tokens = rg_identity.command_tokens("/entry.sh", serve_argv())
     assert tokens[0] == "/entry.sh" and PROD_CC_TEXT in tokens
-    assert rg.parse_compilation_config(tokens) == PROD_CC
+    assert rg_identity.parse_compilation_config(tokens) == PROD_CC
     # the spec's space-joined record of the command
-    assert rg.command_string("/entry.sh", ["a", "b c"]) == "/entry.sh a b c"
+    assert rg_identity.command_string("/entry.sh", ["a", "b c"]) == "/entry.sh a b c"
 
 
 def test_command_tokens_split_a_bash_script_shell_style():
     script = ('export CUDA_HOME=/usr/local/cuda; VLLM_BIN=/usr/local/bin/vllm; exec "$VLLM_BIN" serve /model '
               f"--compilation-config '{PROD_CC_TEXT}' --optimization-level 2 --performance-mode balanced")
-    tokens = rg.command_tokens("/usr/local/bin/dspark-entrypoint.sh", ["bash", "-lc", script])
+    tokens = rg_identity.command_tokens("/usr/local/bin/dspark-entrypoint.sh", ["bash", "-lc", script])
     assert tokens[:3] == ["/usr/local/bin/dspark-entrypoint.sh", "bash", "-lc"]
-    assert rg.parse_compilation_config(tokens) == PROD_CC
-    assert rg.flag_check(tokens, "--optimization-level", "-O", 2) == (2, True)
-    with pytest.raises(rg.GateError, match="cannot be tokenised"):
-        rg.command_tokens("/bin/sh", ["-c", "vllm serve --compilation-config '{\"mode\":0}"])
+    assert rg_identity.parse_compilation_config(tokens) == PROD_CC
+    assert rg_identity.flag_check(tokens, "--optimization-level", "-O", 2) == (2, True)
+    with pytest.raises(rg_base.GateError, match="cannot be tokenised"):
+        rg_identity.command_tokens("/bin/sh", ["-c", "vllm serve --compilation-config '{\"mode\":0}"])
 
 
 def test_bash_without_c_is_not_a_script():
-    tokens = rg.command_tokens("bash", ["-l", "/run.sh", "--flag"])
+    tokens = rg_identity.command_tokens("bash", ["-l", "/run.sh", "--flag"])
     assert tokens == ["bash", "-l", "/run.sh", "--flag"]
 
 
@@ -300,8 +304,8 @@ def test_bash_without_c_is_not_a_script():
     (["--compilation-config", "{mode:0}"], "not strict JSON"),
 ])
 def test_compilation_config_must_appear_exactly_once_as_strict_json(args, message):
-    with pytest.raises(rg.GateError, match=re.escape(message)):
-        rg.parse_compilation_config(["vllm", *args])
+    with pytest.raises(rg_base.GateError, match=re.escape(message)):
+        rg_identity.parse_compilation_config(["vllm", *args])
 
 
 @pytest.mark.parametrize("args", [
@@ -309,16 +313,16 @@ def test_compilation_config_must_appear_exactly_once_as_strict_json(args, messag
     ["--compilation_config", PROD_CC_TEXT], ["-cc", PROD_CC_TEXT], ["-cc=" + PROD_CC_TEXT],
 ])
 def test_compilation_config_spellings(args):
-    assert rg.parse_compilation_config(["vllm", "serve", *args]) == PROD_CC
+    assert rg_identity.parse_compilation_config(["vllm", "serve", *args]) == PROD_CC
 
 
 def test_config_covers_allows_a_superset_only():
-    assert rg.config_covers(PROD_CC, PROD_CC)
-    assert rg.config_covers(dict(PROD_CC, max_cudagraph_capture_size=112), PROD_CC)
-    assert not rg.config_covers({k: v for k, v in PROD_CC.items() if k != "cudagraph_strict"}, PROD_CC)
-    assert not rg.config_covers(dict(PROD_CC, cudagraph_mode="PIECEWISE"), PROD_CC)
-    assert not rg.config_covers(dict(PROD_CC, cudagraph_strict=1), PROD_CC)  # true is not 1
-    assert rg.config_covers(dict(PROD_CC, mode=0.0), PROD_CC)  # 0 == 0.0 as JSON numbers
+    assert rg_identity.config_covers(PROD_CC, PROD_CC)
+    assert rg_identity.config_covers(dict(PROD_CC, max_cudagraph_capture_size=112), PROD_CC)
+    assert not rg_identity.config_covers({k: v for k, v in PROD_CC.items() if k != "cudagraph_strict"}, PROD_CC)
+    assert not rg_identity.config_covers(dict(PROD_CC, cudagraph_mode="PIECEWISE"), PROD_CC)
+    assert not rg_identity.config_covers(dict(PROD_CC, cudagraph_strict=1), PROD_CC)  # true is not 1
+    assert rg_identity.config_covers(dict(PROD_CC, mode=0.0), PROD_CC)  # 0 == 0.0 as JSON numbers
 
 
 @pytest.mark.parametrize("args, expected", [
@@ -335,23 +339,23 @@ def test_config_covers_allows_a_superset_only():
     (["--optimization-level"], (None, False)),
 ])
 def test_optimization_level(args, expected):
-    assert rg.flag_check(["vllm", "serve", *args, "--x"], "--optimization-level", "-O", 2) == expected
+    assert rg_identity.flag_check(["vllm", "serve", *args, "--x"], "--optimization-level", "-O", 2) == expected
 
 
 def test_performance_mode():
-    assert rg.flag_check(["--performance-mode", "balanced"], "--performance-mode", None, "balanced") == ("balanced",
+    assert rg_identity.flag_check(["--performance-mode", "balanced"], "--performance-mode", None, "balanced") == ("balanced",
                                                                                                          True)
-    assert rg.flag_check(["--performance-mode", "throughput"], "--performance-mode", None, "balanced") == (
+    assert rg_identity.flag_check(["--performance-mode", "throughput"], "--performance-mode", None, "balanced") == (
         "throughput", False)
-    assert rg.flag_check(["--performance-mode-x", "balanced"], "--performance-mode", None, "balanced") == (None,
+    assert rg_identity.flag_check(["--performance-mode-x", "balanced"], "--performance-mode", None, "balanced") == (None,
                                                                                                            False)
 
 
 def test_enforce_eager_is_the_last_word():
-    assert rg.enforce_eager_of(["--enforce-eager"]) is True
-    assert rg.enforce_eager_of(["--enforce-eager", "--no-enforce-eager"]) is False
-    assert rg.enforce_eager_of(["--enforce_eager"]) is True
-    assert rg.enforce_eager_of(["serve"]) is False
+    assert rg_identity.enforce_eager_of(["--enforce-eager"]) is True
+    assert rg_identity.enforce_eager_of(["--enforce-eager", "--no-enforce-eager"]) is False
+    assert rg_identity.enforce_eager_of(["--enforce_eager"]) is True
+    assert rg_identity.enforce_eager_of(["serve"]) is False
 
 
 def test_api_key_values_are_redacted():
@@ -369,36 +373,36 @@ def test_api_key_values_are_redacted():
 # identity pieces
 # ================================================================================================
 def test_label_mismatches_against_the_pin():
-    assert rg.label_mismatches(LABELS, PIN) == {}
+    assert rg_identity.label_mismatches(LABELS, PIN) == {}
     labels = dict(LABELS, **{"io.r0b0tlab.speculative.tokens": "7"})
     del labels["io.r0b0tlab.cudagraph.selector"]
-    assert rg.label_mismatches(labels, PIN) == {
+    assert rg_identity.label_mismatches(labels, PIN) == {
         "io.r0b0tlab.speculative.tokens": {"expected": "6", "actual": "7"},
         "io.r0b0tlab.cudagraph.selector": {"expected": "native-v1", "actual": None},
     }
-    assert len(rg.label_mismatches(None, PIN)) == 8
+    assert len(rg_identity.label_mismatches(None, PIN)) == 8
 
 
 def test_pid1_rules():
-    legacy, multi = rg.pid1_env_entries(["A=1", "VLLM_DSV4_ENABLE_MULTI_STREAM=0"])
+    legacy, multi = rg_identity.pid1_env_entries(["A=1", "VLLM_DSV4_ENABLE_MULTI_STREAM=0"])
     assert (legacy, multi) == ([], ["VLLM_DSV4_ENABLE_MULTI_STREAM=0"])
-    assert rg.pid1_errors("head", legacy, multi) == []
-    legacy, multi = rg.pid1_env_entries(["VLLM_USE_BREAKABLE_CUDAGRAPH=0", "VLLM_DSV4_ENABLE_MULTI_STREAM=0"])
-    assert rg.pid1_errors("worker", legacy, multi) == [
+    assert rg_identity.pid1_errors("head", legacy, multi) == []
+    legacy, multi = rg_identity.pid1_env_entries(["VLLM_USE_BREAKABLE_CUDAGRAPH=0", "VLLM_DSV4_ENABLE_MULTI_STREAM=0"])
+    assert rg_identity.pid1_errors("worker", legacy, multi) == [
         "worker PID 1 retains legacy CUDA-graph selector: VLLM_USE_BREAKABLE_CUDAGRAPH=0"]
     for entries in ([], ["VLLM_DSV4_ENABLE_MULTI_STREAM=1"], ["VLLM_DSV4_ENABLE_MULTI_STREAM="],
                     ["VLLM_DSV4_ENABLE_MULTI_STREAM=0", "VLLM_DSV4_ENABLE_MULTI_STREAM=0"]):
-        errors = rg.pid1_errors("head", *rg.pid1_env_entries(entries))
+        errors = rg_identity.pid1_errors("head", *rg_identity.pid1_env_entries(entries))
         assert len(errors) == 1 and errors[0].startswith("head PID 1 does not pin compile-safe DSV4 streams")
     # a lookalike name is not the selector
-    assert rg.pid1_env_entries(["XVLLM_USE_BREAKABLE_CUDAGRAPH=1", "VLLM_USE_BREAKABLE_CUDAGRAPHX=1"])[0] == []
+    assert rg_identity.pid1_env_entries(["XVLLM_USE_BREAKABLE_CUDAGRAPH=1", "VLLM_USE_BREAKABLE_CUDAGRAPHX=1"])[0] == []
 
 
 def test_pid1_answer_is_a_strict_list_of_strings():
-    assert rg.parse_pid1_answer('["A=1"]\n') == ["A=1"]
+    assert rg_identity.parse_pid1_answer('["A=1"]\n') == ["A=1"]
     for bad in ('{"A": 1}', "[1]", "not json"):
-        with pytest.raises(rg.GateError):
-            rg.parse_pid1_answer(bad)
+        with pytest.raises(rg_base.GateError):
+            rg_identity.parse_pid1_answer(bad)
 
 
 def test_pid1_code_prints_only_the_asked_entries(tmp_path):
@@ -406,7 +410,7 @@ def test_pid1_code_prints_only_the_asked_entries(tmp_path):
     environ.write_bytes(b"\0".join([b"PATH=/bin", f"VLLM_API_KEY={SECRET}".encode(), b"VLLM_DSV4_ENABLE_MULTI_STREAM=0",
                                     b"VLLM_USE_BREAKABLE_CUDAGRAPH=1"]) + b"\0")
     code = rg.PID1_ENV_CODE.replace("/proc/1/environ", str(environ))
-    out = subprocess.run([sys.executable, "-c", code, rg.LEGACY_SELECTOR, rg.MULTI_STREAM], capture_output=True,
+    out = subprocess.run([sys.executable, "-c", code, rg_identity.LEGACY_SELECTOR, rg_identity.MULTI_STREAM], capture_output=True,
                          text=True, check=True).stdout
     assert json.loads(out) == ["VLLM_DSV4_ENABLE_MULTI_STREAM=0", "VLLM_USE_BREAKABLE_CUDAGRAPH=1"]
     assert SECRET not in out
@@ -417,9 +421,9 @@ def test_sha256_code(tmp_path):
     target.write_bytes(b'{"a": 1}\n')
     out = subprocess.run([sys.executable, "-c", rg.SHA256_CODE, str(target)], capture_output=True, text=True,
                          check=True).stdout
-    assert rg.parse_sha256_answer(out) == hashlib.sha256(b'{"a": 1}\n').hexdigest()
-    with pytest.raises(rg.GateError):
-        rg.parse_sha256_answer("No such file")
+    assert rg_identity.parse_sha256_answer(out) == hashlib.sha256(b'{"a": 1}\n').hexdigest()
+    with pytest.raises(rg_base.GateError):
+        rg_identity.parse_sha256_answer("No such file")
 
 
 @pytest.mark.parametrize("mounts, ok", [
@@ -432,23 +436,23 @@ def test_sha256_code(tmp_path):
     (None, False),
 ])
 def test_manifest_mount_rule(mounts, ok):
-    assert rg.manifest_mount_read_only(mounts, "/m.json")[0] is ok
+    assert rg_identity.manifest_mount_read_only(mounts, "/m.json")[0] is ok
 
 
 def test_inspect_must_answer_one_object():
-    assert rg.one_inspect('[{"Id": "x"}]', "inspect") == {"Id": "x"}
+    assert rg_identity.one_inspect('[{"Id": "x"}]', "inspect") == {"Id": "x"}
     for bad in ("[]", '[{"Id": 1}, {"Id": 2}]', "{}", '["x"]', "garbage"):
-        with pytest.raises(rg.GateError):
-            rg.one_inspect(bad, "inspect")
+        with pytest.raises(rg_base.GateError):
+            rg_identity.one_inspect(bad, "inspect")
 
 
 def test_identity_of_a_correct_rank():
     rank = FakeRank()
-    identity, errors = rg.collect_identity("head", rank, config())
+    identity, errors = rg_identity.collect_identity("head", rank, config())
     assert errors == []
     assert set(identity) == SPEC_IDENTITY_KEYS
     assert identity["image_id"] == PIN["image_id"] and identity["image_architecture"] == "arm64"
-    assert identity["compilation_config_present"] and identity["serialized_compilation_config"] == rg.canonical_json(
+    assert identity["compilation_config_present"] and identity["serialized_compilation_config"] == rg_identity.canonical_json(
         PROD_CC)
     assert identity["cudagraph_implementation"] == "regular" and identity["enforce_eager"] is False
     assert (identity["optimization_level"], identity["optimization_level_present"]) == (2, True)
@@ -472,7 +476,7 @@ def test_identity_reports_every_mismatch_with_the_spec_strings():
         image_obj=image(Id="sha256:" + "e" * 64, Architecture="amd64",
                         Config={"Labels": dict(LABELS, **{"io.r0b0tlab.kv-cache.dtype": "fp8"})}),
         environ=["VLLM_USE_BREAKABLE_CUDAGRAPH=1"], manifest_sha="d" * 64)
-    identity, errors = rg.collect_identity("worker", rank, config())
+    identity, errors = rg_identity.collect_identity("worker", rank, config())
     expected = [
         "worker container dspark_vllm is not running (status exited)",
         f"worker image ID mismatch: expected {PIN['image_id']}, got sha256:{'e' * 64}",
@@ -496,14 +500,14 @@ def test_identity_reports_every_mismatch_with_the_spec_strings():
 
 def test_architecture_is_not_checked_when_switched_off():
     rank = FakeRank(image_obj=image(Architecture="amd64"))
-    identity, errors = rg.collect_identity("head", rank, config(check_architecture=False))
+    identity, errors = rg_identity.collect_identity("head", rank, config(check_architecture=False))
     assert errors == [] and identity["image_architecture"] == "amd64"
 
 
 def test_a_failed_read_leaves_the_other_checks_running():
     rank = FakeRank(fail={"docker container": (1, "", "Error: No such container: dspark_vllm")},
                     environ=["VLLM_DSV4_ENABLE_MULTI_STREAM=1"])
-    identity, errors = rg.collect_identity("head", rank, config())
+    identity, errors = rg_identity.collect_identity("head", rank, config())
     assert errors[0] == "head docker container inspect failed (exit 1): Error: No such container: dspark_vllm"
     assert errors[1].startswith("head PID 1 does not pin compile-safe DSV4 streams")
     assert len(errors) == 2
@@ -511,7 +515,7 @@ def test_a_failed_read_leaves_the_other_checks_running():
         "runtime_manifest_sha256"]
 
     rank = FakeRank(image_obj=[image(), image()], fail={"docker exec": (126, "", "OCI runtime exec failed")})
-    identity, errors = rg.collect_identity("worker", rank, config())
+    identity, errors = rg_identity.collect_identity("worker", rank, config())
     assert errors == ["worker docker image inspect did not return exactly one object (got 2)",
                       "worker reading the PID 1 environment failed (exit 126): OCI runtime exec failed",
                       "worker hashing the runtime audit manifest failed (exit 126): OCI runtime exec failed"]
@@ -519,16 +523,16 @@ def test_a_failed_read_leaves_the_other_checks_running():
 
 
 def test_cross_rank_checks():
-    head, _unused = rg.collect_identity("head", FakeRank(), config())
-    worker, _unused = rg.collect_identity("worker", FakeRank(), config())
-    assert rg.cross_rank_errors(head, worker) == []
+    head, _unused = rg_identity.collect_identity("head", FakeRank(), config())
+    worker, _unused = rg_identity.collect_identity("worker", FakeRank(), config())
+    assert rg_identity.cross_rank_errors(head, worker) == []
     other = dict(worker, image_id="sha256:" + "f" * 64)
-    assert rg.cross_rank_errors(head, other) == [f"rank image IDs disagree: head {PIN['image_id']}, worker sha256:{'f' * 64}"]
+    assert rg_identity.cross_rank_errors(head, other) == [f"rank image IDs disagree: head {PIN['image_id']}, worker sha256:{'f' * 64}"]
     other = dict(worker, serialized_compilation_config='{"mode":0}')
-    assert rg.cross_rank_errors(head, other)[0].startswith("rank compilation configs disagree")
-    assert rg.cross_rank_errors(dict(head, image_id=None), dict(worker, image_id=None))[0].startswith(
+    assert rg_identity.cross_rank_errors(head, other)[0].startswith("rank compilation configs disagree")
+    assert rg_identity.cross_rank_errors(dict(head, image_id=None), dict(worker, image_id=None))[0].startswith(
         "rank image IDs disagree")
-    assert rg.cross_rank_errors(None, worker)[0].startswith("rank image IDs disagree")
+    assert rg_identity.cross_rank_errors(None, worker)[0].startswith("rank image IDs disagree")
 
 
 # ---- image stores: a Docker engine on the containerd image store reports an image's manifest
@@ -557,7 +561,7 @@ def test_config_expects_the_pinned_image_id_on_both_ranks_by_default():
 
 def test_a_containerd_rank_passes_with_the_manifest_digest():
     rank = containerd_rank(rank=1)
-    identity, errors = rg.collect_identity("worker", rank, store_config())
+    identity, errors = rg_identity.collect_identity("worker", rank, store_config())
     assert errors == []
     assert identity["image_id"] == MANIFEST
     # docker image inspect <manifest digest> on a containerd store answers with Id = that digest
@@ -565,14 +569,14 @@ def test_a_containerd_rank_passes_with_the_manifest_digest():
     assert identity["label_mismatches"] == {} and identity["image_architecture"] == "arm64"
     # a containerd rank whose pin names the image the same way on both stores is the usual case
     both = store_config(head=("containerd", MANIFEST))
-    assert rg.collect_identity("head", containerd_rank(), both)[1] == []
+    assert rg_identity.collect_identity("head", containerd_rank(), both)[1] == []
 
 
 def test_a_classic_rank_running_the_manifest_digest_fails():
-    _identity, errors = rg.collect_identity("head", containerd_rank(), store_config())
+    _identity, errors = rg_identity.collect_identity("head", containerd_rank(), store_config())
     assert errors == [f"head image ID mismatch: expected {PIN['image_id']}, got {MANIFEST}"]
     # and a containerd rank running the config digest fails the same way
-    _identity, errors = rg.collect_identity("worker", FakeRank(container_obj=container(Args=serve_argv(1))),
+    _identity, errors = rg_identity.collect_identity("worker", FakeRank(container_obj=container(Args=serve_argv(1))),
                                             store_config())
     assert errors == [f"worker image ID mismatch: expected {MANIFEST}, got {PIN['image_id']}"]
 
@@ -627,23 +631,23 @@ def test_a_containerd_rank_without_a_pinned_manifest_digest_fails_closed():
 
 def test_cross_rank_on_different_image_stores():
     cfg = store_config()
-    head, _unused = rg.collect_identity("head", FakeRank(), cfg)
-    worker, _unused = rg.collect_identity("worker", containerd_rank(rank=1), cfg)
+    head, _unused = rg_identity.collect_identity("head", FakeRank(), cfg)
+    worker, _unused = rg_identity.collect_identity("worker", containerd_rank(rank=1), cfg)
     expected = cfg["expected_image_ids"]
     # different IDs, but each is the pinned image as its rank's store names it
-    assert rg.cross_rank_errors(head, worker, expected) == []
+    assert rg_identity.cross_rank_errors(head, worker, expected) == []
     # each rank is held to its own store's name for the pinned image
     swapped = (dict(head, image_id=MANIFEST), dict(worker, image_id=PIN["image_id"]))
-    errors = rg.cross_rank_errors(*swapped, expected)
+    errors = rg_identity.cross_rank_errors(*swapped, expected)
     assert errors == [f"rank image IDs disagree: head {MANIFEST}, worker {PIN['image_id']} (the ranks use different "
                       f"image stores; each must run the pinned image: head {PIN['image_id']}, worker {MANIFEST})"]
-    assert rg.cross_rank_errors(head, dict(worker, image_id="sha256:" + "f" * 64), expected)[0].startswith(
+    assert rg_identity.cross_rank_errors(head, dict(worker, image_id="sha256:" + "f" * 64), expected)[0].startswith(
         f"rank image IDs disagree: head {PIN['image_id']}, worker sha256:{'f' * 64} (the ranks use different")
-    assert rg.cross_rank_errors(head, dict(worker, image_id=None), expected)[0].startswith("rank image IDs disagree")
+    assert rg_identity.cross_rank_errors(head, dict(worker, image_id=None), expected)[0].startswith("rank image IDs disagree")
     # on one store the two ranks must report the identical ID, as before
     same = {"head": MANIFEST, "worker": MANIFEST}
-    assert rg.cross_rank_errors(dict(head, image_id=MANIFEST), worker, same) == []
-    assert rg.cross_rank_errors(head, worker, same) == [
+    assert rg_identity.cross_rank_errors(dict(head, image_id=MANIFEST), worker, same) == []
+    assert rg_identity.cross_rank_errors(head, worker, same) == [
         f"rank image IDs disagree: head {PIN['image_id']}, worker {MANIFEST}"]
 
 
@@ -672,14 +676,14 @@ def test_gate_passes_on_a_pair_whose_worker_uses_the_containerd_store():
 def test_regular_standin_logs_pass(rank):
     section, errors = _assess(rank, log_fixture(f"{rank}-regular"), config())
     assert errors == []
-    assert all(section["required"].values()) and set(section["required"]) == set(rg.REQUIRED["regular"]) | set(
-        rg.ALWAYS_REQUIRED)
-    assert not any(section["forbidden"].values()) and set(section["forbidden"]) == set(rg.FORBIDDEN["regular"])
+    assert all(section["required"].values()) and set(section["required"]) == set(rg_logs.REQUIRED["regular"]) | set(
+        rg_logs.ALWAYS_REQUIRED)
+    assert not any(section["forbidden"].values()) and set(section["forbidden"]) == set(rg_logs.FORBIDDEN["regular"])
     assert section["authoritative_cuda_graph_runtime"] == {
         "requested": "regular", "resolved": "regular", "mode": "FULL_DECODE_ONLY", "decode_mode": "FULL",
         "breakable": False, "enforce_eager": False, "strict": True}
     text = log_fixture(f"{rank}-regular")
-    assert section["log_bytes"] == len(text.encode()) and section["log_sha256"] == rg.sha256_text(text)
+    assert section["log_bytes"] == len(text.encode()) and section["log_sha256"] == rg_logs.sha256_text(text)
 
 
 def test_wrong_cudagraph_mode_standin_log_fails_on_the_worker_line_only():
@@ -738,12 +742,12 @@ def test_the_breakable_draft_may_run_eagerly_under_piecewise(rank):
     auxiliary = [ln for ln in text.splitlines() if "CUDA_GRAPH_AUXILIARY" in ln]
     assert len(auxiliary) == 1 and auxiliary[0].endswith(BREAKABLE_AUXILIARY) and "(Worker_TP" in auxiliary[0]
     # no breakable forbidden marker matches the draft's eager line, so the breakable gate passes with it
-    assert not any(rg.marker_hits(auxiliary[0], rg.FORBIDDEN["breakable"]).values())
+    assert not any(rg_logs.marker_hits(auxiliary[0], rg_logs.FORBIDDEN["breakable"]).values())
     section, errors = _assess(rank, text, breakable_config())
     assert errors == [] and not any(section["forbidden"].values())
     # the regular runner's form of the same line is what the regular gate forbids
     regular_aux = BREAKABLE_AUXILIARY.replace("implementation=breakable", "implementation=regular")
-    assert rg.marker_hits(regular_aux, rg.FORBIDDEN["regular"])[
+    assert rg_logs.marker_hits(regular_aux, rg_logs.FORBIDDEN["regular"])[
         "CUDA_GRAPH_AUXILIARY implementation=regular component=dflash mode=eager"]
     errors = _assess(rank, log_fixture(f"{rank}-regular") + f"(Worker_TP0 pid=1) WARNING 12-02 12:23:23 "
                      f"[gpu_model_runner.py:1] {regular_aux}\n", config())[1]
@@ -762,7 +766,7 @@ def test_missing_replay_and_missing_native_backend():
 
 
 def test_markers_are_case_insensitive_substrings():
-    hits = rg.marker_hits("... using the MARLIN kernel; Fallback To Eager ...", ["Marlin", "fallback to eager", "B12X"])
+    hits = rg_logs.marker_hits("... using the MARLIN kernel; Fallback To Eager ...", ["Marlin", "fallback to eager", "B12X"])
     assert hits == {"Marlin": True, "fallback to eager": True, "B12X": False}
 
 
@@ -798,19 +802,19 @@ def test_dspark_only_in_the_engine_echo_is_missing(rank):
 def test_forbidden_markers_inside_the_echo_do_not_fail(rank):
     real = log_fixture(f"{rank}-regular")
     echoes = _echo_lines(real)
-    forbidden = " ".join(rg.FORBIDDEN["regular"])
+    forbidden = " ".join(rg_logs.FORBIDDEN["regular"])
     # e.g. a served name or a config value that happens to spell a forbidden marker
     text = "\n".join(ln.replace("'served_model_name': [", f"'note': '{forbidden}', 'served_model_name': [")
                      .replace("seed=0,", f"seed=0, note={forbidden},") if ln in echoes else ln
                      for ln in real.splitlines()) + "\n"
-    assert all(marker in text for marker in rg.FORBIDDEN["regular"]) and text != real
+    assert all(marker in text for marker in rg_logs.FORBIDDEN["regular"]) and text != real
     section, errors = _assess(rank, text, config())
     assert errors == []
     assert not any(section["forbidden"].values())
     assert section["echo_lines_excluded"] == 3
     # the same markers on a runtime line of the engine still fail it
     errors = _assess(rank, text + f"(Worker_TP0 pid=1) WARNING 12-02 12:23:23 [x.py:1] {forbidden}\n", config())[1]
-    assert sorted(errors) == sorted(f"{rank} forbidden runtime marker present: {m}" for m in rg.FORBIDDEN["regular"])
+    assert sorted(errors) == sorted(f"{rank} forbidden runtime marker present: {m}" for m in rg_logs.FORBIDDEN["regular"])
 
 
 def test_real_fixture_logs_record_their_echo_lines():
@@ -828,10 +832,10 @@ def test_the_error_quotes_the_runtime_line_not_the_echo():
     text = real.replace("'served_model_name': [", "'moe_backend_hint': 'Marlin', 'served_model_name': [", 1)
     first_marlin = next(ln for ln in text.splitlines() if "marlin" in ln.lower())
     assert ARGS_ECHO in first_marlin  # the echo comes first in the log
-    errors = rg.assess_logs("worker", text, config())[1]
+    errors = rg_logs.assess_logs("worker", text, config())[1]
     quoted = [e for e in errors if e.startswith("worker forbidden runtime marker present: Marlin (log: ")]
     assert len(quoted) == 1 and ARGS_ECHO not in quoted[0] and "Marlin kernel" in quoted[0]
-    assert rg._first_line_with(text, "Marlin").startswith("(Worker_TP")  # pylint: disable=protected-access
+    assert rg_logs._first_line_with(text, "Marlin").startswith("(Worker_TP")  # pylint: disable=protected-access
 
 
 @pytest.mark.parametrize("line", [
@@ -859,8 +863,8 @@ def test_the_error_quotes_the_runtime_line_not_the_echo():
     "with config: model='m'",
 ])
 def test_echo_lines_are_recognised(line):
-    assert rg.is_echo_line(line)
-    assert rg.split_echo(line + "\nB12X\n") == ("B12X", 1)
+    assert rg_logs.is_echo_line(line)
+    assert rg_logs.split_echo(line + "\nB12X\n") == ("B12X", 1)
 
 
 @pytest.mark.parametrize("line", [
@@ -874,7 +878,7 @@ def test_echo_lines_are_recognised(line):
     "",
 ])
 def test_runtime_lines_are_not_echo_lines(line):
-    assert not rg.is_echo_line(line)
+    assert not rg_logs.is_echo_line(line)
 
 
 def test_authoritative_line_is_the_last_worker_line():
@@ -886,9 +890,9 @@ def test_authoritative_line_is_the_last_worker_line():
         "(Worker_TP0 pid=1) INFO " + line.format("PIECEWISE", "false"),
         "(APIServer pid=3) INFO " + line.format("FULL_DECODE_ONLY", "true"),
     ])
-    assert rg.authoritative_runtime(text)["mode"] == "PIECEWISE"
-    assert rg.authoritative_runtime(text)["strict"] is False
-    assert rg.authoritative_runtime("(EngineCore_DP0 pid=2) " + line.format("FULL", "true")) is None
+    assert rg_logs.authoritative_runtime(text)["mode"] == "PIECEWISE"
+    assert rg_logs.authoritative_runtime(text)["strict"] is False
+    assert rg_logs.authoritative_runtime("(EngineCore_DP0 pid=2) " + line.format("FULL", "true")) is None
     errors = _assess("head", text, config())[1]
     assert "head resolved CUDA-graph mode mismatch: expected FULL_DECODE_ONLY, got PIECEWISE" in errors
     assert "head CUDA-graph strict flag mismatch: expected true, got false" in errors
@@ -904,49 +908,49 @@ def test_missing_authoritative_line_is_an_error():
 
 
 def test_logs_join_stdout_and_stderr():
-    assert rg.join_logs("a\n", "b\n") == "a\nb\n"
-    assert rg.join_logs("a", "b") == "a\nb"
-    assert rg.join_logs("", "b") == "b"
+    assert rg_logs.join_logs("a\n", "b\n") == "a\nb\n"
+    assert rg_logs.join_logs("a", "b") == "a\nb"
+    assert rg_logs.join_logs("", "b") == "b"
     rank = FakeRank("only stdout\n", stderr_logs="Capturing model for DSpark speculator...\n")
-    section, _unused = rg.collect_logs("head", rank, config())
+    section, _unused = rg_logs.collect_logs("head", rank, config())
     assert section["required"]["Capturing model for DSpark speculator..."]
-    with pytest.raises(rg.GateError, match="head docker logs failed"):
-        rg.collect_logs("head", FakeRank(fail={"docker logs": (1, "", "no such container")}), config())
+    with pytest.raises(rg_base.GateError, match="head docker logs failed"):
+        rg_logs.collect_logs("head", FakeRank(fail={"docker logs": (1, "", "no such container")}), config())
 
 
 # ================================================================================================
 # API canaries (real stand-in answers)
 # ================================================================================================
 def test_canary_requests():
-    semantic = rg.semantic_request("m")
+    semantic = rg_api.semantic_request("m")
     assert semantic["messages"][0]["content"] == "Compute 7 multiplied by 19. Reply with only the number."
     assert (semantic["temperature"], semantic["max_tokens"], semantic["chat_template_kwargs"]) == (0, 64,
                                                                                                    {"thinking": False})
-    tool = rg.tool_request("m")
+    tool = rg_api.tool_request("m")
     assert tool["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
     assert tool["tools"][0]["function"]["parameters"]["required"] == ["city"]
-    prompt = rg.retrieval_request("m")["messages"][0]["content"]
-    assert prompt.count(rg.RETRIEVAL_FILLER) == 1800 and prompt.count("Secret code: R0B0TLAB-DSVF-NVFP4-7319") == 1
-    assert prompt.endswith("Reply with the secret code only.") and rg.retrieval_request("m")["max_tokens"] == 48
+    prompt = rg_api.retrieval_request("m")["messages"][0]["content"]
+    assert prompt.count(rg_api.RETRIEVAL_FILLER) == 1800 and prompt.count("Secret code: R0B0TLAB-DSVF-NVFP4-7319") == 1
+    assert prompt.endswith("Reply with the secret code only.") and rg_api.retrieval_request("m")["max_tokens"] == 48
 
 
 def test_standin_answers_pass_every_canary():
-    assert rg.evaluate_models(api_fixture("regular-models"), "deepseek-v4-flash-dspark")[1] == []
-    assert rg.evaluate_semantic(api_fixture("regular-semantic")) == (
+    assert rg_api.evaluate_models(api_fixture("regular-models"), "deepseek-v4-flash-dspark")[1] == []
+    assert rg_api.evaluate_semantic(api_fixture("regular-semantic")) == (
         {"content": "133", "finish_reason": "stop", "pass": True}, [])
-    assert rg.evaluate_tool(api_fixture("regular-tool")) == ({"names": ["get_weather"], "pass": True}, [])
-    section, errors = rg.evaluate_retrieval(api_fixture("regular-retrieval"))
+    assert rg_api.evaluate_tool(api_fixture("regular-tool")) == ({"names": ["get_weather"], "pass": True}, [])
+    section, errors = rg_api.evaluate_retrieval(api_fixture("regular-retrieval"))
     assert errors == [] and section["pass"] and section["usage"] == api_fixture("regular-retrieval")["usage"]
     for name in ("semantic", "tool", "retrieval"):
-        assert rg.usage_errors(name, api_fixture(f"regular-{name}")) == []
+        assert rg_api.usage_errors(name, api_fixture(f"regular-{name}")) == []
 
 
 def test_models_must_list_the_model():
-    section, errors = rg.evaluate_models(api_fixture("regular-models"), "other-model")
+    section, errors = rg_api.evaluate_models(api_fixture("regular-models"), "other-model")
     assert section["ids"] == ["deepseek-v4-flash-dspark"]
     assert errors == ["head API does not serve model other-model: served ids ['deepseek-v4-flash-dspark']"]
-    with pytest.raises(rg.GateError):
-        rg.evaluate_models({"object": "list"}, "m")
+    with pytest.raises(rg_base.GateError):
+        rg_api.evaluate_models({"object": "list"}, "m")
 
 
 def with_message(name: str, finish=None, **message) -> dict:
@@ -962,33 +966,33 @@ def with_message(name: str, finish=None, **message) -> dict:
     ("133", "length", False), (None, "stop", False), ("The answer is 133", "stop", False),
 ])
 def test_semantic_canary(content, finish, ok):
-    section, errors = rg.evaluate_semantic(with_message("regular-semantic", finish, content=content))
+    section, errors = rg_api.evaluate_semantic(with_message("regular-semantic", finish, content=content))
     assert section["pass"] is ok and (errors == []) is ok
     if not ok:
         assert errors[0].startswith("head semantic canary failed: expected content 133 with finish_reason stop")
 
 
 def test_tool_canary_needs_get_weather():
-    section, errors = rg.evaluate_tool(with_message("regular-tool", tool_calls=[]))
+    section, errors = rg_api.evaluate_tool(with_message("regular-tool", tool_calls=[]))
     assert section == {"names": [], "pass": False} and errors == ["head tool canary did not call get_weather: got tool calls []"]
     other = [{"type": "function", "function": {"name": "get_time", "arguments": "{}"}}]
-    assert rg.evaluate_tool(with_message("regular-tool", tool_calls=other))[0] == {"names": ["get_time"], "pass": False}
-    assert rg.evaluate_tool(with_message("regular-tool", tool_calls=None))[0]["pass"] is False
-    with pytest.raises(rg.GateError, match="no choices"):
-        rg.evaluate_tool({"choices": []})
+    assert rg_api.evaluate_tool(with_message("regular-tool", tool_calls=other))[0] == {"names": ["get_time"], "pass": False}
+    assert rg_api.evaluate_tool(with_message("regular-tool", tool_calls=None))[0]["pass"] is False
+    with pytest.raises(rg_base.GateError, match="no choices"):
+        rg_api.evaluate_tool({"choices": []})
 
 
 def test_tool_canary_judges_the_call_not_the_finish_reason():
     # the gate names the function (tool_choice {"type": "function", ...}); a real vLLM server ends such an
     # answer with finish_reason stop (only auto/required give tool_calls), older stand-ins said tool_calls
-    assert rg.tool_request("m")["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
+    assert rg_api.tool_request("m")["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
     assert api_fixture("regular-tool")["choices"][0]["finish_reason"] == "stop"
     for finish in ("stop", "tool_calls"):
-        assert rg.evaluate_tool(with_message("regular-tool", finish)) == ({"names": ["get_weather"], "pass": True}, [])
+        assert rg_api.evaluate_tool(with_message("regular-tool", finish)) == ({"names": ["get_weather"], "pass": True}, [])
     # a message without any call has no tool_calls key at all on a real server: a failed canary, not a crash
     body = api_fixture("regular-semantic")
     assert "tool_calls" not in body["choices"][0]["message"]
-    assert rg.evaluate_tool(body) == ({"names": [], "pass": False},
+    assert rg_api.evaluate_tool(body) == ({"names": [], "pass": False},
                                       ["head tool canary did not call get_weather: got tool calls []"])
 
 
@@ -997,7 +1001,7 @@ def test_tool_canary_judges_the_call_not_the_finish_reason():
     ("R0B0TLAB-DSVF-NVFP4-7318", "stop", False), ("R0B0TLAB-DSVF-NVFP4-7319", "length", False), (None, "stop", False),
 ])
 def test_retrieval_canary(content, finish, ok):
-    section, errors = rg.evaluate_retrieval(with_message("regular-retrieval", finish, content=content))
+    section, errors = rg_api.evaluate_retrieval(with_message("regular-retrieval", finish, content=content))
     assert section["pass"] is ok and (errors == []) is ok
     if not ok:
         assert errors[0].startswith("head retrieval canary did not return the exact code naturally")
@@ -1006,8 +1010,8 @@ def test_retrieval_canary(content, finish, ok):
 def test_wrong_usage_standin_answers_are_caught():
     body = api_fixture("wrong_usage-semantic")
     usage = body["usage"]
-    assert rg.evaluate_semantic(body)[0]["pass"]  # the answer itself is right
-    assert rg.usage_errors("semantic", body) == [
+    assert rg_api.evaluate_semantic(body)[0]["pass"]  # the answer itself is right
+    assert rg_api.usage_errors("semantic", body) == [
         f"head API usage is inconsistent: semantic canary prompt_tokens {usage['prompt_tokens']} + completion_tokens "
         f"{usage['completion_tokens']} != total_tokens {usage['total_tokens']}"]
 
@@ -1020,19 +1024,19 @@ def test_wrong_usage_standin_answers_are_caught():
     ({"prompt_tokens": 1, "completion_tokens": 1}, "usage.total_tokens is absent"),
 ])
 def test_usage_must_be_non_negative_integers(usage, fragment):
-    errors = rg.usage_errors("tool", {"usage": usage})
+    errors = rg_api.usage_errors("tool", {"usage": usage})
     assert len(errors) == 1 and errors[0].startswith("head API usage is inconsistent: tool canary")
     assert fragment in errors[0]
 
 
 def test_api_call_needs_200_and_strict_json():
-    assert rg.api_call(lambda *a: (200, b'{"a": 1}'), "GET", "/x", None, 1) == {"a": 1}
-    with pytest.raises(rg.GateError, match=r"head semantic canary: POST /v1/chat/completions answered HTTP 401: denied"):
-        rg.api_call(lambda *a: (401, b"denied"), "POST", "/v1/chat/completions", {}, 1, "semantic canary")
-    with pytest.raises(rg.GateError, match="invalid JSON.*not a finite number"):
-        rg.api_call(lambda *a: (200, b'{"a": NaN}'), "GET", "/x", None, 1)
+    assert rg_api.api_call(lambda *a: (200, b'{"a": 1}'), "GET", "/x", None, 1) == {"a": 1}
+    with pytest.raises(rg_base.GateError, match=r"head semantic canary: POST /v1/chat/completions answered HTTP 401: denied"):
+        rg_api.api_call(lambda *a: (401, b"denied"), "POST", "/v1/chat/completions", {}, 1, "semantic canary")
+    with pytest.raises(rg_base.GateError, match="invalid JSON.*not a finite number"):
+        rg_api.api_call(lambda *a: (200, b'{"a": NaN}'), "GET", "/x", None, 1)
     seen = []
-    rg.api_call(lambda *a: seen.append(a) or (200, b"{}"), "POST", "/p", {"k": 1}, 7.5)
+    rg_api.api_call(lambda *a: seen.append(a) or (200, b"{}"), "POST", "/p", {"k": 1}, 7.5)
     assert seen == [("POST", "/p", b'{"k": 1}', 7.5)]
 
 

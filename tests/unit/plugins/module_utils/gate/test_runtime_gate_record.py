@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 from ansible_collections.gb10.dspark.plugins.module_utils.gate import _runtime_gate as rg
+from ansible_collections.gb10.dspark.plugins.module_utils.gate import _runtime_gate_logs as rg_logs
+from ansible_collections.gb10.dspark.plugins.module_utils.gate import _runtime_gate_identity as rg_identity
 from tests.unit.plugins.module_utils.gate.test_runtime_gate import (
     PIN, FakeApi, FakeRank, config, container, log_fixture, serve_argv,
 )
@@ -15,7 +17,7 @@ NAME = "dspark_vllm"
 
 def record_of(rank: FakeRank, cfg: dict) -> dict:
     """The runtime section rank_audit would return for the same rank (built from FakeRank's answers)."""
-    prefixes = [rg.LEGACY_SELECTOR, rg.MULTI_STREAM]
+    prefixes = [rg_identity.LEGACY_SELECTOR, rg_identity.MULTI_STREAM]
 
     def piece(argv):
         rc, out, err = rank(argv)
@@ -35,8 +37,8 @@ def test_a_record_gives_the_same_identity_and_logs_as_the_commands():
     for rank_name, fake in (("head", FakeRank(log_fixture("head-regular"))),
                             ("worker", FakeRank(log_fixture("worker-regular"), container_obj=container(Args=serve_argv(1))))):
         run = rg.recorded_run(record_of(fake, cfg), NAME)
-        assert rg.collect_identity(rank_name, run, cfg) == rg.collect_identity(rank_name, fake, cfg)
-        assert rg.collect_logs(rank_name, run, cfg) == rg.collect_logs(rank_name, fake, cfg)
+        assert rg_identity.collect_identity(rank_name, run, cfg) == rg_identity.collect_identity(rank_name, fake, cfg)
+        assert rg_logs.collect_logs(rank_name, run, cfg) == rg_logs.collect_logs(rank_name, fake, cfg)
 
 
 def test_a_whole_gate_over_records_passes_like_over_commands():
@@ -57,7 +59,7 @@ def test_a_missing_container_reads_as_the_cli_would_say_it():
               "pid1_env": {"rc": 125, "stdout": "", "stderr": "no such container: dspark_vllm"},
               "manifest_sha256": {"rc": 125, "stdout": "", "stderr": "no such container: dspark_vllm"},
               "logs": {"rc": 1, "stdout": "", "stderr": "no such container: dspark_vllm"}}
-    identity, errors = rg.collect_identity("worker", rg.recorded_run(record, NAME), cfg)
+    identity, errors = rg_identity.collect_identity("worker", rg.recorded_run(record, NAME), cfg)
     assert identity["container_id"] is None
     assert any(e.startswith("worker docker container inspect failed (exit 1): no such container") for e in errors), errors
     assert any("reading the PID 1 environment failed (exit 125)" in e for e in errors), errors
@@ -120,7 +122,7 @@ def test_the_suite_reads_a_rank_with_one_rank_audit_call(monkeypatch):
     host = _FakeHost({"changed": False, "audit": {"runtime": runtime}})
     specs = []
     monkeypatch.setattr(testinfra, "get_host", lambda spec: specs.append(spec) or host)
-    got = suite.read_rank("spark-b", "/tmp/inv.yml", cfg, [rg.LEGACY_SELECTOR, rg.MULTI_STREAM])
+    got = suite.read_rank("spark-b", "/tmp/inv.yml", cfg, [rg_identity.LEGACY_SELECTOR, rg_identity.MULTI_STREAM])
     assert got == runtime
     assert specs == ["ansible://spark-b?ansible_inventory=/tmp/inv.yml"]
     module, args, check, become = host.calls[0]
@@ -128,7 +130,7 @@ def test_the_suite_reads_a_rank_with_one_rank_audit_call(monkeypatch):
     # unprivileged user.
     assert module == "gb10.dspark.rank_audit" and check is False and become is True
     assert args == {"rank": "spark-b", "container": cfg["container"], "manifest_path": cfg["manifest_path"],
-                    "runtime": {"log_tail": cfg["log_tail"], "env_prefixes": [rg.LEGACY_SELECTOR, rg.MULTI_STREAM]}}
+                    "runtime": {"log_tail": cfg["log_tail"], "env_prefixes": [rg_identity.LEGACY_SELECTOR, rg_identity.MULTI_STREAM]}}
 
 
 def test_a_failed_rank_audit_call_is_a_record_of_the_failure(monkeypatch):

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from ansible_collections.gb10.dspark.plugins.module_utils.identity import _identity
-from ansible_collections.gb10.dspark.plugins.module_utils.gate import _runtime_gate
+from ansible_collections.gb10.dspark.plugins.module_utils.gate import _runtime_gate_base
 from ansible_collections.gb10.dspark.plugins.module_utils.serving import _serving_guard
 from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import Mismatch, show
 
@@ -59,8 +59,8 @@ def test_mismatch_messages_show_both_sides():
 
 
 def test_the_gate_and_the_guard_show_through_it():
-    assert _runtime_gate.show is _identity.show and _serving_guard.show is _identity.show
-    assert _runtime_gate._show({"k": True}) == '{"k":true}'  # pylint: disable=protected-access
+    assert _runtime_gate_base.show is _identity.show and _serving_guard.show is _identity.show
+    assert _runtime_gate_base._show({"k": True}) == '{"k":true}'  # pylint: disable=protected-access
     verdict = _serving_guard.Verdict("r1")
     verdict.fail("model", "other", "served")
     verdict.fail("finish", True, "stop")
