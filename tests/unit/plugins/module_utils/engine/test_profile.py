@@ -13,6 +13,8 @@ import yaml
 from ansible_collections.community.docker.plugins.module_utils._api.utils.utils import parse_env_file
 
 from ansible_collections.gb10.dspark.plugins.module_utils.engine import _profile
+from ansible_collections.gb10.dspark.plugins.module_utils.engine import _profile_launch
+from ansible_collections.gb10.dspark.plugins.module_utils.engine import _profile_env
 from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import IdentityError
 from ansible_collections.gb10.dspark.plugins.modules import profile_resolve
 from tests.unit.plugins.conftest import REPO
@@ -65,7 +67,7 @@ def items(err: IdentityError) -> set[str]:
 
 
 def argv_of(profile: dict, rank: int) -> list[str]:
-    return _profile.rank_argv(profile, rank, HEAD_IP, 25000, 8888, SERVED)
+    return _profile_launch.rank_argv(profile, rank, HEAD_IP, 25000, 8888, SERVED)
 
 
 def flag(argv: list[str], name: str) -> str:
@@ -91,7 +93,7 @@ def test_every_profile_resolves_against_the_sample_pin(catalog, pin, name):
     assert p["mtp_tokens"] == pin["speculative_tokens"]
     assert p["env"]["KV_CACHE_DTYPE"] == pin["kv_cache_dtype"]
     assert p["gate"] == catalog[name]["gate"]
-    assert list(p["compilation_config"])[:4] == list(_profile.COMPILATION_KEY_ORDER)
+    assert list(p["compilation_config"])[:4] == list(_profile_launch.COMPILATION_KEY_ORDER)
 
 
 def _same_json(a, b) -> bool:
@@ -273,7 +275,7 @@ def test_several_violations_are_all_listed(catalog):
 def test_extra_env_adds_rank_local_knobs_without_departing(catalog):
     p = resolve(catalog, extra_env={"DSPARK_SIM_STARTUP_DELAY_S": 1})
     assert p["departures"] == [] and p["extra_env"] == {"DSPARK_SIM_STARTUP_DELAY_S": "1"}
-    env = _profile.rank_env(p, 1, *RANK_IO[1], HEAD_IP, 25000)
+    env = _profile_launch.rank_env(p, 1, *RANK_IO[1], HEAD_IP, 25000)
     assert env["DSPARK_SIM_STARTUP_DELAY_S"] == "1"
 
 
@@ -281,7 +283,7 @@ def test_extra_env_changing_a_profile_variable_departs(catalog):
     assert "env.NCCL_DEBUG" in items(refused(catalog, extra_env={"NCCL_DEBUG": "WARN"}))
     p = resolve(catalog, extra_env={"NCCL_DEBUG": "WARN"}, allow=True)
     assert p["departures"] == [{"key": "env.NCCL_DEBUG", "qualified": "INFO", "actual": "WARN"}]
-    assert _profile.rank_env(p, 0, *RANK_IO[0], HEAD_IP, 25000)["NCCL_DEBUG"] == "WARN"
+    assert _profile_launch.rank_env(p, 0, *RANK_IO[0], HEAD_IP, 25000)["NCCL_DEBUG"] == "WARN"
 
 
 def _build(catalog, rank, overrides=None, allow=False, extra_env=None) -> dict:
@@ -323,7 +325,7 @@ def test_an_engine_setting_in_extra_env_is_a_departure(catalog):
     p = resolve(catalog, extra_env={"VLLM_FOO": "1", "DSPARK_SIM_STARTUP_DELAY_S": "1"}, allow=True)
     assert p["departures"] == [{"key": "env.VLLM_FOO", "qualified": None, "actual": "1"}]
     assert p["experimental"] is True
-    assert _profile.rank_env(p, 0, *RANK_IO[0], HEAD_IP, 25000)["VLLM_FOO"] == "1"
+    assert _profile_launch.rank_env(p, 0, *RANK_IO[0], HEAD_IP, 25000)["VLLM_FOO"] == "1"
     assert p["extra_env"] == {"DSPARK_SIM_STARTUP_DELAY_S": "1"}  # what stays rank-local and unhashed
 
 
@@ -376,9 +378,9 @@ def test_simulator_and_site_knobs_on_one_rank_neither_depart_nor_change_the_sha2
 def test_the_refused_and_engine_names_are_documented():
     docs = (REPO / "docs" / "provision.md").read_text()
     for text in (docs, profile_resolve.DOCUMENTATION):
-        for name in [*_profile.REFUSED_ENV_NAMES, *(f"{prefix}*" for prefix in _profile.REFUSED_ENV_PREFIXES)]:
+        for name in [*_profile_env.REFUSED_ENV_NAMES, *(f"{prefix}*" for prefix in _profile_env.REFUSED_ENV_PREFIXES)]:
             assert name in text, name
-        for prefix in _profile.ENGINE_ENV_PREFIXES:
+        for prefix in _profile_env.ENGINE_ENV_PREFIXES:
             assert prefix in text, prefix
 
 
@@ -392,7 +394,7 @@ def test_production_argv_carries_the_compilation_config_once(catalog):
         text = flag(argv, "--compilation-config")
         assert json.loads(text) == catalog["production"]["compilation_config"]
         assert list(json.loads(text)) == ["mode", "cudagraph_mode", "cudagraph_implementation", "cudagraph_strict"]
-        assert " " not in text and text == _profile.compilation_config_json(p)
+        assert " " not in text and text == _profile_launch.compilation_config_json(p)
         assert json.loads(flag(argv, "--speculative-config")) == {"method": "dspark", "num_speculative_tokens": 6}
         assert flag(argv, "--node-rank") == str(rank) and flag(argv, "--nnodes") == "2"
         assert flag(argv, "--master-addr") == HEAD_IP and flag(argv, "--master-port") == "25000"
@@ -418,18 +420,18 @@ def test_breakable_ab_selects_breakable_graphs_in_the_config_only(catalog):
     p = resolve(catalog, "breakable-ab")
     cc = json.loads(flag(argv_of(p, 0), "--compilation-config"))
     assert cc["cudagraph_implementation"] == "breakable" and cc["cudagraph_mode"] == "PIECEWISE"
-    assert _profile.BREAKABLE_ENV not in _profile.rank_env(p, 0, *RANK_IO[0], HEAD_IP, 25000)
+    assert _profile.BREAKABLE_ENV not in _profile_launch.rank_env(p, 0, *RANK_IO[0], HEAD_IP, 25000)
     assert p["gate"]["cudagraph_implementation"] == "breakable"
 
 
 def test_bad_rank_inputs_are_all_listed(catalog):
     p = resolve(catalog)
     with pytest.raises(IdentityError) as info:
-        _profile.rank_argv(p, 2, "head-1", 0, 70000, "-x")
+        _profile_launch.rank_argv(p, 2, "head-1", 0, 70000, "-x")
     assert items(info.value) == {"rank", "head fabric address", "master port", "API port", "served model name"}
     assert all(m.rank == "profile production, rank 2" for m in info.value.mismatches)
     with pytest.raises(IdentityError) as info:
-        _profile.rank_env(p, 1, "enp1s0 f1", "", HEAD_IP, 25000)
+        _profile_launch.rank_env(p, 1, "enp1s0 f1", "", HEAD_IP, 25000)
     assert items(info.value) == {"fabric netdev (NCCL_SOCKET_IFNAME)", "HCA (NCCL_IB_HCA)"}
     assert "is ''" in str(info.value)
 
@@ -452,7 +454,7 @@ def test_the_standin_cli_parses_and_would_start_every_profile(catalog, name, tmp
         model = tmp_path / "model"
         model.mkdir(exist_ok=True)
         args = standin_cli.parse_args([str(model) if a == "/model" else a for a in argv[1:]])
-        env = _profile.rank_env(p, rank, *RANK_IO[rank], HEAD_IP, 25000)
+        env = _profile_launch.rank_env(p, rank, *RANK_IO[rank], HEAD_IP, 25000)
         cfg = standin_config.from_args(args, env)
         cfg.check_kv_capacity()
         assert cfg.cudagraph.strict_violations() == []
@@ -467,8 +469,8 @@ def test_the_standin_cli_parses_and_would_start_every_profile(catalog, name, tmp
 
 def test_rank_env_adds_the_per_rank_extras(catalog):
     p = resolve(catalog)
-    head = _profile.rank_env(p, 0, *RANK_IO[0], HEAD_IP, 25000)
-    worker = _profile.rank_env(p, 1, *RANK_IO[1], HEAD_IP, 25000)
+    head = _profile_launch.rank_env(p, 0, *RANK_IO[0], HEAD_IP, 25000)
+    worker = _profile_launch.rank_env(p, 1, *RANK_IO[1], HEAD_IP, 25000)
     assert (head["NODE_RANK"], head["HEADLESS"], head["NCCL_SOCKET_IFNAME"], head["NCCL_IB_HCA"]) == \
         ("0", "", "enp1s0f0np0", "rocep1s0f0")
     assert (worker["NODE_RANK"], worker["HEADLESS"], worker["NCCL_SOCKET_IFNAME"], worker["NCCL_IB_HCA"]) == \
@@ -477,7 +479,7 @@ def test_rank_env_adds_the_per_rank_extras(catalog):
         assert env["MASTER_ADDR"] == HEAD_IP and env["MASTER_PORT"] == "25000" and env["MTP_NUM_TOKENS"] == "6"
         assert env["VLLM_DSV4_ENABLE_MULTI_STREAM"] == "0" and _profile.BREAKABLE_ENV not in env
         assert env["NCCL_IB_GID_INDEX"] == "3"  # the site fabric default
-        rest = {k: v for k, v in env.items() if k not in _profile.PER_RANK_ENV and k not in _profile.FABRIC_ENV}
+        rest = {k: v for k, v in env.items() if k not in _profile.PER_RANK_ENV and k not in _profile_launch.FABRIC_ENV}
         assert rest == p["env"]
 
 
@@ -485,7 +487,7 @@ def test_rank_env_adds_the_per_rank_extras(catalog):
 
 def test_no_profile_sets_a_site_fabric_setting(catalog):
     for name, entry in catalog.items():
-        assert not set(entry["env"]) & set(_profile.FABRIC_ENV), name
+        assert not set(entry["env"]) & set(_profile_launch.FABRIC_ENV), name
 
 
 def test_a_site_gid_index_runs_the_qualified_profile(catalog, pin):
@@ -539,9 +541,9 @@ def _docker_cli_read(text: str) -> dict:
 
 def test_env_file_round_trips_through_both_docker_readers(catalog, tmp_path):
     p = resolve(catalog)
-    env = dict(_profile.rank_env(p, 0, *RANK_IO[0], HEAD_IP, 25000),
+    env = dict(_profile_launch.rank_env(p, 0, *RANK_IO[0], HEAD_IP, 25000),
                QUOTED='"kept as is"', WITH_EQUALS="a=b=c", HASH="#not-a-comment", EMPTY="")
-    text = _profile.env_file_text(env)
+    text = _profile_launch.env_file_text(env)
     assert text.endswith("\n") and text.splitlines() == sorted(text.splitlines())
     assert "HEADLESS=\n" in text and 'QUOTED="kept as is"\n' in text
     path = tmp_path / "production.env"
@@ -553,7 +555,7 @@ def test_env_file_round_trips_through_both_docker_readers(catalog, tmp_path):
 @pytest.mark.parametrize("value", ["two\nlines", "cr\r", "nul\0", " lead", "trail ", "\ttab"])
 def test_env_file_refuses_what_it_cannot_carry_verbatim(value):
     with pytest.raises(IdentityError) as info:
-        _profile.env_file_text({"OK": "1", "BAD": value, "bad name": "x"})
+        _profile_launch.env_file_text({"OK": "1", "BAD": value, "bad name": "x"})
     assert items(info.value) == {"BAD", "name 'bad name'"}
 
 
