@@ -17,7 +17,7 @@ controller: ``depth-<n>.json`` per finished depth, ``progress.json`` at the star
 each depth, ``niah.json`` (the summary) at the end, all atomically. A second run with the same
 ``run_key`` reuses the PASS and FAIL rows whose prompt is the same (``prompt_sha256``: sha256
 of the decimal ids joined by ``,``) and runs the rest again. ``.lock`` (``flock``) keeps two
-runs out of one directory.
+runs out of one directory (the files and the lock: :mod:`._niah_files`).
 
 Setup problems (the engine is unreachable, the model is not served, the marker cannot be found,
 the directory belongs to another run or is in use) raise :class:`CheckError`; a failed or
@@ -25,12 +25,9 @@ unanswered depth is a result (a row with status FAIL or ERROR), not an exception
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import importlib
-import json
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -39,6 +36,17 @@ from ansible_collections.gb10.dspark.plugins.module_utils.engine._engine_probe i
 from ansible_collections.gb10.dspark.plugins.module_utils.common._files import write_json_atomic
 from ansible_collections.gb10.dspark.plugins.module_utils.common._http import ApiUnreachable
 from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import CheckError
+from ansible_collections.gb10.dspark.plugins.module_utils.serving._niah_files import (
+    PROGRESS_FILE,
+    RunLock,
+    SUMMARY_FILE,
+    _load_optional,
+    existing_rows,
+    lock_held,
+    make_output_dir,
+    row_files,
+    row_path,
+)
 
 # call(method, path, body or None, timeout) -> (status, parsed body); see _http.json_client.
 Call = Callable[[str, str, "dict | None", float], tuple]
@@ -83,10 +91,6 @@ WAIT_ARGUMENT_SPEC = {
     "progress_every": {"type": "float", "default": 300},
 }
 
-SUMMARY_FILE = "niah.json"
-PROGRESS_FILE = "progress.json"
-LOCK_FILE = ".lock"
-_ROW_FILE = re.compile(r"depth-(\d+)\.json")
 KEPT_STATUSES = ("PASS", "FAIL")
 
 
@@ -414,93 +418,6 @@ def reusable(old: dict | None, s: Settings, prompt: Prompt) -> bool:
     """A finished row of this run for the same prompt: not sent again."""
     return (isinstance(old, dict) and old.get("status") in KEPT_STATUSES and old.get("run_key") == s.run_key
             and old.get("prompt_sha256") == prompt.sha256 and old.get("depth") == prompt.depth)
-
-
-# ---- the output directory --------------------------------------------------------------------
-def row_path(output_dir: str, depth: int) -> str:
-    return os.path.join(output_dir, f"depth-{depth}.json")
-
-
-def _load(path: str, rank: str) -> object:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except (OSError, ValueError) as exc:
-        raise CheckError(rank, f"cannot read {path}: {exc}") from None
-
-
-def _load_optional(path: str, rank: str) -> object:
-    return _load(path, rank) if os.path.exists(path) else None
-
-
-def row_files(output_dir: str) -> dict[int, str]:
-    """depth -> path of every ``depth-<n>.json`` in the directory."""
-    if not os.path.isdir(output_dir):
-        return {}
-    found = {}
-    for name in os.listdir(output_dir):
-        match = _ROW_FILE.fullmatch(name)
-        if match:
-            found[int(match.group(1))] = os.path.join(output_dir, name)
-    return dict(sorted(found.items()))
-
-
-def existing_rows(output_dir: str, run_key: str, rank: str) -> dict[int, dict]:
-    """The rows already in the directory; CheckError when it holds another run."""
-    summary = _load_optional(os.path.join(output_dir, SUMMARY_FILE), rank)
-    documents = [summary] if summary is not None else []
-    rows = {depth: _load(path, rank) for depth, path in row_files(output_dir).items()}
-    for doc in [*documents, *rows.values()]:
-        other = doc.get("run_key") if isinstance(doc, dict) else None
-        if other != run_key:
-            raise CheckError(rank, f"{output_dir} holds the rows of run {other if other is not None else 'unknown'}, "
-                                   f"this run is {run_key}")
-    return rows
-
-
-def lock_held(output_dir: str) -> bool:
-    """Whether another open file holds the run lock (probed with a shared, non-blocking lock)."""
-    path = os.path.join(output_dir, LOCK_FILE)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # closing drops the probe's lock
-    return False
-
-
-class RunLock:
-    """``<output_dir>/.lock`` held with an exclusive ``flock`` for the whole run."""
-
-    def __init__(self, output_dir: str, rank: str):
-        self.output_dir, self.rank = output_dir, rank
-        self.fd: int | None = None
-
-    def __enter__(self) -> RunLock:
-        fd = os.open(os.path.join(self.output_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o640)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise CheckError(self.rank, f"a NIAH run is already in progress in {self.output_dir}") from None
-        self.fd = fd
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-
-
-def make_output_dir(path: str) -> None:
-    if not os.path.isdir(path):
-        os.makedirs(path, exist_ok=True)
-        os.chmod(path, 0o750)
 
 
 # ---- the run ---------------------------------------------------------------------------------
