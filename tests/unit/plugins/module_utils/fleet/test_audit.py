@@ -16,6 +16,7 @@ import pytest
 from tests.support import standin
 
 from ansible_collections.gb10.dspark.plugins.module_utils.fleet import _audit
+from ansible_collections.gb10.dspark.plugins.module_utils.fleet import _audit_verdict
 from ansible_collections.gb10.dspark.plugins.module_utils.engine import _container_reads as cr
 from ansible_collections.gb10.dspark.plugins.module_utils.engine._docker_engine import Engine, EngineError
 from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import CheckError
@@ -499,7 +500,7 @@ def find(result: dict, rank: str, item: str) -> dict:
 
 def test_ok(pair_audits):
     head, worker = pair_audits
-    result = _audit.pair_verdict(PAIR, desired(), head, worker)
+    result = _audit_verdict.pair_verdict(PAIR, desired(), head, worker)
     assert result["verdict"] == "OK" and result["differences"] == [] and result["reasons"] == []
     assert result["pair"] == PAIR
     assert result["ranks"]["head"]["rank"] == NAMES["head"] and result["ranks"]["head"]["api_ready"] is True
@@ -536,7 +537,7 @@ def test_an_api_that_answers_but_does_not_generate_is_hung_with_the_reason(tmp_p
     assert head["api"]["ready"] is True and head["liveness"]["ok"] is False
     assert head["liveness"]["error"] == "the API answers, but no token came within 0.5 s"
     assert head["liveness"]["stalled"] is True
-    result = _audit.pair_verdict(PAIR, desired(), head, worker)
+    result = _audit_verdict.pair_verdict(PAIR, desired(), head, worker)
     assert result["verdict"] == "HUNG"
     assert result["reasons"] == [f"rank {NAMES['head']}: generation is stalled, expected one token "
                                  "(the API answers, but no token came within 0.5 s)"]
@@ -555,9 +556,9 @@ def test_a_secret_in_the_last_log_lines_is_redacted(tmp_path, api):
 
 def test_only_a_down_or_hung_pair_carries_logs(pair_audits):
     head, worker = pair_audits
-    assert "logs" not in _audit.pair_verdict(PAIR, desired(), head, worker)  # OK
-    assert "logs" not in _audit.pair_verdict(PAIR, desired(image_id=OLD_IMAGE_ID), head, worker)  # DRIFT
-    assert "logs" not in _audit.pair_verdict(PAIR, desired(), head, None)  # UNREACHABLE: nothing was read
+    assert "logs" not in _audit_verdict.pair_verdict(PAIR, desired(), head, worker)  # OK
+    assert "logs" not in _audit_verdict.pair_verdict(PAIR, desired(image_id=OLD_IMAGE_ID), head, worker)  # DRIFT
+    assert "logs" not in _audit_verdict.pair_verdict(PAIR, desired(), head, None)  # UNREACHABLE: nothing was read
 
 
 def test_a_stopped_engine_is_down_with_its_exit_code_and_its_errors(tmp_path, api):
@@ -580,7 +581,7 @@ def test_a_stopped_engine_is_down_with_its_exit_code_and_its_errors(tmp_path, ap
     assert len(head["container"]["last_log_lines"]) == _audit.LAST_LOG_LINES
     worker_engine = docker_up("worker")
     worker_engine.logged = "INFO waiting for the head\n"
-    result = _audit.pair_verdict(PAIR, desired(), head, collect_rank(tmp_path, "worker", engine=worker_engine))
+    result = _audit_verdict.pair_verdict(PAIR, desired(), head, collect_rank(tmp_path, "worker", engine=worker_engine))
     assert result["verdict"] == "DOWN"
     assert result["logs"] == {"head": head["container"]["last_log_lines"], "worker": ["INFO waiting for the head"]}
     reason = next(r for r in result["reasons"] if "container dspark_vllm" in r)
@@ -608,7 +609,7 @@ def test_exception_lines_are_found_behind_the_process_prefix(tmp_path, api):
 def test_a_stopped_engine_without_exception_lines_shows_its_last_lines(tmp_path, api):
     engine = docker_up("head", inspect=inspect_doc("head", running=False, exit_code=137))
     engine.logged = "\n".join(f"INFO line {i}" for i in range(9))
-    result = _audit.pair_verdict(PAIR, desired(), collect_rank(tmp_path, "head", engine=engine, api_url=api.url),
+    result = _audit_verdict.pair_verdict(PAIR, desired(), collect_rank(tmp_path, "head", engine=engine, api_url=api.url),
                                  collect_rank(tmp_path, "worker"))
     reason = next(r for r in result["reasons"] if "container dspark_vllm" in r)
     assert reason.endswith("(exit code 137), expected running (last log lines: INFO line 4 | INFO line 5 | INFO line 6 "
@@ -620,14 +621,14 @@ def test_down_wins_over_hung(tmp_path):
         head = collect_rank(tmp_path, "head", api_url=stalled.url, liveness_timeout=0.3)
     worker = collect_rank(tmp_path, "worker", engine=docker_up("worker", inspect=inspect_doc("worker", running=False,
                                                                                                exit_code=137)))
-    result = _audit.pair_verdict(PAIR, desired(), head, worker)
+    result = _audit_verdict.pair_verdict(PAIR, desired(), head, worker)
     assert result["verdict"] == "DOWN"
     assert any("exit code 137" in r for r in result["reasons"]), result["reasons"]
 
 
 def test_registered_module_results_are_accepted(pair_audits):
     head, worker = pair_audits
-    result = _audit.pair_verdict(PAIR, desired(), {"changed": False, "audit": head}, {"changed": False, "audit": worker})
+    result = _audit_verdict.pair_verdict(PAIR, desired(), {"changed": False, "audit": head}, {"changed": False, "audit": worker})
     assert result["verdict"] == "OK"
 
 
@@ -642,7 +643,7 @@ def test_unreachable(pair_audits, head_in, worker_in, names):
     head, worker = pair_audits
     head_in = head if head_in == "audit" else head_in
     worker_in = worker if worker_in == "audit" else worker_in
-    result = _audit.pair_verdict(PAIR, desired(), head_in, worker_in)
+    result = _audit_verdict.pair_verdict(PAIR, desired(), head_in, worker_in)
     assert result["verdict"] == "UNREACHABLE" and result["differences"] == []
     assert len(result["reasons"]) == len(names)
     for reason, start in zip(result["reasons"], names):
@@ -653,7 +654,7 @@ def test_unreachable_wins_over_down(pair_audits):
     head, _unused = pair_audits
     head = copy.deepcopy(head)
     head["container"].update(running=False, status="exited", exit_code=1)
-    assert _audit.pair_verdict(PAIR, desired(), head, None)["verdict"] == "UNREACHABLE"
+    assert _audit_verdict.pair_verdict(PAIR, desired(), head, None)["verdict"] == "UNREACHABLE"
 
 
 def _docker_dead(a, role):
@@ -689,7 +690,7 @@ def _api_not_queried(a, role):
 def test_down(pair_audits, role, breaks, message):
     audits = dict(zip(("head", "worker"), copy.deepcopy(pair_audits)))
     breaks(audits[role], role)
-    result = _audit.pair_verdict(PAIR, desired(), audits["head"], audits["worker"])
+    result = _audit_verdict.pair_verdict(PAIR, desired(), audits["head"], audits["worker"])
     assert result["verdict"] == "DOWN"
     assert any(r.startswith(message) for r in result["reasons"]), result["reasons"]
 
@@ -698,7 +699,7 @@ def test_down_wins_over_drift_and_still_lists_the_differences(pair_audits):
     head, worker = copy.deepcopy(pair_audits)
     worker["container"].update(running=False, status="exited", exit_code=1)
     worker["container"]["image_id"] = OLD_IMAGE_ID
-    result = _audit.pair_verdict(PAIR, desired(), head, worker)
+    result = _audit_verdict.pair_verdict(PAIR, desired(), head, worker)
     assert result["verdict"] == "DOWN" and len(result["reasons"]) == 1
     diff = find(result, NAMES["worker"], "running image")
     assert (diff["expected"], diff["actual"]) == (IMAGE_ID, OLD_IMAGE_ID)
@@ -707,7 +708,7 @@ def test_down_wins_over_drift_and_still_lists_the_differences(pair_audits):
 def test_down_skips_what_an_absent_container_cannot_show(pair_audits):
     head, worker = copy.deepcopy(pair_audits)
     _absent(worker, "worker")
-    result = _audit.pair_verdict(PAIR, desired(), head, worker)
+    result = _audit_verdict.pair_verdict(PAIR, desired(), head, worker)
     assert result["verdict"] == "DOWN" and result["differences"] == []
 
 
@@ -780,7 +781,7 @@ def test_every_drift_cause_names_rank_expected_actual(pair_audits, role, change,
     audit = audits[role]
     change(audit)
     item = item.format(dir=audit["model"]["dir"], path=audit["manifest"]["path"], env=audit["profile_file"]["path"])
-    result = _audit.pair_verdict(PAIR, desired(), audits["head"], audits["worker"])
+    result = _audit_verdict.pair_verdict(PAIR, desired(), audits["head"], audits["worker"])
     assert result["verdict"] == "DRIFT", result["differences"]
     diff = find(result, NAMES[role], item)
     assert (diff["expected"], diff["actual"], diff["role"]) == (expected, actual, role)
@@ -794,7 +795,7 @@ def test_every_drift_cause_names_rank_expected_actual(pair_audits, role, change,
 def test_hand_edit_reason_names_the_changed_entries(pair_audits):
     head, worker = copy.deepcopy(pair_audits)
     _hand_edit(worker)
-    result = _audit.pair_verdict(PAIR, desired(), head, worker)
+    result = _audit_verdict.pair_verdict(PAIR, desired(), head, worker)
     diff = find(result, NAMES["worker"], f"profile env file {worker['profile_file']['path']}")
     assert "NCCL_IB_GID_INDEX" in diff["message"]
 
@@ -803,7 +804,7 @@ def test_ranks_disagreeing_with_each_other(pair_audits):
     head, worker = copy.deepcopy(pair_audits)
     worker["container"]["image_id"] = OLD_IMAGE_ID
     worker["container"]["labels"]["io.gb10.dspark.profile.sha256"] = "a" * 64
-    result = _audit.pair_verdict(PAIR, desired(), head, worker)
+    result = _audit_verdict.pair_verdict(PAIR, desired(), head, worker)
     assert result["verdict"] == "DRIFT"
     cross = [d for d in result["differences"] if d["expected_word"].startswith("head ")]
     assert [(d["item"], d["expected"], d["actual"]) for d in cross] == [
@@ -816,7 +817,7 @@ def test_ranks_disagreeing_when_the_desired_state_is_met_by_neither(pair_audits)
     head, worker = copy.deepcopy(pair_audits)
     head["container"]["image_id"] = "sha256:" + "1" * 64
     worker["container"]["image_id"] = "sha256:" + "2" * 64
-    result = _audit.pair_verdict(PAIR, desired(), head, worker)
+    result = _audit_verdict.pair_verdict(PAIR, desired(), head, worker)
     items = [(d["rank"], d["item"]) for d in result["differences"]]
     assert items.count((NAMES["head"], "running image")) == 1 and items.count((NAMES["worker"], "running image")) == 2
 
@@ -826,7 +827,7 @@ def test_every_difference_is_listed_at_once(pair_audits):
     _manifest(head)
     _revision(worker)
     _hand_edit(worker)
-    result = _audit.pair_verdict(PAIR, desired(), head, worker)
+    result = _audit_verdict.pair_verdict(PAIR, desired(), head, worker)
     assert result["verdict"] == "DRIFT" and len(result["differences"]) == 3 and result["reasons"] == []
 
 
@@ -834,20 +835,20 @@ def test_revision_compares_without_case_and_cudagraph_is_optional(pair_audits):
     head, worker = copy.deepcopy(pair_audits)
     worker["model"]["revision"] = MODEL_REVISION.upper()
     head["container"]["labels"]["io.gb10.dspark.cudagraph.implementation"] = "breakable"
-    result = _audit.pair_verdict(PAIR, desired(cudagraph_implementation=None), head, worker)
+    result = _audit_verdict.pair_verdict(PAIR, desired(cudagraph_implementation=None), head, worker)
     assert result["verdict"] == "OK", result["reasons"]
 
 
 @pytest.mark.parametrize("bad", [None, [], {"image_id": IMAGE_ID}, desired(served_model="")])
 def test_incomplete_desired_state_is_refused(pair_audits, bad):
     with pytest.raises(ValueError):
-        _audit.pair_verdict(PAIR, bad, *pair_audits)
+        _audit_verdict.pair_verdict(PAIR, bad, *pair_audits)
 
 
 def test_incomplete_audit_is_not_trusted(pair_audits):
     head, worker = copy.deepcopy(pair_audits)
     del worker["manifest"]
-    result = _audit.pair_verdict(PAIR, desired(), head, worker)
+    result = _audit_verdict.pair_verdict(PAIR, desired(), head, worker)
     assert result["verdict"] == "UNREACHABLE" and "missing manifest" in result["reasons"][0]
 
 
@@ -859,7 +860,7 @@ TAG = "dspark-r0b0tlab:production-v026"
 
 def test_pinned_tag_on_the_pinned_id_is_ok(pair_audits):
     head, worker = pair_audits
-    assert _audit.pair_verdict(PAIR, desired(image_tag=TAG), head, worker)["verdict"] == "OK"
+    assert _audit_verdict.pair_verdict(PAIR, desired(image_tag=TAG), head, worker)["verdict"] == "OK"
 
 
 def test_another_image_under_the_pinned_tag_is_drift_on_that_rank(pair_audits):
@@ -869,7 +870,7 @@ def test_another_image_under_the_pinned_tag_is_drift_on_that_rank(pair_audits):
         if image["id"] == IMAGE_ID:
             image["tags"] = [t for t in image["tags"] if t != TAG]
     worker["images"].append({"id": swapped, "tags": [TAG]})
-    result = _audit.pair_verdict(PAIR, desired(image_tag=TAG), head, worker)
+    result = _audit_verdict.pair_verdict(PAIR, desired(image_tag=TAG), head, worker)
     assert result["verdict"] == "DRIFT"
     assert [d["message"] for d in result["differences"]] == [
         f"rank {worker['rank']}: image {TAG} is {swapped}, pinned {IMAGE_ID}"]
@@ -880,14 +881,14 @@ def test_pinned_tag_missing_is_drift(pair_audits):
     head, worker = copy.deepcopy(pair_audits)
     for image in head["images"]:
         image["tags"] = [t for t in image["tags"] if t != TAG]
-    result = _audit.pair_verdict(PAIR, desired(image_tag=TAG), head, worker)
+    result = _audit_verdict.pair_verdict(PAIR, desired(image_tag=TAG), head, worker)
     assert result["verdict"] == "DRIFT"
     assert result["differences"][0]["actual"] == "absent" and result["differences"][0]["item"] == f"image {TAG}"
 
 
 def test_an_unreachable_rank_is_named_by_the_inventory_name_given(pair_audits):
     head, _unused = pair_audits
-    result = _audit.pair_verdict(PAIR, desired(), head, {"unreachable": True, "msg": "No route to host"},
+    result = _audit_verdict.pair_verdict(PAIR, desired(), head, {"unreachable": True, "msg": "No route to host"},
                                  names=("sim09-head", "sim09-worker"))
     assert result["verdict"] == "UNREACHABLE"
     assert result["reasons"] == ["rank sim09-worker: host is unreachable, expected reachable (No route to host)"]
