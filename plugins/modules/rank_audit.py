@@ -30,7 +30,7 @@ description:
     (or no socket at I(docker_host)) is RV(audit.docker.reachable=false), a missing file is C(present=false),
     an API that does not answer is RV(audit.api.ready=false) with its error.
   - The pair's verdict (OK, DRIFT, DOWN, HUNG or UNREACHABLE) is computed from both ranks' results by
-    C(pair_verdict) in the collection's C(_audit) module_utils.
+    C(pair_verdict) in the collection's C(_audit_verdict) module_utils.
 extends_documentation_fragment:
   - gb10.dspark._attributes
   - gb10.dspark._rank

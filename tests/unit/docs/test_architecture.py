@@ -475,3 +475,111 @@ def test_values_once_the_site_defaults_are_spelled_in_site_py_only():
     found = [f"{_rel(p)}:{line} {text}" for p in _collection_python() if p.name != "_site.py"
              for line, text in _python_code_strings(p) if text in values]
     assert found == []
+
+
+# ---- module_utils by domain (docs/architecture.md, section 8) -------------------------------------------------
+# Every module_utils file lives in a domain folder that the page's table names, each folder a package with an empty
+# __init__.py (ansible-test's empty-init), every file the table names for a domain is there, and no file is over
+# MAX_LINES lines unless the first lines of its docstring say why ("Why this file is long: <the reason>").
+MODULE_UTILS = REPO / "plugins" / "module_utils"
+MAX_LINES = 600
+LONG_REASON = "Why this file is long:"
+REASON_WITHIN = 6  # lines of the module docstring
+_DOMAIN_ROW = re.compile(r"^\|\s*`(\w+)/`\s*\|(.*)\|\s*$")
+
+
+def architecture_domains(text: str) -> dict[str, set[str]]:
+    """{domain: the ``_names`` its row lists} from the table of the page's "module_utils by domain" section."""
+    section = re.search(r"^## [^\n]*module_utils by domain\n(.*?)(?=^## |\Z)", text, flags=re.M | re.S)
+    if not section:
+        return {}
+    rows = [_DOMAIN_ROW.match(line) for line in section.group(1).splitlines()]
+    return {m.group(1): set(re.findall(r"`(_\w+)`", m.group(2).rsplit("|", 1)[-1])) for m in rows if m}
+
+
+def module_utils_layout_problems(root: Path, domains: dict[str, set[str]]) -> list[str]:
+    """What in the module_utils folder ``root`` breaks the layout the page's table describes."""
+    problems = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if "__pycache__" in rel.parts:
+            continue
+        if len(rel.parts) != 2:
+            problems.append(f"{rel}: not in a domain folder (module_utils/<domain>/_name.py)")
+        elif rel.parts[0] not in domains:
+            problems.append(f"{rel}: the folder {rel.parts[0]}/ is no domain of docs/architecture.md's table")
+        elif path.name == "__init__.py":
+            if path.read_text(encoding="utf-8").strip():
+                problems.append(f"{rel}: not empty (ansible-test sanity wants empty __init__.py files)")
+        elif not path.name.startswith("_"):
+            problems.append(f"{rel}: not private (module_utils files are _name.py)")
+    for domain, names in sorted(domains.items()):
+        if not (root / domain / "__init__.py").is_file():
+            problems.append(f"{domain}/: no __init__.py (or no such folder)")
+        problems += [f"{domain}/{name}.py: named in the table, not in the folder" for name in sorted(names)
+                     if not (root / domain / f"{name}.py").is_file()]
+    return problems
+
+
+def long_file_problems(root: Path) -> list[str]:
+    """The module_utils files over MAX_LINES lines whose docstring's first lines give no reason."""
+    problems = []
+    for path in sorted(root.rglob("_*.py")):
+        text = path.read_text(encoding="utf-8")
+        lines = len(text.splitlines())
+        if lines <= MAX_LINES:
+            continue
+        doc = (ast.get_docstring(ast.parse(text)) or "").splitlines()[:REASON_WITHIN]
+        reason = next((line.split(LONG_REASON, 1)[1].strip() for line in doc if LONG_REASON in line), "")
+        if len(reason) < 20:
+            problems.append(f"{path.relative_to(root)}: {lines} lines, over {MAX_LINES}, and the first "
+                            f"{REASON_WITHIN} lines of its docstring do not say '{LONG_REASON} <the reason>'")
+    return problems
+
+
+def test_module_utils_by_domain_every_file_lives_in_a_domain_of_the_page():
+    domains = architecture_domains((REPO / "docs" / "architecture.md").read_text(encoding="utf-8"))
+    assert {"common", "identity", "engine", "fleet", "serving", "gate", "evidence"} <= set(domains), domains
+    assert all(domains.values()), f"a domain row names no file: {domains}"
+    assert module_utils_layout_problems(MODULE_UTILS, domains) == []
+
+
+def test_module_utils_by_domain_no_file_is_long_without_a_reason():
+    assert list(MODULE_UTILS.rglob("_*.py"))
+    assert long_file_problems(MODULE_UTILS) == []
+
+
+def test_module_utils_by_domain_the_checks_see_what_they_are_for(tmp_path):
+    """The checks above are not vacuous: a flat file, a folder the page does not name, a non-empty __init__.py,
+    a file the table names but the folder lacks, and a long file without a reason are each found."""
+    page = ("## 8. module_utils by domain\ntext\n\n| domain | what | files |\n|---|---|---|\n"
+            "| `common/` | all | `_clock`, `_http` |\n| `gate/` | the gate | `_runtime_gate` |\n\n## Who owns what\n"
+            "| `other/` | not in the section | `_x` |\n")
+    domains = architecture_domains(page)
+    assert domains == {"common": {"_clock", "_http"}, "gate": {"_runtime_gate"}}
+    root = tmp_path / "module_utils"
+    for rel, text in {"common/__init__.py": "", "common/_clock.py": "", "common/_http.py": "",
+                      "gate/__init__.py": "", "gate/_runtime_gate.py": ""}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    assert module_utils_layout_problems(root, domains) == []
+    (root / "_flat.py").write_text("")
+    (root / "serving").mkdir()
+    (root / "serving" / "_niah.py").write_text("")
+    (root / "gate" / "__init__.py").write_text("import os\n")
+    (root / "gate" / "_runtime_gate.py").unlink()
+    (root / "common" / "public.py").write_text("")
+    found = module_utils_layout_problems(root, domains)
+    assert [f.split(":")[0] for f in found] == ["_flat.py", "common/public.py", "gate/__init__.py",
+                                                "serving/_niah.py", "gate/_runtime_gate.py"], found
+
+    body = "\n".join(f"X{i} = {i}" for i in range(MAX_LINES))
+    (root / "common" / "_clock.py").write_text(f'"""The clock."""\n{body}\n')
+    (root / "common" / "_http.py").write_text(f'"""The client.\n\nWhy this file is long: one protocol, read '
+                                              f'top to bottom, would be harder to follow in two files.\n"""\n{body}\n')
+    (root / "gate" / "_short.py").write_text('"""Short."""\nX = 1\n')
+    (root / "gate" / "_bare.py").write_text(f'"""Why this file is long: because."""\n{body}\n')  # no real reason
+    late = "\n".join(["The gate."] + ["more"] * REASON_WITHIN + ["Why this file is long: said too late to count."])
+    (root / "gate" / "_late.py").write_text(f'"""{late}\n"""\n{body}\n')
+    assert [f.split(":")[0] for f in long_file_problems(root)] == ["common/_clock.py", "gate/_bare.py",
+                                                                   "gate/_late.py"]
