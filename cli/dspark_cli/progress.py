@@ -17,7 +17,7 @@ NO_LOG_MSG = "(output hidden: no_log)"
 # READY line, gb10.dspark.niah_wait's progress): ansible-runner hands them on as ``verbose`` events.
 WAIT_LINE = re.compile(r"^\[(?P<host>[^\]\s]+)\] (?P<text>(\d\d:\d\d:\d\d waited |READY |NIAH ).*)$")
 # Tasks whose result message is the point of the task: the gate's verdict, a summary.
-SHOWN_ACTIONS = frozenset({"ansible.builtin.debug", "debug"})
+SHOWN_ACTIONS = frozenset({"ansible.builtin.debug", "debug", "gb10.dspark.runtime_gate"})
 
 
 def pair_map(inventory: Mapping | None) -> dict[str, str]:

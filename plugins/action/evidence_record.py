@@ -6,7 +6,7 @@ from __future__ import annotations
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import CheckError, IdentityError, failure
-from ansible_collections.gb10.dspark.plugins.module_utils.evidence._evidence_run import record_run_files
+from ansible_collections.gb10.dspark.plugins.module_utils.evidence._evidence_run import record_run_files, write_run_contents
 
 FACT = "dspark_evidence_run_files"
 
@@ -24,7 +24,7 @@ class ActionModule(ActionBase):
             return result
         existing = self._templar.template(task_vars.get(FACT, []))
         try:
-            run_files, recorded, missing = record_run_files(existing, files)
+            run_files, recorded, missing = record_run_files(existing, write_run_contents(files))
         except IdentityError as exc:
             result.update(failed=True, **failure(exc.mismatches))
             return result

@@ -39,6 +39,13 @@ options:
         description: Its absolute path on the control node (a folder for C(kind=niah_run)).
         type: path
         required: true
+      content:
+        description:
+          - A JSON document to write to O(files[].src) first (atomically, its folder made, mode 0644,
+            sorted keys), so that one task writes a result and records it. Without it, O(files[].src)
+            names a file written before.
+          - An entry with a bad name, kind or source is refused before anything is written.
+        type: raw
       kind:
         description:
           - The pack kind (C(readiness), C(gate), C(guard), C(systems), C(tree), C(other), ...).
@@ -49,7 +56,9 @@ options:
 attributes:
   check_mode:
     support: full
-    details: Reads files on the control node and sets a fact; the same in check mode.
+    details: Reads files on the control node and sets a fact; the same in check mode, where an entry's
+      O(files[].content) is written too (evidence of the run, on the control node; the roles skip the
+      task in check mode where nothing should be written).
   diff_mode:
     support: none
     details: Changes nothing.
@@ -67,6 +76,15 @@ author:
 
 EXAMPLES = r"""
 ---
+- name: Write the readiness record and add it to this run's evidence
+  gb10.dspark.evidence_record:
+    files:
+      - name: readiness.json
+        src: "{{ dspark_evidence_dir }}/{{ dspark_pair }}/readiness.json"
+        kind: readiness
+        content: {pair: "{{ dspark_pair }}", ready: true}
+  when: not ansible_check_mode
+
 - name: Record the guard's report as a result of this run
   gb10.dspark.evidence_record:
     files:

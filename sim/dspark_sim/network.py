@@ -106,6 +106,13 @@ def control_sent_bytes() -> int:
     return int(Path(f"/sys/class/net/{layout.BRIDGE}/statistics/tx_bytes").read_text())
 
 
+def pair_received_bytes(pair: layout.Pair) -> int:
+    """Bytes the management bridge has sent towards the pair's ranks (the transmit counters of their veths'
+    bridge ends): what the control node, or anything else on the bridge, sent to this pair alone. Another
+    pair's traffic at the same time is not in it, where it is in :func:`control_sent_bytes`."""
+    return sum(int(Path(f"/sys/class/net/{r.host_veth}/statistics/tx_bytes").read_text()) for r in pair.ranks)
+
+
 @contextmanager
 def uplink_cap(rate_mbit: float):
     """Cap the control node's uplink (its side of the management bridge) at ``rate_mbit`` Mbit/s

@@ -12,14 +12,71 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from simhelpers import INVENTORY, PAIRS, layout, sim_cli  # noqa: E402
 
 
+# ---- lanes: the two pairs' tests run side by side (tests/support/lanes.py) --------------------------
+# A test that works on one pair asks for it as ``pair_a`` (sim01) or ``pair_b`` (sim02); a test that
+# asks for ``sim`` itself works on the whole fleet. `--lane a` and `--lane b` run the one-pair tests of
+# one pair, in two pytest processes at once, each pair's tests in file order; `--lane first` and
+# `--lane last` run the whole-fleet files alone, before and after them. `--lane all` (the default) runs
+# everything in one process, in file order, as `pytest tests/integration` always did.
+FLEET_FIRST = ("test_10_simulated_bed.py",)
+FLEET_LAST = ("test_80_fleet.py", "test_90_teardown.py")
+LANES = ("all", "first", "a", "b", "last")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--lane", choices=LANES, default="all",
+                     help="which simulator tests this process runs (tests/support/lanes.py runs the lanes)")
+
+
+def lane_of(item) -> str:
+    """first or last for a test of a whole-fleet file, a or b for a test that asks for one pair only."""
+    name = Path(str(item.fspath)).name
+    if name in FLEET_FIRST:
+        return "first"
+    if name in FLEET_LAST:
+        return "last"
+    wants = set(item.fixturenames)
+    direct = set(item._fixtureinfo.argnames)
+    pairs = {"pair_a", "pair_b"} & wants
+    if "sim" not in wants:
+        return "a"  # touches no pair: either lane may run it
+    if "sim" in direct or len(pairs) != 1:
+        raise pytest.UsageError(f"{item.nodeid}: a test outside {', '.join(FLEET_FIRST + FLEET_LAST)} works on one "
+                                f"pair: ask for pair_a or pair_b (it asks for {sorted(pairs) or 'neither'}"
+                                f"{' and for sim' if 'sim' in direct else ''})")
+    return "a" if pairs == {"pair_a"} else "b"
+
+
 @pytest.fixture(scope="session")
-def sim():
+def sim(request):
+    """The simulated fleet. One process (--lane all) brings it down and up at the start and down at the
+    end; the lanes share it: `first` brings it down and up, `a` and `b` find it up, `last` takes it down."""
     if os.geteuid() != 0:
         pytest.fail("the simulator needs root")
-    sim_cli("down")  # start from nothing: a fleet left up by someone else may hold stale images
-    sim_cli("up", "--pairs", str(PAIRS))
-    yield layout.pairs(PAIRS)
-    sim_cli("down", check=False)
+    lane = request.config.getoption("--lane")
+    if lane in ("all", "first"):
+        sim_cli("down")  # start from nothing: a fleet left up by someone else may hold stale images
+        sim_cli("up", "--pairs", str(PAIRS))
+    pairs = layout.pairs(PAIRS)
+    if lane in ("a", "b", "last"):
+        missing = [r.name for p in pairs for r in p.ranks if not (r.dir / "run" / "init.pid").exists()]
+        if missing:
+            pytest.fail(f"--lane {lane} expects the simulator up (--lane first brings it up); not up: {missing}")
+    yield pairs
+    if lane in ("all", "last"):
+        sim_cli("down", check=False)
+
+
+@pytest.fixture(scope="session")
+def pair_a(sim):
+    """Pair sim01, for a test that works on it alone (lane a)."""
+    return sim[0]
+
+
+@pytest.fixture(scope="session")
+def pair_b(sim):
+    """Pair sim02, for a test that works on it alone (lane b)."""
+    return sim[1]
 
 
 @pytest.fixture(scope="session")
@@ -54,7 +111,10 @@ def host_vars():
         path.parent.mkdir(exist_ok=True)
         merged = (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
         merged.update(data)
-        path.write_text(yaml.safe_dump(merged))
+        # Atomically: the other lane's Ansible runs read the same inventory folder at any moment.
+        temp = INVENTORY / f".{rank.name}.yml.{os.getpid()}.tmp"
+        temp.write_text(yaml.safe_dump(merged))
+        os.replace(temp, path)
         written.append(path)
 
     yield put
@@ -73,6 +133,14 @@ _MATRIX = reliability.load_matrix(Path(__file__).with_name("fault_matrix.yml"))
 
 
 def pytest_collection_modifyitems(session, config, items):
+    lane = config.getoption("--lane")
+    lanes = {item.nodeid: lane_of(item) for item in items}  # every run checks that each test has its lane
+    if lane != "all":
+        keep = [item for item in items if lanes[item.nodeid] == lane]
+        dropped = [item for item in items if item not in keep]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = keep
     for item in items:
         for mark in item.iter_markers("fault"):
             reliability.claim(_MATRIX, item.nodeid, tuple(mark.args))
@@ -85,6 +153,13 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    part = os.environ.get("DSPARK_RELIABILITY_PART")
+    if part:  # one lane of tests/support/lanes.py: its claims and outcomes, merged into the report by the runner
+        import json
+
+        Path(part).parent.mkdir(parents=True, exist_ok=True)
+        Path(part).write_text(json.dumps(reliability.dump(_MATRIX), indent=1) + "\n")
+        return
     target = os.environ.get("DSPARK_RELIABILITY_REPORT")
     if not target or not any(r.observed for r in _MATRIX):
         return

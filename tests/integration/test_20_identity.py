@@ -49,14 +49,14 @@ def fails_closed(pair, clean_tree, *extra: str, expect: list[str], tree: Path | 
 
 
 @pytest.fixture
-def pair2(sim):
-    pair = sim[1]
+def pair2(pair_b):
+    pair = pair_b
     unconverge(pair)
     return pair
 
 
-def test_identity_converges_then_changes_nothing(sim, clean_tree):
-    pair = sim[0]
+def test_identity_converges_then_changes_nothing(pair_a, clean_tree):
+    pair = pair_a
     unconverge(pair)
     p = pin()
     first = run(pair, clean_tree, check=True)

@@ -65,8 +65,8 @@ def archive_sha(rank) -> str:
 
 
 @pytest.fixture
-def pair2(sim):
-    pair = sim[1]
+def pair2(pair_b):
+    pair = pair_b
     unconverge(pair)
     return pair
 
@@ -100,9 +100,9 @@ def mirror(tmp_path):
 
 def test_a_pair_lacking_the_image_takes_one_copy_from_the_control_node(pair2, clean_tree):
     p, size = pin(), archive().stat().st_size
-    before = network.control_sent_bytes()
+    before = network.pair_received_bytes(pair2)
     res = run(pair2, clean_tree)
-    sent = network.control_sent_bytes() - before
+    sent = network.pair_received_bytes(pair2) - before
     out = flat(res)
     for rank_ in pair2.ranks:
         assert image_ids(rank_) == [p["image_id"]], rank_.name
@@ -112,9 +112,9 @@ def test_a_pair_lacking_the_image_takes_one_copy_from_the_control_node(pair2, cl
     assert f"changed: [{pair2.worker.name}]" in out.split("Fetch the archive from the head over the pair's link")[1][:600]
     assert f"changed: [{pair2.worker.name}]" not in out.split("Copy the archive from the control node")[1][:600]
     # converged: nothing is sent again, neither from the control node nor over the pair's link
-    before = network.control_sent_bytes()
+    before = network.pair_received_bytes(pair2)
     again = flat(run(pair2, clean_tree))
-    assert network.control_sent_bytes() - before < size / 20
+    assert network.pair_received_bytes(pair2) - before < size / 20
     assert "Serve the archive on the head's fabric address" not in again or "skipping" in again
 
 
@@ -133,12 +133,12 @@ def test_a_site_mirror_is_checked_against_the_pin_and_spares_the_control_node(pa
     assert state(pair2) == before, "a refused mirror changed a rank"
 
     (root / name).write_bytes(data)
-    sent_before, mirrored_before = network.control_sent_bytes(), served[0]
+    sent_before, mirrored_before = network.pair_received_bytes(pair2), served[0]
     run(pair2, clean_tree, "-e", f"dspark_image_mirror_url={base}/{name}")
     mirrored = served[0] - mirrored_before
     # The mirror runs on this machine, so its bytes leave through the same bridge: subtract them.
     assert mirrored == len(data)  # one copy, to the head; the worker's came over the pair's link
-    assert network.control_sent_bytes() - sent_before - mirrored < len(data) / 10
+    assert network.pair_received_bytes(pair2) - sent_before - mirrored < len(data) / 10
     for rank_ in pair2.ranks:
         assert image_ids(rank_) == [pin()["image_id"]], rank_.name
 
@@ -347,8 +347,8 @@ def test_a_worker_fetch_that_stalls_mid_transfer_is_cut_and_frees_the_relay(pair
 def test_direct_staging_still_sends_each_rank_its_copy(pair2, clean_tree):
     """dspark_image_staging=direct, for pairs whose link cannot carry it: the control node sends two copies."""
     size = archive().stat().st_size
-    before = network.control_sent_bytes()
+    before = network.pair_received_bytes(pair2)
     run(pair2, clean_tree, "-e", "dspark_image_staging=direct")
-    assert network.control_sent_bytes() - before >= 2 * size
+    assert network.pair_received_bytes(pair2) - before >= 2 * size
     for rank_ in pair2.ranks:
         assert image_ids(rank_) == [pin()["image_id"]], rank_.name

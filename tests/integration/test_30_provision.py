@@ -44,8 +44,8 @@ def flat(res) -> str:
     return " ".join((res.stdout + res.stderr).split())
 
 
-def test_fresh_pair_passes_the_gate_and_serves(sim, clean_tree):
-    pair = sim[0]
+def test_fresh_pair_passes_the_gate_and_serves(pair_a, clean_tree):
+    pair = pair_a
     res = provision(pair, clean_tree, check=True)
     assert "RUNTIME_GATE status=PASS" in res.stdout or gate(pair)["status"] == "PASS"
     doc = gate(pair)
@@ -59,17 +59,17 @@ def test_fresh_pair_passes_the_gate_and_serves(sim, clean_tree):
 
 
 @pytest.mark.fault("inventory-pairs")
-def test_a_limit_that_splits_a_pair_is_refused(sim, clean_tree):
-    pair = sim[0]
+def test_a_limit_that_splits_a_pair_is_refused(pair_a, clean_tree):
+    pair = pair_a
     res = playbook("provision.yml", clean_tree, "--limit", pair.head.name, check=False)
     assert res.returncode != 0
     assert "worker hosts is 0 (none), expected exactly one" in flat(res)
 
 
 @pytest.mark.fault("inventory-pairs")
-def test_a_pair_with_two_heads_is_refused_by_the_topology_check_and_nothing_changes(sim, clean_tree, host_vars, tmp_path):
+def test_a_pair_with_two_heads_is_refused_by_the_topology_check_and_nothing_changes(pair_b, clean_tree, host_vars, tmp_path):
     # The audit has no preflight, so the pair_topology action it opens with is what refuses two heads there.
-    pair = sim[1]
+    pair = pair_b
     host_vars(pair.worker, {"dspark_rank": 0})
     before = {r.name: snapshot(r) for r in pair.ranks}
     res = playbook("audit.yml", clean_tree, "--limit", pair.group, "-e", f"dspark_audit_report_dir={tmp_path}", check=False)
@@ -82,8 +82,8 @@ def test_a_pair_with_two_heads_is_refused_by_the_topology_check_and_nothing_chan
     assert {r.name: snapshot(r) for r in pair.ranks} == before, "a refused audit changed a rank"
 
 
-def test_experimental_profile_needs_the_opt_in_and_is_recorded(sim, clean_tree):
-    pair = sim[0]
+def test_experimental_profile_needs_the_opt_in_and_is_recorded(pair_a, clean_tree):
+    pair = pair_a
     before = started(pair)
     refused = provision(pair, clean_tree, "-e", '{"dspark_profile_overrides": {"max_num_seqs": 8}}')
     assert refused.returncode != 0 and "max_num_seqs" in flat(refused)
@@ -98,24 +98,24 @@ def test_experimental_profile_needs_the_opt_in_and_is_recorded(sim, clean_tree):
     provision(pair, clean_tree, check=True)  # back to the qualified profile
 
 
-def test_second_run_changes_nothing_and_restarts_nothing(sim, clean_tree):
-    pair = sim[0]
+def test_second_run_changes_nothing_and_restarts_nothing(pair_a, clean_tree):
+    pair = pair_a
     before = started(pair)
     res = provision(pair, clean_tree, check=True)
     assert recap(res).count("changed=0") == 2, recap(res)
     assert started(pair) == before
 
 
-def test_check_mode_diff_shows_a_profile_change_and_changes_nothing(sim, clean_tree):
-    pair = sim[0]
+def test_check_mode_diff_shows_a_profile_change_and_changes_nothing(pair_a, clean_tree):
+    pair = pair_a
     before = started(pair)
     res = provision(pair, clean_tree, "-e", "dspark_profile=long-1m", "--check", "--diff", check=True)
     assert "1048576" in res.stdout
     assert started(pair) == before
 
 
-def test_profile_change_replaces_both_ranks(sim, clean_tree):
-    pair = sim[0]
+def test_profile_change_replaces_both_ranks(pair_a, clean_tree):
+    pair = pair_a
     before = started(pair)
     provision(pair, clean_tree, "-e", "dspark_profile=breakable-ab", check=True)
     after = started(pair)
@@ -142,8 +142,8 @@ def test_profile_change_replaces_both_ranks(sim, clean_tree):
                  marks=pytest.mark.fault("forbidden-marker")),
     pytest.param("head", "wrong_usage", {}, ["usage is inconsistent"], marks=pytest.mark.fault("wrong-usage")),
 ])
-def test_stand_in_faults_fail_the_run_with_reason(sim, clean_tree, host_vars, where, fault, extra, expect):
-    pair = sim[1]
+def test_stand_in_faults_fail_the_run_with_reason(pair_b, clean_tree, host_vars, where, fault, extra, expect):
+    pair = pair_b
     rank = pair.head if where == "head" else pair.worker
     host_vars(rank, {"dspark_engine_extra_env": {"DSPARK_SIM_STARTUP_DELAY_S": "1", "DSPARK_SIM_FAULT": fault}})
     if extra:  # readiness runs on the head
@@ -167,11 +167,11 @@ def test_stand_in_faults_fail_the_run_with_reason(sim, clean_tree, host_vars, wh
 
 
 @pytest.mark.fault("foreign-container")
-def test_a_container_under_the_engines_name_that_is_not_ours_is_refused(sim, clean_tree):
+def test_a_container_under_the_engines_name_that_is_not_ours_is_refused(pair_b, clean_tree):
     """Someone else's workload named dspark_vllm on the worker (no io.gb10.dspark.* labels): provision
     and teardown refuse before anything changes on either rank, naming the container, its image
     and its start time; dspark_engine_replace_foreign=true replaces it."""
-    pair = sim[1]
+    pair = pair_b
     worker = pair.worker
     if on_rank(worker, ["docker", "container", "inspect", "dspark_vllm"], check=False).returncode != 0:
         provision(pair, clean_tree, check=True)  # run alone: the pinned image and an engine first
@@ -194,8 +194,8 @@ def test_a_container_under_the_engines_name_that_is_not_ours_is_refused(sim, cle
 
 
 @pytest.mark.fault("in-flight")
-def test_engine_with_requests_in_flight_is_not_replaced_without_force(sim, clean_tree, host_vars):
-    pair = sim[1]
+def test_engine_with_requests_in_flight_is_not_replaced_without_force(pair_b, clean_tree, host_vars):
+    pair = pair_b
     for r in pair.ranks:
         # only this test's own request is slow (the gate's canaries are not): it holds the marker
         host_vars(r, {"dspark_engine_extra_env": {"DSPARK_SIM_STARTUP_DELAY_S": "1", "DSPARK_SIM_FAULT": "slow_tokens",
@@ -271,7 +271,7 @@ def dspark(*args: str, artifacts: Path) -> subprocess.CompletedProcess:
 
 @pytest.mark.fault("secret-api-key", "secret-run-records", "secret-process-list", "secret-key-newline",
                    "secret-extra-env-records", "secret-key-label")
-def test_api_key_reaches_only_the_containers_environment(sim, clean_tree, tmp_path):
+def test_api_key_reaches_only_the_containers_environment(pair_b, clean_tree, tmp_path):
     """A keyed engine provisioned twice through `dspark provision -v --diff`, with a secret-named extra variable:
     the first run starts it, the second finds it running (the engine role inspects a keyed engine before anything
     changes); then `dspark render --json`. The key and the token are looked for where they would really go: every
@@ -281,7 +281,7 @@ def test_api_key_reaches_only_the_containers_environment(sim, clean_tree, tmp_pa
     any rank is touched, and printed nowhere. The engine's key label is keyed with each rank's own root-only
     secret (never the plain or the former salted sha256 of the key); a rotated key, then no key, replaces both
     ranks."""
-    pair = sim[1]
+    pair = pair_b
     key = "sk-dspark-integration-7f3a9c0e51"
     token = "tok_mysite_4c1d8e2f9a7b3065"
     runs = tmp_path / "runs"
@@ -309,7 +309,8 @@ def test_api_key_reaches_only_the_containers_environment(sim, clean_tree, tmp_pa
         phase = re.search(rf"^\[sim02\] {pair.head.name} \d\d:\d\d:\d\d waited \d+/\d+ s; head loading weights \d+/48; "
                           r"worker \S", out, re.M)
         ready = re.search(rf"^\[sim02\] {pair.head.name} READY served=\S+ kv_cache_size_tokens=\d+ after \d+ s$", out, re.M)
-        verdict = re.search(r"Gate \| Summary -- pair sim02: RUNTIME_GATE status=PASS errors=0", out)
+        verdict = re.search(r"Gate \| Run the runtime gate suite \(its verdict is this task's result\) -- "
+                            r"pair sim02: RUNTIME_GATE status=PASS errors=0", out)
         assert phase and ready and verdict, out[-5000:]
         assert phase.start() < ready.start() < verdict.start()
         between = started(pair)

@@ -35,8 +35,8 @@ def serve_with(pair, clean_tree, host_vars, env: dict):
     return playbook("provision.yml", clean_tree, "--limit", pair.group, check=False)
 
 
-def test_guard_passes_on_a_healthy_pair(sim, clean_tree):
-    pair = sim[0]
+def test_guard_passes_on_a_healthy_pair(pair_a, clean_tree):
+    pair = pair_a
     playbook("provision.yml", clean_tree, "--limit", pair.group)
     res = guard(pair, check=True)
     doc = report(pair)
@@ -47,8 +47,8 @@ def test_guard_passes_on_a_healthy_pair(sim, clean_tree):
 
 
 @pytest.mark.fault("wrong-usage")
-def test_wrong_usage_fails_naming_request_and_field(sim, clean_tree, host_vars):
-    pair = sim[1]
+def test_wrong_usage_fails_naming_request_and_field(pair_b, clean_tree, host_vars):
+    pair = pair_b
     serve_with(pair, clean_tree, host_vars, {"DSPARK_SIM_FAULT": "wrong_usage"})
     res = guard(pair)
     assert res.returncode != 0
@@ -58,8 +58,8 @@ def test_wrong_usage_fails_naming_request_and_field(sim, clean_tree, host_vars):
 
 
 @pytest.mark.fault("guard-engine-dies")
-def test_an_engine_that_dies_after_n_requests_fails_the_guard(sim, clean_tree, host_vars):
-    pair = sim[1]
+def test_an_engine_that_dies_after_n_requests_fails_the_guard(pair_b, clean_tree, host_vars):
+    pair = pair_b
     serve_with(pair, clean_tree, host_vars, {"DSPARK_SIM_FAULT": "die_after_requests", "DSPARK_SIM_DIE_AFTER_REQUESTS": "20"})
     res = guard(pair, "-e", "dspark_guard_request_timeout=20", "-e", "dspark_guard_overall_timeout=120")
     assert res.returncode != 0
@@ -68,8 +68,8 @@ def test_an_engine_that_dies_after_n_requests_fails_the_guard(sim, clean_tree, h
     assert any("HTTP status is 500" in e or "transport" in e for e in doc["errors"])
 
 
-def test_slow_tokens_stop_at_the_bound(sim, clean_tree, host_vars):
-    pair = sim[1]
+def test_slow_tokens_stop_at_the_bound(pair_b, clean_tree, host_vars):
+    pair = pair_b
     # the guard's contract prompts are slow, the runtime gate's canaries at the provision are not
     serve_with(pair, clean_tree, host_vars, {"DSPARK_SIM_FAULT": "slow_tokens", "DSPARK_SIM_TOKEN_DELAY_S": "0.2",
                                              "DSPARK_SIM_TOKEN_DELAY_MATCH": "write a plain description"})
@@ -103,8 +103,8 @@ def labelled(rank) -> list[str]:
     return sorted(out.split())
 
 
-def test_ci_guard_takes_the_model_dir_from_the_runner_and_removes_leftovers(sim, clean_tree):
-    pair = sim[1]
+def test_ci_guard_takes_the_model_dir_from_the_runner_and_removes_leftovers(pair_b, clean_tree):
+    pair = pair_b
     model_dir = site()["dspark_model_dir"]
     image = yaml.safe_load((INVENTORY / "group_vars" / "all" / "pin.yml").read_text())["dspark_pin"]["image_id"]
     on_rank(pair.head, ["docker", "container", "rm", "--force", "dspark_guard_leftover"], check=False)

@@ -39,8 +39,8 @@ def flat(res) -> str:
     return " ".join((res.stdout + res.stderr).split())
 
 
-def test_niah_passes_at_three_depths_and_restores_production(sim, clean_tree):
-    pair = sim[0]
+def test_niah_passes_at_three_depths_and_restores_production(pair_a, clean_tree):
+    pair = pair_a
     playbook("provision.yml", clean_tree, "--limit", pair.group)
     assert labels(pair.head)["io.gb10.dspark.profile"] == "production"
     res = playbook("niah.yml", clean_tree, "--limit", pair.group, "-e", "dspark_niah_restore_profile=production",
@@ -66,8 +66,8 @@ def test_niah_passes_at_three_depths_and_restores_production(sim, clean_tree):
     assert {"niah.json", "progress.json", "depth-262128.json"} <= set(listing)
 
 
-def test_kv_smaller_than_the_window_and_resume_after_an_interruption(sim, clean_tree, host_vars):
-    pair = sim[1]
+def test_kv_smaller_than_the_window_and_resume_after_an_interruption(pair_b, clean_tree, host_vars):
+    pair = pair_b
     env = {"DSPARK_SIM_STARTUP_DELAY_S": "1", "DSPARK_SIM_KV_TOKENS": "600000", "DSPARK_SIM_KV_OVERCOMMIT": "1"}
     host_vars(pair.worker, {"dspark_engine_extra_env": env})
     # the head's engine dies after 4 generation requests - the gate's three canaries and the first
@@ -104,7 +104,7 @@ def test_kv_smaller_than_the_window_and_resume_after_an_interruption(sim, clean_
 
 
 @pytest.mark.fault("lock-niah")
-def test_an_interrupted_control_node_reattaches_and_restarts_nothing(sim, clean_tree, host_vars):
+def test_an_interrupted_control_node_reattaches_and_restarts_nothing(pair_a, clean_tree, host_vars):
     import os
     import signal
     import subprocess
@@ -113,7 +113,7 @@ def test_an_interrupted_control_node_reattaches_and_restarts_nothing(sim, clean_
 
     from simhelpers import ROOT
 
-    pair = sim[0]
+    pair = pair_a
     # a code of its own gives this run its own key: the first test's finished rows (same profile,
     # same image) would otherwise be resumed and nothing would run long enough to interrupt
     CODE = "GB10-NIAH-INT3"

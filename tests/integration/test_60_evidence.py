@@ -29,8 +29,8 @@ def index_rows(pack: Path) -> dict[str, str]:
 
 
 @pytest.mark.fault("secret-evidence-extra-env", "evidence-earlier-result")
-def test_pack_lists_every_file_with_its_checksum_and_leaks_nothing(sim, clean_tree, host_vars):
-    pair = sim[0]
+def test_pack_lists_every_file_with_its_checksum_and_leaks_nothing(pair_a, clean_tree, host_vars):
+    pair = pair_a
     for rank in (pair.head, pair.worker):
         host_vars(rank, {"dspark_api_key": KEY, "dspark_engine_extra_env": {"DB_PASSWD": EXTRA_SECRET}})
     # a failing guard report an earlier run left in the pair's folder: not this run's, so not in the pack
@@ -77,8 +77,8 @@ def test_pack_lists_every_file_with_its_checksum_and_leaks_nothing(sim, clean_tr
     assert index["results"]["guard"]["ran"] is False, index["results"]
 
 
-def test_dirty_tree_and_experimental_profile_are_invalid_for_publication(sim, clean_tree, tmp_path):
-    pair = sim[0]
+def test_dirty_tree_and_experimental_profile_are_invalid_for_publication(pair_a, clean_tree, tmp_path):
+    pair = pair_a
     dirty = tmp_path / "dirty" / "gb10-dspark"
     shutil.copytree(clean_tree, dirty, symlinks=True)
     (dirty / "README.md").write_text((dirty / "README.md").read_text() + "\nlocal edit\n")

@@ -42,8 +42,8 @@ def slow(pair, host_vars, **extra):
     host_vars(pair.worker, {"dspark_engine_extra_env": {k: v for k, v in env.items() if k != "DSPARK_SIM_FAULT"}})
 
 
-def test_lanes_follow_the_per_token_delay(sim, clean_tree, host_vars):
-    pair = sim[0]
+def test_lanes_follow_the_per_token_delay(pair_a, clean_tree, host_vars):
+    pair = pair_a
     slow(pair, host_vars)
     playbook("provision.yml", clean_tree, "--limit", pair.group)
     res = playbook("systems.yml", clean_tree, "--limit", pair.group, "-e", SMALL)
@@ -73,8 +73,8 @@ def test_lanes_follow_the_per_token_delay(sim, clean_tree, host_vars):
     assert "| latency |" in (pair_dir(pair) / "systems.md").read_text()
 
 
-def test_wrong_usage_is_an_error_row_not_a_figure(sim, clean_tree, host_vars):
-    pair = sim[1]
+def test_wrong_usage_is_an_error_row_not_a_figure(pair_b, clean_tree, host_vars):
+    pair = pair_b
     slow(pair, host_vars, DSPARK_SIM_FAULT="wrong_usage")
     playbook("provision.yml", clean_tree, "--limit", pair.group, check=False)  # the gate fails on usage too
     res = playbook("systems.yml", clean_tree, "--limit", pair.group, "-e", SMALL, check=False)
@@ -86,8 +86,8 @@ def test_wrong_usage_is_an_error_row_not_a_figure(sim, clean_tree, host_vars):
     assert "systems lanes ERROR" in flat(res)
 
 
-def test_pubsuite_runs_end_to_end_and_resumes_without_redoing_a_stage(sim, clean_tree, host_vars):
-    pair = sim[0]
+def test_pubsuite_runs_end_to_end_and_resumes_without_redoing_a_stage(pair_a, clean_tree, host_vars):
+    pair = pair_a
     slow(pair, host_vars)
     suite_id = f"t70-{uuid.uuid4().hex[:8]}"  # a new suite: nothing recorded yet
     suite = ["-e", f"dspark_pubsuite_id={suite_id}", "-e", "dspark_niah_poll_interval=1", "-e", SMALL]

@@ -13,8 +13,8 @@ from simhelpers import INVENTORY
 NOT_ON_A_CONTROL_NODE = {"docker", "molecule", "ansible-lint", "selenium", "ruff", "ansible-builder"}
 
 
-def test_the_built_artefact_installs_and_provisions_the_simulator(sim, control_node):
-    pair = sim[0]
+def test_the_built_artefact_installs_and_provisions_the_simulator(pair_a, control_node):
+    pair = pair_a
     root = control_node.root
     assert not (root / ".git").exists() and not (root / "inventories" / "sim").exists()
     assert not (root / "sim").exists() and not (root / "tools").exists()

@@ -105,8 +105,8 @@ def recap(stdout: str) -> dict[str, dict[str, int]]:
 
 
 @pytest.fixture
-def pair(sim):
-    return sim[0]
+def pair(pair_a):
+    return pair_a
 
 
 def test_sample_filled_in_for_the_simulator_passes_preflight_in_check_mode(pair, control_node, tmp_path):

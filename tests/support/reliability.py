@@ -96,6 +96,26 @@ def record(rows: list[Row], nodeid: str, outcome: str, seconds: float) -> None:
             prior.outcome = outcome
 
 
+def dump(rows: list[Row]) -> dict:
+    """What one pytest process claimed and observed, row by row (a lane's part of the report)."""
+    return {r.id: {"claimed_by": list(r.claimed_by),
+                   "observed": [{"nodeid": o.nodeid, "outcome": o.outcome, "seconds": o.seconds} for o in r.observed]}
+            for r in rows if r.claimed_by or r.observed}
+
+
+def merge(rows: list[Row], part: dict) -> None:
+    """Add a lane's :func:`dump` to ``rows``: its claims, then its outcomes (each test runs in one lane)."""
+    by_id = {r.id: r for r in rows}
+    unknown = sorted(set(part) - set(by_id))
+    if unknown:
+        raise ValueError(f"fault id(s) {', '.join(unknown)} are not in the fault matrix")
+    for row_id, entry in part.items():
+        for nodeid in entry["claimed_by"]:
+            claim(rows, nodeid, (row_id,))
+        for o in entry["observed"]:
+            record(rows, o["nodeid"], o["outcome"], float(o["seconds"]))
+
+
 def render(rows: list[Row], *, when: str, command: str, commit: str) -> str:
     counts: dict[str, int] = {}
     for r in rows:

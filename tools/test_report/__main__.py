@@ -81,7 +81,10 @@ def render(record: dict, commit: str, slow: list[tuple[str, float, str]]) -> str
              f"- total **{_clock(total)}** ({'green' if not failed else 'FAILED in ' + ', '.join(failed)})", "",
              "| phase | time | exit |", "|---|---|---|"]
     lines += [f"| {p['name']} | {_clock(p['seconds'])} | {p['code']} |" for p in phases]
-    lines += ["", f"## The {len(slow)} slowest simulator tests", "", "| test | seconds | outcome |", "|---|---|---|"]
+    lines += ["", f"## The {len(slow)} slowest simulator tests", "",
+              "The simulator tests run in lanes (tests/support/lanes.py): the two pairs' tests side by side, so a "
+              "test's seconds are its wall time with the other pair's tests running beside it.", "",
+              "| test | seconds | outcome |", "|---|---|---|"]
     lines += [f"| `{name}` | {seconds:.0f} | {outcome} |" for name, seconds, outcome in slow]
     return "\n".join(lines) + "\n"
 

@@ -13,6 +13,7 @@ import os
 import re
 
 from ansible_collections.gb10.dspark.plugins.module_utils.common._digest import sha256_file
+from ansible_collections.gb10.dspark.plugins.module_utils.common._files import write_json_atomic
 from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import CheckError, IdentityError, Mismatch
 from ansible_collections.gb10.dspark.plugins.module_utils.evidence._evidence import (
     IMPLEMENTATIONS,
@@ -103,6 +104,32 @@ def record_run_files(existing: object, files: list[dict],
     if problems:
         raise IdentityError(problems)
     return [current[n] for n in sorted(current)], recorded, missing
+
+
+def write_run_contents(files: list) -> list:
+    """Write each entry's ``content`` (a JSON document the role made) to its ``src`` on the control node,
+    atomically and with the folder made, and return the entries without it, ready for
+    :func:`record_run_files`: one step writes a result and records it. Entries without ``content`` name
+    files written before, and pass unchanged. A bad entry (name, kind, a source that is not an absolute
+    path) is refused before anything is written."""
+    out = []
+    for item in files:
+        if not isinstance(item, dict) or "content" not in item:
+            out.append(item)
+            continue
+        spec = {k: v for k, v in item.items() if k != "content"}
+        problems = check_run_file(spec, recorded=False)
+        if problems:
+            raise IdentityError(problems)
+        out.append((spec, item["content"]))
+    for entry in out:
+        if isinstance(entry, tuple):
+            spec, content = entry
+            try:
+                write_json_atomic(spec["src"], content, make_dirs=True)
+            except (OSError, ValueError) as exc:
+                raise CheckError(RANK, f"run file {spec.get('name')}: cannot write {spec['src']}: {exc}") from exc
+    return [e[0] if isinstance(e, tuple) else e for e in out]
 
 
 def expand_folders(files: list) -> list:

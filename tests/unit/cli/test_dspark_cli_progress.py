@@ -213,6 +213,13 @@ def test_long_waits_show_their_own_lines_and_nothing_else_verbose():
     ]
 
 
+def test_the_gate_verdict_of_the_runtime_gate_action_is_printed():
+    got = lines(event("runner_on_ok", task="Gate | Run the runtime gate suite", task_action="gb10.dspark.runtime_gate",
+                      res={"msg": "pair sim01: RUNTIME_GATE status=PASS errors=0 output=/e/runtime-gate.json"}))
+    assert got == ["[sim01] sim01-head ok Gate | Run the runtime gate suite -- pair sim01: RUNTIME_GATE status=PASS "
+                   "errors=0 output=/e/runtime-gate.json"]
+
+
 def test_the_gate_verdict_of_a_debug_summary_is_printed():
     got = lines(event("runner_on_ok", task="Gate | Summary", task_action="ansible.builtin.debug",
                       res={"msg": "pair sim01: RUNTIME_GATE status=PASS errors=0 output=/e/runtime-gate.json"}),

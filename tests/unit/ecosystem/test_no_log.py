@@ -56,7 +56,7 @@ CASES = [(path, task) for path, task in every_task() if any(v in arguments(task)
 def test_the_rule_finds_the_tasks_it_is_about():
     names = {task.get("name") for _unused, task in CASES}
     assert "Evidence | Assemble the pair's pack (control node)" in names
-    assert "Profile | Write the rank's engine environment file (secret-named values from the inventory)" in names
+    assert "Profile | The profile folder, the rank's engine environment file and the compilation config" in names
     assert "Engine | Plan this rank's engine (changes nothing)" in names
 
 

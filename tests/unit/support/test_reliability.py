@@ -82,3 +82,33 @@ def test_a_reports_outcome_is_what_the_run_records(when, outcome, expected):
             self.when, self.outcome = when, outcome
             self.failed, self.skipped = outcome == "failed", outcome == "skipped"
     assert reliability.outcome_of(Report()) == expected
+
+
+def test_lanes_parts_merge_into_the_whole_matrix():
+    """Each lane dumps what it claimed and saw; merged, a row held in one lane and failed in the other is FAILED,
+    and a row claimed by two lanes is held only when both lanes' tests passed."""
+    lane_a, lane_b = rows(), rows()
+    reliability.claim(lane_a, "t.py::one", ("a", "b"))
+    reliability.record(lane_a, "t.py::one", "passed", 3.0)
+    reliability.claim(lane_b, "u.py::two", ("a", "c"))
+    reliability.record(lane_b, "u.py::two", "failed", 5.0)
+    merged = rows()
+    for part in (reliability.dump(lane_a), reliability.dump(lane_b)):
+        reliability.merge(merged, part)
+    a, b, c = merged
+    assert a.claimed_by == ["t.py::one", "u.py::two"] and a.status == "FAILED"
+    assert b.status == "held" and c.status == "FAILED"
+    with pytest.raises(ValueError, match="zz"):
+        reliability.merge(rows(), {"zz": {"claimed_by": [], "observed": []}})
+
+
+def test_lanes_merge_every_lanes_junit(tmp_path):
+    from tests.support import lanes
+
+    for lane, name in (("a", "t1"), ("b", "t2")):
+        (tmp_path / f"{lane}.xml").write_text(
+            f'<testsuites><testsuite name="pytest"><testcase classname="c" name="{name}" time="2"/></testsuite></testsuites>')
+    lanes.merge_junit([tmp_path / "a.xml", tmp_path / "b.xml", tmp_path / "missing.xml"], tmp_path / "all.xml")
+    import xml.etree.ElementTree as ET
+
+    assert [c.get("name") for c in ET.parse(tmp_path / "all.xml").getroot().iter("testcase")] == ["t1", "t2"]

@@ -118,3 +118,24 @@ def test_files_that_are_not_a_list_are_refused(files, kind):
 def test_an_unknown_option_is_refused():
     with pytest.raises(AnsibleActionFail, match="Invalid options for gb10.dspark.evidence_record: colour"):
         run({"files": [], "colour": "blue"})
+
+
+def test_content_is_written_with_its_folder_and_recorded(tmp_path):
+    """One task writes a result the role made and records it (the folder, the file and the record were
+    three tasks)."""
+    dest = tmp_path / "evidence" / "sim01" / "readiness.json"
+    res = run({"files": [{"name": "readiness.json", "src": str(dest), "kind": "readiness",
+                          "content": {"pair": "sim01", "ready": True, "kv_cache_size_tokens": 4096}}]})
+    assert not res.get("failed"), res
+    assert json.loads(dest.read_text()) == {"pair": "sim01", "ready": True, "kv_cache_size_tokens": 4096}
+    assert res["ansible_facts"] == {FACT: [entry("readiness.json", dest, "readiness")]}
+
+
+def test_content_with_a_bad_entry_writes_nothing(tmp_path):
+    dest = tmp_path / "evidence" / "readiness.json"
+    res = run({"files": [{"name": "../readiness.json", "src": str(dest), "kind": "readiness", "content": {"a": 1}}]})
+    assert res["failed"] and "run file name '../readiness.json'" in res["msg"], res
+    assert not dest.parent.exists()
+    res = run({"files": [{"name": "readiness.json", "src": "relative.json", "kind": "readiness", "content": {"a": 1}}]})
+    assert res["failed"] and "an absolute path on the control node" in res["msg"], res
+    assert not Path("relative.json").exists()

@@ -1,0 +1,76 @@
+# Copyright (c) gb10.dspark contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Run the schema-3 runtime gate suite for one pair on the control node and hand its verdict to the play
+as this task's result (module_utils/gate/_gate_run.py); the files it wrote join the run's evidence list.
+
+A FAIL verdict is a result (``passed: false``), not a failed task: Ansible drops the facts of a failed task, and
+the evidence pack must keep a failing gate's document. The role fails the pair on ``passed`` right after."""
+from __future__ import annotations
+
+import os
+
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+from ansible_collections.gb10.dspark.plugins.module_utils.gate import _gate_run
+from ansible_collections.gb10.dspark.plugins.module_utils.common import _site
+from ansible_collections.gb10.dspark.plugins.module_utils.evidence._evidence_run import record_run_files
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import CheckError, IdentityError, failure
+
+display = Display()
+FACT = "dspark_evidence_run_files"
+SPEC = {
+    "pair": {"type": "str", "required": True},
+    "folder": {"type": "path", "required": True},
+    "config": {"type": "dict", "required": True},
+    "hosts": {"type": "dict", "default": {}},
+    "inventory": {"type": "str", "default": ""},
+    "suite": {"type": "path", "required": True},
+    "python": {"type": "path", "required": True},
+    "ansible_config": {"type": "str", "default": ""},
+    "collections_path": {"type": "str", "default": ""},
+}
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(SPEC)
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        _unused, args = self.validate_argument_spec(argument_spec=SPEC)
+        if self._task.check_mode:
+            result.update(changed=False, skipped=True,
+                          msg=f"pair {args['pair']}: the runtime gate is skipped in check mode (it inspects a serving "
+                              "engine, which check mode did not start)")
+            return result
+        # The key comes from the task's variables, never from an option, so that this task's verdict can be
+        # shown (an option holding it would need no_log); it reaches the suite through a 0600 file only.
+        api_key = None
+        if _site.has_api_key(task_vars, self._templar.template):
+            api_key = str(self._templar.template(task_vars["dspark_api_key"]))
+        env = dict(os.environ)
+        env["ANSIBLE_CONFIG"] = args["ansible_config"]
+        env["ANSIBLE_COLLECTIONS_PATH"] = args["collections_path"]
+        ran = _gate_run.run(args["pair"], args["folder"], args["config"], hosts=args["hosts"],
+                            inventory=args["inventory"], python=args["python"], suite=args["suite"], env=env,
+                            api_key=api_key)
+        files = [{"name": _gate_run.OUTPUT_FILE, "src": ran["output"], "kind": "gate"},
+                 {"name": _gate_run.CONFIG_FILE, "src": ran["config_file"], "kind": "other"}]
+        try:
+            run_files, _recorded, _missing = record_run_files(self._templar.template(task_vars.get(FACT, [])), files)
+        except IdentityError as exc:
+            result.update(failed=True, **failure(exc.mismatches))
+            return result
+        except CheckError as exc:
+            result.update(failed=True, msg=str(exc))
+            return result
+        document = ran["document"] or {}
+        result.update(changed=False, failed=ran["failed"], passed=ran["passed"], msg=ran["msg"],
+                      status=document.get("status"),
+                      errors=list(document.get("errors") or []), output=ran["output"], rc=ran["rc"],
+                      ansible_facts={FACT: run_files})
+        if document:
+            display.display(f"[{task_vars.get('inventory_hostname', '?')}] {_gate_run.summary_line(args['pair'], document, ran['output'])}")
+        return result
