@@ -7,9 +7,6 @@ import json
 import os
 import statistics
 import sys
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -23,7 +20,6 @@ from ansible_collections.gb10.dspark.plugins.module_utils.serving import _system
 from ansible_collections.gb10.dspark.plugins.module_utils.serving import _systems_measure as S_measure
 from ansible_collections.gb10.dspark.plugins.module_utils.common._http import json_client
 from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import CheckError, IdentityError
-from ansible_collections.gb10.dspark.plugins.module_utils.serving._serving_guard import Expect
 
 SERVED = standin.SERVED
 TOKEN_DELAY = 0.02
@@ -68,57 +64,6 @@ def _row(report: dict, lane: str, level=None) -> dict:
     return next(r for r in report["rows"] if r["lane"] == lane and r["level"] == level)
 
 
-# ---- pure figures ----------------------------------------------------------------------------------
-def test_median_ignores_missing_values():
-    assert S_measure.median([3.0, None, 1.0, 2.0]) == 2.0
-    assert S_measure.median([4, 1, 3, 2]) == 2.5
-    assert S_measure.median([None, None]) is None
-
-
-def test_itl_and_decode_rate_from_text_timestamps():
-    # 9 gaps between 10 tokens over 0.9 s: 0.1 s per token, 10 tokens/s after the first
-    assert S_measure.itl_seconds(10.0, 10.9, 10) == pytest.approx(0.1)
-    assert S_measure.decode_rate(10.0, 10.9, 10) == pytest.approx(10.0)
-    assert S_measure.itl_seconds(5.0, 5.0, 10) is None and S_measure.decode_rate(5.0, 5.0, 10) is None
-    assert S_measure.itl_seconds(1.0, 2.0, 1) is None
-
-
-def test_rate_and_acceptance():
-    assert S_measure.rate(500, 2.0) == 250.0
-    assert S_measure.rate(None, 2.0) is None and S_measure.rate(5, 0) is None
-    rate, length = S_measure.acceptance({"num_drafts": 10, "num_draft_tokens": 60, "num_accepted_tokens": 30})
-    assert rate == pytest.approx(0.5) and length == pytest.approx(4.0)
-    assert S_measure.acceptance({"num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0}) == (None, None)
-
-
-METRICS = """# HELP vllm:prompt_tokens_total x
-vllm:prompt_tokens_total{engine="0",model_name="m"} 100.0
-vllm:prompt_tokens_total{engine="1",model_name="m"} 20.0
-vllm:prompt_tokens_total{engine="0",model_name="other"} 999.0
-vllm:generation_tokens_total 7.0
-"""
-
-
-def test_counter_sums_samples_of_the_model():
-    from ansible_collections.gb10.dspark.plugins.module_utils.engine._engine_probe import parse_metrics
-    metrics = parse_metrics(METRICS)
-    assert S_measure.counter(metrics, S_measure.PROMPT_COUNTER, "m") == 120.0
-    assert S_measure.counter(metrics, S_measure.GENERATION_COUNTER, "m") == 7.0
-    assert S_measure.counter(metrics, S_measure.SPEC_COUNTERS["num_drafts"], "m") is None
-
-
-def test_server_section_rates_and_a_decreasing_counter():
-    before = {S_measure.PROMPT_COUNTER: 100.0, S_measure.GENERATION_COUNTER: 50.0}
-    after = {S_measure.PROMPT_COUNTER: 300.0, S_measure.GENERATION_COUNTER: 450.0}
-    sec = S_measure.server_section(before, after, 4.0, [])
-    assert (sec["prompt_tokens"], sec["generation_tokens"]) == (200, 400)
-    assert (sec["prompt_tok_s"], sec["generation_tok_s"], sec["error"]) == (50.0, 100.0, None)
-    sec = S_measure.server_section(after, before, 4.0, [])
-    assert sec["prompt_tok_s"] is None and "vllm:prompt_tokens_total went from 300 to 100" in sec["error"]
-    sec = S_measure.server_section({}, {}, 4.0, ["/metrics: HTTP status is 503, expected 200"])
-    assert sec["generation_tok_s"] is None and sec["error"].startswith("/metrics: HTTP status is 503")
-
-
 def test_spec_decode_section_absent_counters_are_an_error():
     present = {name: 0.0 for name in S_measure.SPEC_COUNTERS.values()}
     later = {S_measure.SPEC_COUNTERS["num_drafts"]: 4.0, S_measure.SPEC_COUNTERS["num_draft_tokens"]: 24.0,
@@ -133,91 +78,10 @@ def test_spec_decode_section_absent_counters_are_an_error():
     assert "draft tokens during the suite is 0" in sec["reasons"][0]
 
 
-def _sse(chunks: list[dict]) -> tuple[str, list[tuple[float, str]]]:
-    payloads = [json.dumps(c) for c in chunks] + ["[DONE]"]
-    return "".join(f"data: {p}\n\n" for p in payloads), [(float(i), p) for i, p in enumerate(payloads)]
-
-
-def _chunks(texts: list[str], usage: dict) -> list[dict]:
-    out = [{"model": "m", "choices": [{"index": 0, "text": t, "finish_reason": "length" if i == len(texts) - 1
-                                       else None}]} for i, t in enumerate(texts)]
-    return out + [{"model": "m", "choices": [], "usage": usage}]
-
-
-def test_measure_takes_ttft_itl_e2e_from_arrival_times():
-    raw, arrivals = _sse(_chunks(["a", "b", "", "c", "d"], {"prompt_tokens": 5, "completion_tokens": 4,
-                                                            "total_tokens": 9}))
-    streamed = S_measure.Streamed(status=200, raw=raw, arrivals=arrivals, sent=-0.5, ended=7.0)
-    m = S_measure.measure("r1", streamed, Expect(served_model="m", max_tokens=4, prompt_tokens=5))
-    assert m.ok, m.reasons
-    # text chunks arrive at t=0, 1, 3, 4 (the empty one at t=2 carries no text)
-    assert m.ttft == pytest.approx(0.5) and m.e2e == pytest.approx(7.5)
-    assert m.itl == pytest.approx(4 / 3) and m.decode_tok_s == pytest.approx(3 / 4)
-    assert m.text_chunks == 4
-
-
-def test_measure_counts_every_token_of_the_first_text_chunk():
-    # a server may put several tokens in one chunk (DSpark accepts drafts per step): with continuous
-    # usage the first text chunk says it carried 3 tokens, so 4 more arrived over the 2 s that followed
-    chunks = _chunks(["abc", "de", "fg"], {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12})
-    for chunk, count in zip(chunks, (3, 5, 7)):
-        chunk["usage"] = {"prompt_tokens": 5, "completion_tokens": count, "total_tokens": 5 + count}
-    raw, arrivals = _sse(chunks)
-    m = S_measure.measure("r7", S_measure.Streamed(status=200, raw=raw, arrivals=arrivals, sent=-0.5, ended=3.0),
-                  Expect(served_model="m", max_tokens=7, prompt_tokens=5))
-    assert m.ok, m.reasons
-    assert m.ttft == pytest.approx(0.5) and m.itl == pytest.approx(2 / 4) and m.decode_tok_s == pytest.approx(4 / 2)
-    # all of it in the first chunk: no span to measure
-    one = _chunks(["abcdefg", ""], {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12})
-    one[0]["usage"] = one[1]["usage"] = {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}
-    raw, arrivals = _sse(one)
-    m = S_measure.measure("r8", S_measure.Streamed(status=200, raw=raw, arrivals=arrivals, sent=0.0, ended=3.0),
-                  Expect(served_model="m", max_tokens=7, prompt_tokens=5))
-    assert m.itl is None and "after the first text chunk" in m.reasons[0]
-
-
-def test_a_role_only_opening_chunk_carries_no_text():
-    # a real chat stream opens with {"role": "assistant", "content": ""}: TTFT starts at the first text
-    chunks = [{"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
-              {"choices": [{"index": 0, "delta": {"reasoning": "hm"}}]},
-              {"choices": [{"index": 0, "delta": {"content": "ok"}}]},
-              {"choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": "stop"}]}]
-    arrivals = [(float(i), json.dumps(c)) for i, c in enumerate(chunks)] + [(9.0, "[DONE]")]
-    assert S_measure.text_times(arrivals) == [1.0, 2.0]
-
-
 def test_streamed_requests_ask_for_usage_in_every_chunk():
     body = S.stream_body("m", [1, 2, 3], 9)
     assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
     assert body["max_tokens"] == 9 and body["ignore_eos"] is True and body["prompt"] == [1, 2, 3]
-
-
-def test_measure_inconsistent_usage_names_the_field_and_has_no_figures():
-    raw, arrivals = _sse(_chunks(["a", "b"], {"prompt_tokens": 6, "completion_tokens": 2, "total_tokens": 7}))
-    m = S_measure.measure("r2", S_measure.Streamed(status=200, raw=raw, arrivals=arrivals, sent=0.0, ended=3.0),
-                  Expect(served_model="m", max_tokens=2, prompt_tokens=5))
-    assert not m.ok and m.ttft is None and m.itl is None
-    assert any("usage.total_tokens is 7" in r for r in m.reasons)
-    assert any("usage.prompt_tokens is 6" in r for r in m.reasons)
-
-
-def test_measure_missing_usage_transport_and_http_errors():
-    raw, arrivals = _sse(_chunks(["a", "b"], {})[:-1])
-    m = S_measure.measure("r3", S_measure.Streamed(status=200, raw=raw, arrivals=arrivals), Expect(served_model="m", max_tokens=2))
-    assert any("usage chunks is 0, expected 1" in r for r in m.reasons)
-    m = S_measure.measure("r4", S_measure.Streamed(error="Connection refused"), Expect(served_model="m"))
-    assert m.reasons == ['request r4: transport is "Connection refused", expected an HTTP answer']
-    m = S_measure.measure("r5", S_measure.Streamed(status=400, error_body={"error": {"message": "too long"}}),
-                  Expect(served_model="m"))
-    assert m.reasons == ["request r5: HTTP status is 400, expected 200 (server: too long)"]
-
-
-def test_measure_all_text_in_one_instant_has_no_itl():
-    raw, _unused = _sse(_chunks(["a", "b"], {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}))
-    payloads = [line[6:] for line in raw.split("\n\n") if line]
-    m = S_measure.measure("r6", S_measure.Streamed(status=200, raw=raw, arrivals=[(1.0, p) for p in payloads], sent=0.0, ended=1.0),
-                  Expect(served_model="m", max_tokens=2))
-    assert m.itl is None and "text arrival span is 0.000000 s over 2 tokens" in m.reasons[0]
 
 
 def test_finish_row_nulls_every_figure_of_an_error_row():
@@ -258,94 +122,6 @@ def test_counts_status_and_markdown():
                      "counts": S_rows.counts(rows), "rows": rows})
     assert "| canary | - | PASS | 250.0 | 20.00 | 1.500 | 49.5 | - |  |" in md
     assert "| external | bfcl_mt | NOT_IMPLEMENTED | - | - | - | - | - | no external benchmark client configured |" in md
-
-
-# ---- the streaming reader ------------------------------------------------------------------------
-class _Slow(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args):
-        pass
-
-    def do_POST(self):
-        self.rfile.read(int(self.headers["Content-Length"]))
-        if self.path == "/bad":
-            data = json.dumps({"error": {"message": "no such model", "code": 404}}).encode()
-            self.send_response(404)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-            return
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        for i in range(3):
-            time.sleep(0.15)
-            data = f'data: {{"n": {i}}}\n\n'.encode()
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-            self.wfile.flush()
-        data = b"data: [DONE]\n\n"
-        self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data))
-        self.wfile.flush()
-
-
-@pytest.fixture
-def slow_server():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Slow)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-
-
-def test_stream_client_timestamps_each_line_as_it_arrives(slow_server):
-    got = S_measure.stream_client(slow_server, None)("/v1/completions", {"stream": True}, 10)
-    assert got.status == 200 and got.error is None
-    assert [p for _unused, p in got.arrivals] == ['{"n": 0}', '{"n": 1}', '{"n": 2}', "[DONE]"]
-    times = [t for t, _unused in got.arrivals]
-    # the server sleeps 0.15 s before each of the first three events: read whole, they would share one time
-    assert times[0] - got.sent >= 0.14
-    assert all(b - a >= 0.12 for a, b in zip(times[:2], times[1:3]))
-    assert got.raw.count("data: ") == 4 and got.ended >= times[-1]
-
-
-def test_stream_client_http_error_and_refused(slow_server):
-    got = S_measure.stream_client(slow_server, "sk-x")("/bad", {"stream": True}, 5)
-    assert got.status == 404 and got.error_body["error"]["message"] == "no such model" and got.error is None
-    got = S_measure.stream_client(f"http://127.0.0.1:{standin.free_port()}", None)("/v1/completions", {}, 2)
-    assert got.status is None and got.error
-
-
-# ---- the external client -------------------------------------------------------------------------
-def test_external_env_passes_only_what_the_client_needs():
-    environ = {"PATH": "/bin", "HOME": "/root", "AWS_SECRET_ACCESS_KEY": "nope", "VLLM_API_KEY": "nope",
-               "LANG": "C.UTF-8"}
-    env = S_external.external_env("sk-abc", environ)
-    assert env == {"PATH": "/bin", "HOME": "/root", "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1",
-                   "OPENAI_API_KEY": "sk-abc"}
-    assert "OPENAI_API_KEY" not in S_external.external_env(None, environ)
-
-
-def test_external_rows_from_a_report():
-    report = {"lanes": [{"lane_id": "bfcl_mt", "status": "PASS", "infra_errors": 0, "summary": {"score": 0.755}},
-                        {"lane_id": "bfcl_ast", "status": "FAIL", "infra_errors": 0, "summary": {"score": 0.362}},
-                        {"lane_id": "x_infra", "status": "PASS", "infra_errors": 2},
-                        {"lane_id": "x_odd", "status": "WEIRD"},
-                        {"lane_id": "x_skip", "status": "SKIP"}]}
-    rows = S_external.external_rows(["bfcl_mt", "bfcl_ast", "x_infra", "x_odd", "x_skip", "x_missing"], report,
-                           "/o/report.json", None)
-    got = {r["level"]: r for r in rows}
-    assert got["bfcl_mt"]["status"] == "PASS" and got["bfcl_mt"]["client"]["summary"] == {"score": 0.755}
-    assert got["bfcl_ast"]["status"] == "FAIL"
-    assert got["x_infra"]["status"] == "ERROR" and "infra_errors is 2, expected 0" in got["x_infra"]["reasons"][0]
-    assert got["x_infra"]["client"]["summary"] is None
-    assert got["x_odd"]["status"] == "ERROR" and 'status is "WEIRD"' in got["x_odd"]["reasons"][0]
-    assert got["x_skip"]["status"] == "NOT_IMPLEMENTED"
-    assert got["x_missing"]["status"] == "NOT_IMPLEMENTED"
-    assert "absent from /o/report.json" in got["x_missing"]["reasons"][0]
-    rows = S_external.external_rows(["bfcl_mt"], None, "/o/report.json", "report unreadable")
-    assert rows[0]["status"] == "ERROR" and rows[0]["reasons"] == ["external bfcl_mt: report unreadable"]
 
 
 def _external_settings(tmp_path: Path, **ext) -> S_settings.Settings:
@@ -438,28 +214,6 @@ def test_unconfigured_external_lanes_are_not_implemented(tmp_path):
     assert result["report"]["counts"]["ERROR"] == 0 and result["report"]["reasons"] == []
 
 
-# ---- the seed's r0b0bench run (issue 16) -------------------------------------------------------
-ORDERED_VERSIONS = ["0.9.9", "1.0.0.dev1", "1.0.0a1", "1.0.0a2.post1", "1.0.0b1", "1.0.0rc1", "1.0.0rc2.dev3",
-                    "1.0.0rc2", "1.0.0rc2.post1.dev1", "1.0.0rc2.post1", "1.0.0", "1.0.0.post1", "1.0.1", "1.0.10",
-                    "1.1", "10.0.0"]
-
-
-def test_versions_compare_with_pep440_semantics():
-    keys = [S_external.version_key(v) for v in ORDERED_VERSIONS]
-    assert all(k is not None for k in keys)
-    assert all(a < b for a, b in zip(keys, keys[1:])), ORDERED_VERSIONS
-    assert sorted(reversed(ORDERED_VERSIONS), key=S_external.version_key) == ORDERED_VERSIONS
-    assert S_external.version_key("1.0") == S_external.version_key("1.0.0") == S_external.version_key("1")
-    assert S_external.version_key("1.0.0RC2") == S_external.version_key("1.0.0rc2")
-    for bad in ("", "v1.0.0", "1.0.0rc", "1.0.0-beta", "1.0.0+local", "latest", "1..0", "1.0.0rc2.dev1.post1", None):
-        assert S_external.version_key(bad) is None, bad
-
-
-def test_the_version_floor_is_1_0_0rc2():
-    assert S_external.MIN_R0B0BENCH_VERSION == "1.0.0rc2"
-    assert [v for v in ORDERED_VERSIONS if S_external.version_at_least(v, S_external.MIN_R0B0BENCH_VERSION)] == ORDERED_VERSIONS[7:]
-
-
 def _seed_client(tmp_path: Path, **ext) -> dict:
     tokenizer = tmp_path / "DeepSeek-V4-Flash-0731" / "hf"
     tokenizer.mkdir(parents=True, exist_ok=True)
@@ -469,29 +223,6 @@ def _seed_client(tmp_path: Path, **ext) -> dict:
               "tokenizer": str(tokenizer), "aquila_scripts": str(scripts), "bfcl_python": sys.executable}
     client.update(ext)
     return client
-
-
-def test_external_argv_is_the_seed_command():
-    ext = {"python": "/opt/rb/.venv/bin/python", "tokenizer": "/models/dsv4/hf"}
-    argv = S_external.external_argv(ext, "http://127.0.0.1:8888/", SERVED, "/out/r0b0bench", "systems-x")
-    assert argv == ["/opt/rb/.venv/bin/python", "-m", "r0b0bench.cli", "run", "--profile", "systems",
-                    "--base-url", "http://127.0.0.1:8888/v1", "--model", SERVED, "--tokenizer", "/models/dsv4/hf",
-                    "--output", "/out/r0b0bench", "--only", "canary,bfcl_mt,bfcl_ast,latency,concurrency,throughput",
-                    "--run-id", "systems-x"]
-    assert "--tokenizer" not in S_external.external_argv({"python": "p", "lanes": ["latency"]}, "u", "m", "o", "r")
-
-
-def test_external_env_carries_the_bfcl_settings_and_nothing_else():
-    environ = {"PATH": "/bin", "HOME": "/root", "AWS_SECRET_ACCESS_KEY": "nope", "BFCL_NUM_THREADS": "99",
-               "R0B0BENCH_AQUILA_SCRIPTS": "/elsewhere"}
-    ext = {"aquila_scripts": "/srv/dsv4-bfcl/scripts", "bfcl_python": "/srv/bfcl/.venv/bin/python"}
-    assert S_external.external_env("sk-abc", environ, ext) == {
-        "PATH": "/bin", "HOME": "/root", "PYTHONUNBUFFERED": "1", "OPENAI_API_KEY": "sk-abc",
-        "R0B0BENCH_AQUILA_SCRIPTS": "/srv/dsv4-bfcl/scripts", "R0B0BENCH_BFCL_PYTHON": "/srv/bfcl/.venv/bin/python",
-        "BFCL_NUM_THREADS": "4", "BFCL_HTTP_TIMEOUT": "3600", "BFCL_MAX_TOKENS": "8192"}
-    env = S_external.external_env(None, environ, {"bfcl_num_threads": 2, "bfcl_http_timeout": 60, "bfcl_max_tokens": 512})
-    assert (env["BFCL_NUM_THREADS"], env["BFCL_HTTP_TIMEOUT"], env["BFCL_MAX_TOKENS"]) == ("2", "60", "512")
-    assert "R0B0BENCH_AQUILA_SCRIPTS" not in env and "OPENAI_API_KEY" not in env
 
 
 def test_external_bench_options_are_validated(tmp_path):
@@ -637,25 +368,6 @@ def test_a_pillar_the_client_leaves_out_of_its_report_stays_not_implemented(tmp_
     rows = {r["level"]: r for r in S.run(s, call=None, post=None)["report"]["rows"]}
     assert rows["qa"]["status"] == "NOT_IMPLEMENTED" and "absent from" in rows["qa"]["reasons"][0]
     assert rows["qa"]["client_kind"] is None and rows["qa"]["client"]["summary"] is None
-
-
-def test_external_rows_take_their_client_kind_from_the_report():
-    report = {"backend": "vllm_bench", "lanes": [
-        {"lane_id": "latency", "status": "PASS", "summary": {"backend": "openai_portable"}},
-        {"lane_id": "throughput", "status": "PASS", "backend": "vllm-bench"},
-        {"lane_id": "canary", "status": "PASS"},
-        {"lane_id": "perf", "status": "PASS", "summary": {"backend": "sglang-bench"}},
-        {"lane_id": "bfcl_mt", "status": "NOT_IMPLEMENTED"}]}
-    rows = {r["level"]: r for r in S_external.external_rows(["latency", "throughput", "canary", "perf", "bfcl_mt"], report,
-                                                   "/o/report.json", None)}
-    assert rows["latency"]["client_kind"] == "openai_portable"
-    assert rows["throughput"]["client_kind"] == "vllm-bench"
-    assert rows["canary"]["client_kind"] == "vllm-bench"  # the report's own backend, normalised
-    assert rows["perf"]["status"] == "ERROR" and rows["perf"]["client_kind"] is None
-    assert 'backend is "sglang-bench", expected openai_portable or vllm-bench' in rows["perf"]["reasons"][0]
-    assert rows["bfcl_mt"]["client_kind"] is None
-    plain = S_external.external_rows(["canary"], {"lanes": [{"lane_id": "canary", "status": "PASS"}]}, "/o/r.json", None)
-    assert plain[0]["client_kind"] == "openai_portable"  # r0b0bench lanes are OpenAI-API clients
 
 
 def test_a_report_mixing_client_kinds_is_refused_naming_both(tmp_path):
