@@ -12,7 +12,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import re
 import subprocess
 import sys
 import threading
@@ -262,102 +261,6 @@ def test_load_config_is_strict_json():
         rg.load_config(good[:-1] + ', "api_timeout": NaN}')
 
 
-# ================================================================================================
-# the command
-# ================================================================================================
-def test_command_tokens_keep_a_direct_argv_intact():
-    tokens = rg_identity.command_tokens("/entry.sh", serve_argv())
-    assert tokens[0] == "/entry.sh" and PROD_CC_TEXT in tokens
-    assert rg_identity.parse_compilation_config(tokens) == PROD_CC
-    # the spec's space-joined record of the command
-    assert rg_identity.command_string("/entry.sh", ["a", "b c"]) == "/entry.sh a b c"
-
-
-def test_command_tokens_split_a_bash_script_shell_style():
-    script = ('export CUDA_HOME=/usr/local/cuda; VLLM_BIN=/usr/local/bin/vllm; exec "$VLLM_BIN" serve /model '
-              f"--compilation-config '{PROD_CC_TEXT}' --optimization-level 2 --performance-mode balanced")
-    tokens = rg_identity.command_tokens("/usr/local/bin/dspark-entrypoint.sh", ["bash", "-lc", script])
-    assert tokens[:3] == ["/usr/local/bin/dspark-entrypoint.sh", "bash", "-lc"]
-    assert rg_identity.parse_compilation_config(tokens) == PROD_CC
-    assert rg_identity.flag_check(tokens, "--optimization-level", "-O", 2) == (2, True)
-    with pytest.raises(rg_base.GateError, match="cannot be tokenised"):
-        rg_identity.command_tokens("/bin/sh", ["-c", "vllm serve --compilation-config '{\"mode\":0}"])
-
-
-def test_bash_without_c_is_not_a_script():
-    tokens = rg_identity.command_tokens("bash", ["-l", "/run.sh", "--flag"])
-    assert tokens == ["bash", "-l", "/run.sh", "--flag"]
-
-
-@pytest.mark.parametrize("args, message", [
-    (["serve"], "no --compilation-config"),
-    (["--compilation-config", PROD_CC_TEXT, "--compilation-config", PROD_CC_TEXT], "2 times"),
-    (["--compilation-config", PROD_CC_TEXT, "-cc", PROD_CC_TEXT], "2 times"),
-    (["--compilation_config", PROD_CC_TEXT, "--compilation-config=" + PROD_CC_TEXT], "2 times"),
-    (["--compilation-config", PROD_CC_TEXT, "-cc.cudagraph_mode=FULL"], "2 times"),
-    (["--compilation-config"], "has no value"),
-    (["--compilation-config", "--optimization-level", "2"], "has no value"),
-    (["-cc.cudagraph_mode=FULL_DECODE_ONLY"], "dotted key=value form"),
-    (["--compilation-config", '{"mode":0,"mode":3}'], "duplicate key"),
-    (["--compilation-config", '{"mode":NaN}'], "not a finite number"),
-    (["--compilation-config", "[1]"], "not a JSON object"),
-    (["--compilation-config", "{mode:0}"], "not strict JSON"),
-])
-def test_compilation_config_must_appear_exactly_once_as_strict_json(args, message):
-    with pytest.raises(rg_base.GateError, match=re.escape(message)):
-        rg_identity.parse_compilation_config(["vllm", *args])
-
-
-@pytest.mark.parametrize("args", [
-    ["--compilation-config", PROD_CC_TEXT], ["--compilation-config=" + PROD_CC_TEXT],
-    ["--compilation_config", PROD_CC_TEXT], ["-cc", PROD_CC_TEXT], ["-cc=" + PROD_CC_TEXT],
-])
-def test_compilation_config_spellings(args):
-    assert rg_identity.parse_compilation_config(["vllm", "serve", *args]) == PROD_CC
-
-
-def test_config_covers_allows_a_superset_only():
-    assert rg_identity.config_covers(PROD_CC, PROD_CC)
-    assert rg_identity.config_covers(dict(PROD_CC, max_cudagraph_capture_size=112), PROD_CC)
-    assert not rg_identity.config_covers({k: v for k, v in PROD_CC.items() if k != "cudagraph_strict"}, PROD_CC)
-    assert not rg_identity.config_covers(dict(PROD_CC, cudagraph_mode="PIECEWISE"), PROD_CC)
-    assert not rg_identity.config_covers(dict(PROD_CC, cudagraph_strict=1), PROD_CC)  # true is not 1
-    assert rg_identity.config_covers(dict(PROD_CC, mode=0.0), PROD_CC)  # 0 == 0.0 as JSON numbers
-
-
-@pytest.mark.parametrize("args, expected", [
-    (["--optimization-level", "2"], (2, True)),
-    (["--optimization-level=2"], (2, True)),
-    (["--optimization_level", "2"], (2, True)),
-    (["-O2"], (2, True)),
-    (["-O", "2"], (2, True)),
-    (["-O=2"], (2, True)),
-    (["--optimization-level", "3"], (3, False)),
-    (["--optimization-level", "2", "-O3"], (3, False)),
-    (["--optimization-level", "23"], (23, False)),
-    ([], (None, False)),
-    (["--optimization-level"], (None, False)),
-])
-def test_optimization_level(args, expected):
-    assert rg_identity.flag_check(["vllm", "serve", *args, "--x"], "--optimization-level", "-O", 2) == expected
-
-
-def test_performance_mode():
-    assert rg_identity.flag_check(["--performance-mode", "balanced"], "--performance-mode", None, "balanced") == ("balanced",
-                                                                                                         True)
-    assert rg_identity.flag_check(["--performance-mode", "throughput"], "--performance-mode", None, "balanced") == (
-        "throughput", False)
-    assert rg_identity.flag_check(["--performance-mode-x", "balanced"], "--performance-mode", None, "balanced") == (None,
-                                                                                                           False)
-
-
-def test_enforce_eager_is_the_last_word():
-    assert rg_identity.enforce_eager_of(["--enforce-eager"]) is True
-    assert rg_identity.enforce_eager_of(["--enforce-eager", "--no-enforce-eager"]) is False
-    assert rg_identity.enforce_eager_of(["--enforce_eager"]) is True
-    assert rg_identity.enforce_eager_of(["serve"]) is False
-
-
 def test_api_key_values_are_redacted():
     """The gate redacts its command tokens by the collection's one variable rule (``_secrets``)."""
     assert rg.redact_document is _secrets.redact_document and not hasattr(rg, "redact_tokens")
@@ -367,42 +270,6 @@ def test_api_key_values_are_redacted():
     assert out == ["vllm", "--api-key", rg.REDACTED, f"--api_key={rg.REDACTED}", f"VLLM_API_KEY={rg.REDACTED}",
                    "--port", "8888"]
     assert tokens[2] == SECRET  # the input is not changed
-
-
-# ================================================================================================
-# identity pieces
-# ================================================================================================
-def test_label_mismatches_against_the_pin():
-    assert rg_identity.label_mismatches(LABELS, PIN) == {}
-    labels = dict(LABELS, **{"io.r0b0tlab.speculative.tokens": "7"})
-    del labels["io.r0b0tlab.cudagraph.selector"]
-    assert rg_identity.label_mismatches(labels, PIN) == {
-        "io.r0b0tlab.speculative.tokens": {"expected": "6", "actual": "7"},
-        "io.r0b0tlab.cudagraph.selector": {"expected": "native-v1", "actual": None},
-    }
-    assert len(rg_identity.label_mismatches(None, PIN)) == 8
-
-
-def test_pid1_rules():
-    legacy, multi = rg_identity.pid1_env_entries(["A=1", "VLLM_DSV4_ENABLE_MULTI_STREAM=0"])
-    assert (legacy, multi) == ([], ["VLLM_DSV4_ENABLE_MULTI_STREAM=0"])
-    assert rg_identity.pid1_errors("head", legacy, multi) == []
-    legacy, multi = rg_identity.pid1_env_entries(["VLLM_USE_BREAKABLE_CUDAGRAPH=0", "VLLM_DSV4_ENABLE_MULTI_STREAM=0"])
-    assert rg_identity.pid1_errors("worker", legacy, multi) == [
-        "worker PID 1 retains legacy CUDA-graph selector: VLLM_USE_BREAKABLE_CUDAGRAPH=0"]
-    for entries in ([], ["VLLM_DSV4_ENABLE_MULTI_STREAM=1"], ["VLLM_DSV4_ENABLE_MULTI_STREAM="],
-                    ["VLLM_DSV4_ENABLE_MULTI_STREAM=0", "VLLM_DSV4_ENABLE_MULTI_STREAM=0"]):
-        errors = rg_identity.pid1_errors("head", *rg_identity.pid1_env_entries(entries))
-        assert len(errors) == 1 and errors[0].startswith("head PID 1 does not pin compile-safe DSV4 streams")
-    # a lookalike name is not the selector
-    assert rg_identity.pid1_env_entries(["XVLLM_USE_BREAKABLE_CUDAGRAPH=1", "VLLM_USE_BREAKABLE_CUDAGRAPHX=1"])[0] == []
-
-
-def test_pid1_answer_is_a_strict_list_of_strings():
-    assert rg_identity.parse_pid1_answer('["A=1"]\n') == ["A=1"]
-    for bad in ('{"A": 1}', "[1]", "not json"):
-        with pytest.raises(rg_base.GateError):
-            rg_identity.parse_pid1_answer(bad)
 
 
 def test_pid1_code_prints_only_the_asked_entries(tmp_path):
@@ -424,115 +291,6 @@ def test_sha256_code(tmp_path):
     assert rg_identity.parse_sha256_answer(out) == hashlib.sha256(b'{"a": 1}\n').hexdigest()
     with pytest.raises(rg_base.GateError):
         rg_identity.parse_sha256_answer("No such file")
-
-
-@pytest.mark.parametrize("mounts, ok", [
-    ([{"Destination": "/m.json", "RW": False}], True),
-    ([{"Destination": "/m.json", "RW": True}], False),
-    ([{"Destination": "/m.json"}], False),
-    ([{"Destination": "/m.json", "RW": 0}], False),
-    ([{"Destination": "/m.json", "RW": False}, {"Destination": "/m.json", "RW": False}], False),
-    ([{"Destination": "/other", "RW": False}], False),
-    (None, False),
-])
-def test_manifest_mount_rule(mounts, ok):
-    assert rg_identity.manifest_mount_read_only(mounts, "/m.json")[0] is ok
-
-
-def test_inspect_must_answer_one_object():
-    assert rg_identity.one_inspect('[{"Id": "x"}]', "inspect") == {"Id": "x"}
-    for bad in ("[]", '[{"Id": 1}, {"Id": 2}]', "{}", '["x"]', "garbage"):
-        with pytest.raises(rg_base.GateError):
-            rg_identity.one_inspect(bad, "inspect")
-
-
-def test_identity_of_a_correct_rank():
-    rank = FakeRank()
-    identity, errors = rg_identity.collect_identity("head", rank, config())
-    assert errors == []
-    assert set(identity) == SPEC_IDENTITY_KEYS
-    assert identity["image_id"] == PIN["image_id"] and identity["image_architecture"] == "arm64"
-    assert identity["compilation_config_present"] and identity["serialized_compilation_config"] == rg_identity.canonical_json(
-        PROD_CC)
-    assert identity["cudagraph_implementation"] == "regular" and identity["enforce_eager"] is False
-    assert (identity["optimization_level"], identity["optimization_level_present"]) == (2, True)
-    assert (identity["performance_mode"], identity["performance_mode_present"]) == ("balanced", True)
-    assert identity["legacy_selector_pid1_entries"] == []
-    assert identity["dsv4_multi_stream_pid1_entries"] == ["VLLM_DSV4_ENABLE_MULTI_STREAM=0"]
-    assert identity["runtime_audit_manifest_sha256"] == PIN["runtime_manifest_sha256"]
-    assert identity["runtime_audit_manifest_read_only"] is True and identity["label_mismatches"] == {}
-    expected_command = " ".join(["/usr/local/bin/dspark-entrypoint.sh", *serve_argv()])
-    assert identity["command_sha256"] == hashlib.sha256(expected_command.encode()).hexdigest()
-    assert ["docker", "image", "inspect", PIN["image_id"]] in rank.calls
-
-
-def test_identity_reports_every_mismatch_with_the_spec_strings():
-    cc = json.dumps(dict(PROD_CC, cudagraph_mode="PIECEWISE"))
-    rank = FakeRank(
-        container_obj=container(Image="sha256:" + "e" * 64, State={"Running": False, "Status": "exited"},
-                                Args=serve_argv(1, cc=cc, extra=("--performance-mode", "throughput", "-O3",
-                                                                 "--enforce-eager")),
-                                Mounts=[{"Destination": PIN["runtime_manifest_path"], "RW": True}]),
-        image_obj=image(Id="sha256:" + "e" * 64, Architecture="amd64",
-                        Config={"Labels": dict(LABELS, **{"io.r0b0tlab.kv-cache.dtype": "fp8"})}),
-        environ=["VLLM_USE_BREAKABLE_CUDAGRAPH=1"], manifest_sha="d" * 64)
-    identity, errors = rg_identity.collect_identity("worker", rank, config())
-    expected = [
-        "worker container dspark_vllm is not running (status exited)",
-        f"worker image ID mismatch: expected {PIN['image_id']}, got sha256:{'e' * 64}",
-        "worker runtime audit manifest is not mounted read-only exactly once",
-        "worker command enables --enforce-eager",
-        "worker compilation config mismatch: expected ",
-        "worker optimization level mismatch: expected --optimization-level 2, got 3",
-        "worker performance mode mismatch: expected --performance-mode balanced, got throughput",
-        "worker image architecture mismatch: expected arm64, got amd64",
-        "worker image label mismatch: io.r0b0tlab.kv-cache.dtype expected nvfp4_ds_mla, got fp8",
-        "worker PID 1 retains legacy CUDA-graph selector",
-        "worker PID 1 does not pin compile-safe DSV4 streams",
-        f"worker runtime audit manifest checksum mismatch: expected {'b' * 64}, got {'d' * 64}",
-    ]
-    assert len(errors) == len(expected)
-    for error, prefix in zip(errors, expected):
-        assert error.startswith(prefix), (error, prefix)
-    assert identity["label_mismatches"] == {"io.r0b0tlab.kv-cache.dtype": {"expected": "nvfp4_ds_mla", "actual": "fp8"}}
-    assert identity["runtime_audit_manifest_read_only"] is False and identity["enforce_eager"] is True
-
-
-def test_architecture_is_not_checked_when_switched_off():
-    rank = FakeRank(image_obj=image(Architecture="amd64"))
-    identity, errors = rg_identity.collect_identity("head", rank, config(check_architecture=False))
-    assert errors == [] and identity["image_architecture"] == "amd64"
-
-
-def test_a_failed_read_leaves_the_other_checks_running():
-    rank = FakeRank(fail={"docker container": (1, "", "Error: No such container: dspark_vllm")},
-                    environ=["VLLM_DSV4_ENABLE_MULTI_STREAM=1"])
-    identity, errors = rg_identity.collect_identity("head", rank, config())
-    assert errors[0] == "head docker container inspect failed (exit 1): Error: No such container: dspark_vllm"
-    assert errors[1].startswith("head PID 1 does not pin compile-safe DSV4 streams")
-    assert len(errors) == 2
-    assert identity["container_id"] is None and identity["runtime_audit_manifest_sha256"] == PIN[
-        "runtime_manifest_sha256"]
-
-    rank = FakeRank(image_obj=[image(), image()], fail={"docker exec": (126, "", "OCI runtime exec failed")})
-    identity, errors = rg_identity.collect_identity("worker", rank, config())
-    assert errors == ["worker docker image inspect did not return exactly one object (got 2)",
-                      "worker reading the PID 1 environment failed (exit 126): OCI runtime exec failed",
-                      "worker hashing the runtime audit manifest failed (exit 126): OCI runtime exec failed"]
-    assert identity["image_id"] == PIN["image_id"] and identity["label_mismatches"] is None
-
-
-def test_cross_rank_checks():
-    head, _unused = rg_identity.collect_identity("head", FakeRank(), config())
-    worker, _unused = rg_identity.collect_identity("worker", FakeRank(), config())
-    assert rg_identity.cross_rank_errors(head, worker) == []
-    other = dict(worker, image_id="sha256:" + "f" * 64)
-    assert rg_identity.cross_rank_errors(head, other) == [f"rank image IDs disagree: head {PIN['image_id']}, worker sha256:{'f' * 64}"]
-    other = dict(worker, serialized_compilation_config='{"mode":0}')
-    assert rg_identity.cross_rank_errors(head, other)[0].startswith("rank compilation configs disagree")
-    assert rg_identity.cross_rank_errors(dict(head, image_id=None), dict(worker, image_id=None))[0].startswith(
-        "rank image IDs disagree")
-    assert rg_identity.cross_rank_errors(None, worker)[0].startswith("rank image IDs disagree")
 
 
 # ---- image stores: a Docker engine on the containerd image store reports an image's manifest
@@ -557,28 +315,6 @@ def test_config_expects_the_pinned_image_id_on_both_ranks_by_default():
     assert cfg["expected_image_ids"] == {"head": PIN["image_id"], "worker": PIN["image_id"]}
     assert cfg["image_stores"] == {"head": None, "worker": None}
     assert store_config()["expected_image_ids"] == {"head": PIN["image_id"], "worker": MANIFEST}
-
-
-def test_a_containerd_rank_passes_with_the_manifest_digest():
-    rank = containerd_rank(rank=1)
-    identity, errors = rg_identity.collect_identity("worker", rank, store_config())
-    assert errors == []
-    assert identity["image_id"] == MANIFEST
-    # docker image inspect <manifest digest> on a containerd store answers with Id = that digest
-    assert ["docker", "image", "inspect", MANIFEST] in rank.calls
-    assert identity["label_mismatches"] == {} and identity["image_architecture"] == "arm64"
-    # a containerd rank whose pin names the image the same way on both stores is the usual case
-    both = store_config(head=("containerd", MANIFEST))
-    assert rg_identity.collect_identity("head", containerd_rank(), both)[1] == []
-
-
-def test_a_classic_rank_running_the_manifest_digest_fails():
-    _identity, errors = rg_identity.collect_identity("head", containerd_rank(), store_config())
-    assert errors == [f"head image ID mismatch: expected {PIN['image_id']}, got {MANIFEST}"]
-    # and a containerd rank running the config digest fails the same way
-    _identity, errors = rg_identity.collect_identity("worker", FakeRank(container_obj=container(Args=serve_argv(1))),
-                                            store_config())
-    assert errors == [f"worker image ID mismatch: expected {MANIFEST}, got {PIN['image_id']}"]
 
 
 @pytest.mark.parametrize("changes, message", [
@@ -629,28 +365,6 @@ def test_a_containerd_rank_without_a_pinned_manifest_digest_fails_closed():
     assert doc["status"] == "FAIL" and any("pin has no image_manifest_digest" in e for e in doc["errors"])
 
 
-def test_cross_rank_on_different_image_stores():
-    cfg = store_config()
-    head, _unused = rg_identity.collect_identity("head", FakeRank(), cfg)
-    worker, _unused = rg_identity.collect_identity("worker", containerd_rank(rank=1), cfg)
-    expected = cfg["expected_image_ids"]
-    # different IDs, but each is the pinned image as its rank's store names it
-    assert rg_identity.cross_rank_errors(head, worker, expected) == []
-    # each rank is held to its own store's name for the pinned image
-    swapped = (dict(head, image_id=MANIFEST), dict(worker, image_id=PIN["image_id"]))
-    errors = rg_identity.cross_rank_errors(*swapped, expected)
-    assert errors == [f"rank image IDs disagree: head {MANIFEST}, worker {PIN['image_id']} (the ranks use different "
-                      f"image stores; each must run the pinned image: head {PIN['image_id']}, worker {MANIFEST})"]
-    assert rg_identity.cross_rank_errors(head, dict(worker, image_id="sha256:" + "f" * 64), expected)[0].startswith(
-        f"rank image IDs disagree: head {PIN['image_id']}, worker sha256:{'f' * 64} (the ranks use different")
-    assert rg_identity.cross_rank_errors(head, dict(worker, image_id=None), expected)[0].startswith("rank image IDs disagree")
-    # on one store the two ranks must report the identical ID, as before
-    same = {"head": MANIFEST, "worker": MANIFEST}
-    assert rg_identity.cross_rank_errors(dict(head, image_id=MANIFEST), worker, same) == []
-    assert rg_identity.cross_rank_errors(head, worker, same) == [
-        f"rank image IDs disagree: head {PIN['image_id']}, worker {MANIFEST}"]
-
-
 def test_gate_passes_on_a_pair_whose_worker_uses_the_containerd_store():
     cfg = store_config()
     worker = containerd_rank(log_fixture("worker-regular"), rank=1)
@@ -667,23 +381,6 @@ def test_gate_passes_on_a_pair_whose_worker_uses_the_containerd_store():
     errors = gate.document()["errors"]
     assert f"worker image ID mismatch: expected {PIN['image_id']}, got {MANIFEST}" in errors
     assert f"rank image IDs disagree: head {PIN['image_id']}, worker {MANIFEST}" in errors
-
-
-# ================================================================================================
-# logs (real stand-in output)
-# ================================================================================================
-@pytest.mark.parametrize("rank", ["head", "worker"])
-def test_regular_standin_logs_pass(rank):
-    section, errors = _assess(rank, log_fixture(f"{rank}-regular"), config())
-    assert errors == []
-    assert all(section["required"].values()) and set(section["required"]) == set(rg_logs.REQUIRED["regular"]) | set(
-        rg_logs.ALWAYS_REQUIRED)
-    assert not any(section["forbidden"].values()) and set(section["forbidden"]) == set(rg_logs.FORBIDDEN["regular"])
-    assert section["authoritative_cuda_graph_runtime"] == {
-        "requested": "regular", "resolved": "regular", "mode": "FULL_DECODE_ONLY", "decode_mode": "FULL",
-        "breakable": False, "enforce_eager": False, "strict": True}
-    text = log_fixture(f"{rank}-regular")
-    assert section["log_bytes"] == len(text.encode()) and section["log_sha256"] == rg_logs.sha256_text(text)
 
 
 def test_wrong_cudagraph_mode_standin_log_fails_on_the_worker_line_only():
@@ -704,10 +401,6 @@ def test_forbidden_marker_standin_log():
 
 # The breakable-ab profile (roles/profile/vars/main.yml): PIECEWISE with the breakable runner.
 BREAKABLE_CC = dict(PROD_CC, cudagraph_implementation="breakable", cudagraph_mode="PIECEWISE")
-# Under PIECEWISE the breakable runner runs the DSpark (DFlash) draft eagerly and says so
-# (docs/wrapper-reference.md §5.5); the stand-in logs it on both ranks.
-BREAKABLE_AUXILIARY = ("CUDA_GRAPH_AUXILIARY implementation=breakable component=dflash mode=eager "
-                       "reason=piecewise_unsupported")
 
 
 def breakable_config() -> dict:
@@ -736,38 +429,12 @@ def test_breakable_marker_set(rank):
     assert f"{rank} resolved CUDA-graph mode mismatch: expected FULL_DECODE_ONLY, got PIECEWISE" in errors
 
 
-@pytest.mark.parametrize("rank", ["head", "worker"])
-def test_the_breakable_draft_may_run_eagerly_under_piecewise(rank):
-    text = log_fixture(f"{rank}-breakable")
-    auxiliary = [ln for ln in text.splitlines() if "CUDA_GRAPH_AUXILIARY" in ln]
-    assert len(auxiliary) == 1 and auxiliary[0].endswith(BREAKABLE_AUXILIARY) and "(Worker_TP" in auxiliary[0]
-    # no breakable forbidden marker matches the draft's eager line, so the breakable gate passes with it
-    assert not any(rg_logs.marker_hits(auxiliary[0], rg_logs.FORBIDDEN["breakable"]).values())
-    section, errors = _assess(rank, text, breakable_config())
-    assert errors == [] and not any(section["forbidden"].values())
-    # the regular runner's form of the same line is what the regular gate forbids
-    regular_aux = BREAKABLE_AUXILIARY.replace("implementation=breakable", "implementation=regular")
-    assert rg_logs.marker_hits(regular_aux, rg_logs.FORBIDDEN["regular"])[
-        "CUDA_GRAPH_AUXILIARY implementation=regular component=dflash mode=eager"]
-    errors = _assess(rank, log_fixture(f"{rank}-regular") + f"(Worker_TP0 pid=1) WARNING 12-02 12:23:23 "
-                     f"[gpu_model_runner.py:1] {regular_aux}\n", config())[1]
-    assert errors == [f"{rank} forbidden runtime marker present: CUDA_GRAPH_AUXILIARY implementation=regular "
-                      "component=dflash mode=eager"]
-    # and the regular stand-in never logs one
-    assert "CUDA_GRAPH_AUXILIARY" not in log_fixture(f"{rank}-regular")
-
-
 def test_missing_replay_and_missing_native_backend():
     text = "\n".join(line for line in log_fixture("worker-regular").splitlines()
                      if "CUDA_GRAPH_REPLAY" not in line and "NET/IB" not in line)
     errors = _assess("worker", text, config())[1]
     assert errors == ["worker required runtime marker missing: CUDA_GRAPH_REPLAY implementation=regular status=observed",
                       "worker required runtime marker missing: NET/IB"]
-
-
-def test_markers_are_case_insensitive_substrings():
-    hits = rg_logs.marker_hits("... using the MARLIN kernel; Fallback To Eager ...", ["Marlin", "fallback to eager", "B12X"])
-    assert hits == {"Marlin": True, "fallback to eager": True, "B12X": False}
 
 
 # The engine echoes its own arguments and configuration at start-up; those echoes repeat what the
@@ -798,25 +465,6 @@ def test_dspark_only_in_the_engine_echo_is_missing(rank):
     assert section["echo_lines_excluded"] == 3
 
 
-@pytest.mark.parametrize("rank", ["head", "worker"])
-def test_forbidden_markers_inside_the_echo_do_not_fail(rank):
-    real = log_fixture(f"{rank}-regular")
-    echoes = _echo_lines(real)
-    forbidden = " ".join(rg_logs.FORBIDDEN["regular"])
-    # e.g. a served name or a config value that happens to spell a forbidden marker
-    text = "\n".join(ln.replace("'served_model_name': [", f"'note': '{forbidden}', 'served_model_name': [")
-                     .replace("seed=0,", f"seed=0, note={forbidden},") if ln in echoes else ln
-                     for ln in real.splitlines()) + "\n"
-    assert all(marker in text for marker in rg_logs.FORBIDDEN["regular"]) and text != real
-    section, errors = _assess(rank, text, config())
-    assert errors == []
-    assert not any(section["forbidden"].values())
-    assert section["echo_lines_excluded"] == 3
-    # the same markers on a runtime line of the engine still fail it
-    errors = _assess(rank, text + f"(Worker_TP0 pid=1) WARNING 12-02 12:23:23 [x.py:1] {forbidden}\n", config())[1]
-    assert sorted(errors) == sorted(f"{rank} forbidden runtime marker present: {m}" for m in rg_logs.FORBIDDEN["regular"])
-
-
 def test_real_fixture_logs_record_their_echo_lines():
     for name in ("head-regular", "worker-regular", "head-breakable", "worker-breakable"):
         text = log_fixture(name)
@@ -827,77 +475,6 @@ def test_real_fixture_logs_record_their_echo_lines():
         assert section["log_bytes"] == len(text.encode()), "the evidence still covers the whole log"
 
 
-def test_the_error_quotes_the_runtime_line_not_the_echo():
-    real = log_fixture("worker-forbidden_marker")
-    text = real.replace("'served_model_name': [", "'moe_backend_hint': 'Marlin', 'served_model_name': [", 1)
-    first_marlin = next(ln for ln in text.splitlines() if "marlin" in ln.lower())
-    assert ARGS_ECHO in first_marlin  # the echo comes first in the log
-    errors = rg_logs.assess_logs("worker", text, config())[1]
-    quoted = [e for e in errors if e.startswith("worker forbidden runtime marker present: Marlin (log: ")]
-    assert len(quoted) == 1 and ARGS_ECHO not in quoted[0] and "Marlin kernel" in quoted[0]
-    assert rg_logs._first_line_with(text, "Marlin").startswith("(Worker_TP")  # pylint: disable=protected-access
-
-
-@pytest.mark.parametrize("line", [
-    # vLLM 0.2x/0.3x (APIServer and EngineCore process tags; the headless worker has none)
-    "(APIServer pid=7) INFO 12-03 10:00:00 [utils.py:233] non-default args: {'model_tag': 'm', "
-    "'served_model_name': ['x-dspark'], 'compilation_config': {'cudagraph_mode': 'PIECEWISE'}}",
-    "INFO 12-02 12:23:24 [utils.py:326] non-default args: {'model_tag': '/m', 'headless': True}",
-    "(EngineCore_DP0 pid=9) INFO 12-03 10:00:01 [core.py:93] Initializing a V1 LLM engine (v0.32.0) with config: "
-    "model='m', enforce_eager=True, served_model_name=x-dspark",
-    "(EngineCore pid=9) INFO 12-03 10:00:01 [core.py:93] Initializing a V1 LLM engine (v0.9.2) with config: model='m'",
-    # older engines and API servers
-    "INFO 03-02 23:59:21 llm_engine.py:87] Initializing an LLM engine (v0.3.3) with config: model='m', "
-    "enforce_eager=True",
-    "INFO 01-05 10:00:00 llm_engine.py:72] Initializing an LLM engine with config: model='m'",
-    "INFO 03-02 23:59:21 api_server.py:241] args: Namespace(host='0.0.0.0', served_model_name='x-dspark')",
-    "INFO 05-01 08:00:00 [api_server.py:1044] args: Namespace(subparser='serve', model_tag='m')",
-    "INFO 03-02 23:59:21 api_server.py:240] vLLM API server version 0.3.3 args: Namespace(model='m')",
-    # the version banners: the build's identity ("+dspark" in the version), not a runtime report
-    "(APIServer pid=1) INFO 12-02 12:23:23 [api_server.py:1896] vLLM API server version 0.26.0+dspark.sm121.3",
-    "INFO 12-02 12:23:24 [serve.py:88] Launching vLLM (v0.26.0+dspark.sm121.3) headless multiproc executor, "
-    "with head node address 127.0.0.1:51857 for torch.distributed process group.",
-    # docker logs --timestamps, and a Ray worker's tag
-    "2026-12-03T10:00:00.123456789Z (APIServer pid=7) INFO 12-03 10:00:00 [utils.py:233] non-default args: {}",
-    "(RayWorkerWrapper pid=5, ip=10.0.0.2) INFO 12-03 10:00:00 [core.py:93] Initializing a V1 LLM engine (v0.9.2) "
-    "with config: model='m'",
-])
-def test_echo_lines_are_recognised(line):
-    assert rg_logs.is_echo_line(line)
-    assert rg_logs.split_echo(line + "\nB12X\n") == ("B12X", 1)
-
-
-@pytest.mark.parametrize("line", [
-    "(Worker_TP0 pid=1) INFO 12-02 12:23:23 [dspark.py:88] Loading DSpark speculator (method=dspark, "
-    "num_speculative_tokens=6)",
-    # an echo's words later in a runtime line do not turn it into an echo
-    "(Worker_TP0 pid=1) WARNING 12-02 12:23:23 [x.py:1] Marlin fallback to eager; non-default args: {}",
-    "(Worker_TP0 pid=1) WARNING 12-02 12:23:23 [x.py:1] emulation with config: args: Namespace(",
-    "(EngineCore_DP0 pid=2) INFO 12-02 12:23:23 [core.py:77] Initializing a V1 LLM engine",
-    "(Worker_TP0 pid=1) Capturing CUDA graphs (decode, FULL): 100%",
-    "",
-])
-def test_runtime_lines_are_not_echo_lines(line):
-    assert not rg_logs.is_echo_line(line)
-
-
-def test_authoritative_line_is_the_last_worker_line():
-    line = ("CUDA_GRAPH_RUNTIME requested=regular resolved=regular mode={} decode_mode=FULL breakable=false "
-            "enforce_eager=false strict={}")
-    text = "\n".join([
-        "(Worker_TP0 pid=1) INFO " + line.format("FULL", "true"),
-        "(EngineCore_DP0 pid=2) INFO " + line.format("FULL_DECODE_ONLY", "true"),
-        "(Worker_TP0 pid=1) INFO " + line.format("PIECEWISE", "false"),
-        "(APIServer pid=3) INFO " + line.format("FULL_DECODE_ONLY", "true"),
-    ])
-    assert rg_logs.authoritative_runtime(text)["mode"] == "PIECEWISE"
-    assert rg_logs.authoritative_runtime(text)["strict"] is False
-    assert rg_logs.authoritative_runtime("(EngineCore_DP0 pid=2) " + line.format("FULL", "true")) is None
-    errors = _assess("head", text, config())[1]
-    assert "head resolved CUDA-graph mode mismatch: expected FULL_DECODE_ONLY, got PIECEWISE" in errors
-    assert "head CUDA-graph strict flag mismatch: expected true, got false" in errors
-
-
 def test_missing_authoritative_line_is_an_error():
     text = "\n".join(line for line in log_fixture("head-regular").splitlines()
                      if not ("Worker_TP" in line and "CUDA_GRAPH_RUNTIME" in line))
@@ -905,139 +482,6 @@ def test_missing_authoritative_line_is_an_error():
     assert section["authoritative_cuda_graph_runtime"] is None
     assert errors == ["head authoritative CUDA_GRAPH_RUNTIME line missing: no Worker_TP line reports the resolved "
                       "CUDA-graph runtime"]
-
-
-def test_logs_join_stdout_and_stderr():
-    assert rg_logs.join_logs("a\n", "b\n") == "a\nb\n"
-    assert rg_logs.join_logs("a", "b") == "a\nb"
-    assert rg_logs.join_logs("", "b") == "b"
-    rank = FakeRank("only stdout\n", stderr_logs="Capturing model for DSpark speculator...\n")
-    section, _unused = rg_logs.collect_logs("head", rank, config())
-    assert section["required"]["Capturing model for DSpark speculator..."]
-    with pytest.raises(rg_base.GateError, match="head docker logs failed"):
-        rg_logs.collect_logs("head", FakeRank(fail={"docker logs": (1, "", "no such container")}), config())
-
-
-# ================================================================================================
-# API canaries (real stand-in answers)
-# ================================================================================================
-def test_canary_requests():
-    semantic = rg_api.semantic_request("m")
-    assert semantic["messages"][0]["content"] == "Compute 7 multiplied by 19. Reply with only the number."
-    assert (semantic["temperature"], semantic["max_tokens"], semantic["chat_template_kwargs"]) == (0, 64,
-                                                                                                   {"thinking": False})
-    tool = rg_api.tool_request("m")
-    assert tool["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
-    assert tool["tools"][0]["function"]["parameters"]["required"] == ["city"]
-    prompt = rg_api.retrieval_request("m")["messages"][0]["content"]
-    assert prompt.count(rg_api.RETRIEVAL_FILLER) == 1800 and prompt.count("Secret code: R0B0TLAB-DSVF-NVFP4-7319") == 1
-    assert prompt.endswith("Reply with the secret code only.") and rg_api.retrieval_request("m")["max_tokens"] == 48
-
-
-def test_standin_answers_pass_every_canary():
-    assert rg_api.evaluate_models(api_fixture("regular-models"), "deepseek-v4-flash-dspark")[1] == []
-    assert rg_api.evaluate_semantic(api_fixture("regular-semantic")) == (
-        {"content": "133", "finish_reason": "stop", "pass": True}, [])
-    assert rg_api.evaluate_tool(api_fixture("regular-tool")) == ({"names": ["get_weather"], "pass": True}, [])
-    section, errors = rg_api.evaluate_retrieval(api_fixture("regular-retrieval"))
-    assert errors == [] and section["pass"] and section["usage"] == api_fixture("regular-retrieval")["usage"]
-    for name in ("semantic", "tool", "retrieval"):
-        assert rg_api.usage_errors(name, api_fixture(f"regular-{name}")) == []
-
-
-def test_models_must_list_the_model():
-    section, errors = rg_api.evaluate_models(api_fixture("regular-models"), "other-model")
-    assert section["ids"] == ["deepseek-v4-flash-dspark"]
-    assert errors == ["head API does not serve model other-model: served ids ['deepseek-v4-flash-dspark']"]
-    with pytest.raises(rg_base.GateError):
-        rg_api.evaluate_models({"object": "list"}, "m")
-
-
-def with_message(name: str, finish=None, **message) -> dict:
-    body = api_fixture(name)
-    body["choices"][0]["message"].update(message)
-    if finish is not None:
-        body["choices"][0]["finish_reason"] = finish
-    return body
-
-
-@pytest.mark.parametrize("content, finish, ok", [
-    ("133", "stop", True), (" 133\n", "stop", True), ("133.", "stop", False), ("1330", "stop", False),
-    ("133", "length", False), (None, "stop", False), ("The answer is 133", "stop", False),
-])
-def test_semantic_canary(content, finish, ok):
-    section, errors = rg_api.evaluate_semantic(with_message("regular-semantic", finish, content=content))
-    assert section["pass"] is ok and (errors == []) is ok
-    if not ok:
-        assert errors[0].startswith("head semantic canary failed: expected content 133 with finish_reason stop")
-
-
-def test_tool_canary_needs_get_weather():
-    section, errors = rg_api.evaluate_tool(with_message("regular-tool", tool_calls=[]))
-    assert section == {"names": [], "pass": False} and errors == ["head tool canary did not call get_weather: got tool calls []"]
-    other = [{"type": "function", "function": {"name": "get_time", "arguments": "{}"}}]
-    assert rg_api.evaluate_tool(with_message("regular-tool", tool_calls=other))[0] == {"names": ["get_time"], "pass": False}
-    assert rg_api.evaluate_tool(with_message("regular-tool", tool_calls=None))[0]["pass"] is False
-    with pytest.raises(rg_base.GateError, match="no choices"):
-        rg_api.evaluate_tool({"choices": []})
-
-
-def test_tool_canary_judges_the_call_not_the_finish_reason():
-    # the gate names the function (tool_choice {"type": "function", ...}); a real vLLM server ends such an
-    # answer with finish_reason stop (only auto/required give tool_calls), older stand-ins said tool_calls
-    assert rg_api.tool_request("m")["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
-    assert api_fixture("regular-tool")["choices"][0]["finish_reason"] == "stop"
-    for finish in ("stop", "tool_calls"):
-        assert rg_api.evaluate_tool(with_message("regular-tool", finish)) == ({"names": ["get_weather"], "pass": True}, [])
-    # a message without any call has no tool_calls key at all on a real server: a failed canary, not a crash
-    body = api_fixture("regular-semantic")
-    assert "tool_calls" not in body["choices"][0]["message"]
-    assert rg_api.evaluate_tool(body) == ({"names": [], "pass": False},
-                                      ["head tool canary did not call get_weather: got tool calls []"])
-
-
-@pytest.mark.parametrize("content, finish, ok", [
-    ("R0B0TLAB-DSVF-NVFP4-7319", "stop", True), ("The code is R0B0TLAB-DSVF-NVFP4-7319.", "stop", True),
-    ("R0B0TLAB-DSVF-NVFP4-7318", "stop", False), ("R0B0TLAB-DSVF-NVFP4-7319", "length", False), (None, "stop", False),
-])
-def test_retrieval_canary(content, finish, ok):
-    section, errors = rg_api.evaluate_retrieval(with_message("regular-retrieval", finish, content=content))
-    assert section["pass"] is ok and (errors == []) is ok
-    if not ok:
-        assert errors[0].startswith("head retrieval canary did not return the exact code naturally")
-
-
-def test_wrong_usage_standin_answers_are_caught():
-    body = api_fixture("wrong_usage-semantic")
-    usage = body["usage"]
-    assert rg_api.evaluate_semantic(body)[0]["pass"]  # the answer itself is right
-    assert rg_api.usage_errors("semantic", body) == [
-        f"head API usage is inconsistent: semantic canary prompt_tokens {usage['prompt_tokens']} + completion_tokens "
-        f"{usage['completion_tokens']} != total_tokens {usage['total_tokens']}"]
-
-
-@pytest.mark.parametrize("usage, fragment", [
-    (None, "answered no usage object"),
-    ({"prompt_tokens": -1, "completion_tokens": 1, "total_tokens": 0}, "usage.prompt_tokens is -1"),
-    ({"prompt_tokens": 1.0, "completion_tokens": 1, "total_tokens": 2}, "usage.prompt_tokens is 1.0"),
-    ({"prompt_tokens": True, "completion_tokens": 1, "total_tokens": 2}, "usage.prompt_tokens is true"),
-    ({"prompt_tokens": 1, "completion_tokens": 1}, "usage.total_tokens is absent"),
-])
-def test_usage_must_be_non_negative_integers(usage, fragment):
-    errors = rg_api.usage_errors("tool", {"usage": usage})
-    assert len(errors) == 1 and errors[0].startswith("head API usage is inconsistent: tool canary")
-    assert fragment in errors[0]
-
-
-def test_api_call_needs_200_and_strict_json():
-    assert rg_api.api_call(lambda *a: (200, b'{"a": 1}'), "GET", "/x", None, 1) == {"a": 1}
-    with pytest.raises(rg_base.GateError, match=r"head semantic canary: POST /v1/chat/completions answered HTTP 401: denied"):
-        rg_api.api_call(lambda *a: (401, b"denied"), "POST", "/v1/chat/completions", {}, 1, "semantic canary")
-    with pytest.raises(rg_base.GateError, match="invalid JSON.*not a finite number"):
-        rg_api.api_call(lambda *a: (200, b'{"a": NaN}'), "GET", "/x", None, 1)
-    seen = []
-    rg_api.api_call(lambda *a: seen.append(a) or (200, b"{}"), "POST", "/p", {"k": 1}, 7.5)
-    assert seen == [("POST", "/p", b'{"k": 1}', 7.5)]
 
 
 # ================================================================================================
