@@ -5,10 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import stat
-import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -103,37 +99,6 @@ def tree(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
 
 
-# --- the written pack -----------------------------------------------------------------------------------
-def test_pack_is_written_and_every_file_is_checksummed(tmp_path):
-    old = os.umask(0o077)  # modes must not depend on the umask
-    try:
-        p = plan(tmp_path)
-        ev_pack.write_pack(p)
-    finally:
-        os.umask(old)
-    dest = Path(p.dest)
-    files = sorted(str(f.relative_to(dest)) for f in dest.rglob("*") if f.is_file())
-    assert files == p.files()
-    assert {"SHA256SUMS", "index.json", "index.md", "inspect/head.json", "niah/rows.jsonl"} <= set(files)
-
-    lines = (dest / "SHA256SUMS").read_text().splitlines()
-    listed = [line.split("  ", 1)[1] for line in lines]
-    assert listed == sorted(listed)
-    assert set(listed) == set(files) - {"SHA256SUMS"}
-    for line in lines:
-        digest, name = line.split("  ", 1)
-        assert hashlib.sha256((dest / name).read_bytes()).hexdigest() == digest, name
-
-    if shutil.which("sha256sum"):
-        res = subprocess.run(["sha256sum", "-c", "--strict", "SHA256SUMS"], cwd=dest, capture_output=True, text=True, check=False)
-        assert res.returncode == 0, res.stdout + res.stderr
-
-    for path in [dest, *dest.rglob("*")]:
-        mode = stat.S_IMODE(path.stat().st_mode)
-        assert mode == (0o755 if path.is_dir() else 0o644), (path, oct(mode))
-    assert not [p for p in dest.parent.iterdir() if p.name != "r1"]  # no staging folder left behind
-
-
 def test_index_lists_every_file_with_its_checksum(tmp_path):
     p = plan(tmp_path)
     ev_pack.write_pack(p)
@@ -164,14 +129,6 @@ def test_source_hash_differs_from_pack_hash_only_when_redacted(tmp_path):
     gate = by_name["runtime-gate.json"]  # holds the control-node path of its own output
     assert gate.redacted and gate.source_sha256 != gate.sha256
     assert by_name["pin.json"].source_sha256 is None
-
-
-def test_binary_source_is_copied_as_is(tmp_path):
-    blob = tmp_path / "trace.bin"
-    blob.write_bytes(bytes(range(256)) * 4)
-    p = plan(tmp_path, artifacts=[{"name": "trace.bin", "src": str(blob)}], secrets=[], redact_prefixes=[])
-    ev_pack.write_pack(p)
-    assert (Path(p.dest) / "trace.bin").read_bytes() == blob.read_bytes()
 
 
 # --- publication verdict --------------------------------------------------------------------------------
@@ -342,20 +299,6 @@ def test_bad_fact_counts_are_refused(tmp_path):
     assert "facts.row_kinds element is 'piecewise', expected regular or breakable" in str(info.value)
 
 
-# --- redaction -------------------------------------------------------------------------------------------
-def test_control_node_paths_are_replaced_longest_prefix_first(tmp_path):
-    p = plan(tmp_path)
-    ev_pack.write_pack(p)
-    dest = Path(p.dest)
-    gate = json.loads((dest / "runtime-gate.json").read_text())
-    assert gate["evidence"]["output"] == "<evidence>/sim01/runtime-gate.json"
-    assert (dest / "profile/production.env").read_text() == \
-        "MAX_MODEL_LEN=327680\nDSPARK_MODEL_DIR=<root>/models/dsv4\n"
-    for f in dest.rglob("*"):
-        if f.is_file():
-            assert str(tmp_path) not in f.read_text(), f
-
-
 def test_prefixes_under_a_symlink_are_replaced_in_both_spellings(tmp_path):
     real = tmp_path / "real"
     real.mkdir()
@@ -375,38 +318,6 @@ def test_path_left_in_an_escaped_spelling_fails_the_plan(tmp_path):
     with pytest.raises(IdentityError) as info:
         plan(tmp_path, artifacts=[{"name": "escaped.json", "src": str(src)}], secrets=[])
     assert f"pack file escaped.json is carrying the control-node path {tmp_path}" in str(info.value)
-
-
-def test_inspect_env_and_api_key_are_redacted(tmp_path):
-    p = plan(tmp_path)
-    ev_pack.write_pack(p)
-    raw = (Path(p.dest) / "inspect/head.json").read_text()
-    assert API_KEY not in raw and "hf_abc" not in raw and "pw1" not in raw
-    container = json.loads(raw)[0]
-    assert container["Config"]["Env"] == ["VLLM_API_KEY=<redacted>", "hf_token=<redacted>", "PATH=/usr/bin",
-                                          "NCCL_IB_HCA=mlx5_0", "DB_PASSWORD=<redacted>", "MY_SECRET_THING=<redacted>"]
-    assert container["Args"] == ["serve", "/model", "--api-key", "<redacted>", "--port", "8888"]
-    assert container["Config"]["Cmd"] == ["vllm", "serve", "--api-key=<redacted>"]
-    assert container["Config"]["Entrypoint"][-1] == "exec vllm serve --api-key <redacted>"
-    assert container["Mounts"][0]["Source"] == "<evidence>/sim01/manifest.json"
-    assert next(e for e in p.entries if e.name == "inspect/head.json").redacted is True
-
-
-def test_a_ranks_engine_log_is_kept_in_order_and_redacted(tmp_path):
-    log = ("INFO 12-05 04:10:01 [api_server.py:1] vLLM API server version 0.19.1\n"
-           f"WARNING 12-05 04:10:02 [env.py:7] HF_TOKEN={API_KEY} given through the environment\n"
-           f"INFO 12-05 04:10:03 [loader.py:9] loading {tmp_path}/evidence/models/dsv4\n"
-           "ERROR 12-05 04:15:00 [core.py:935] TimeoutError: RPC call to sample_tokens timed out after 300 s\n")
-    files = sources(tmp_path)
-    p = plan(tmp_path, artifacts=full_artifacts(files) + [{"name": "logs/head.log", "kind": "log", "content": log}])
-    ev_pack.write_pack(p)
-    written = (Path(p.dest) / "logs/head.log").read_text().splitlines()
-    assert written == ["INFO 12-05 04:10:01 [api_server.py:1] vLLM API server version 0.19.1",
-                       "WARNING 12-05 04:10:02 [env.py:7] HF_TOKEN=<redacted> given through the environment",
-                       "INFO 12-05 04:10:03 [loader.py:9] loading <evidence>/models/dsv4",
-                       "ERROR 12-05 04:15:00 [core.py:935] TimeoutError: RPC call to sample_tokens timed out after 300 s"]
-    entry = next(e for e in p.entries if e.name == "logs/head.log")
-    assert entry.kind == "log" and entry.redacted is True
 
 
 def test_the_inspect_rule_applies_to_every_kind():
@@ -451,17 +362,6 @@ def test_non_ascii_secret_is_found_in_escaped_json():
     assert [m.item for m in ev.find_leaks("a.json", entry.data, [secret], [])] == ["pack file a.json"]
 
 
-def test_leak_found_on_disk_removes_everything_written(tmp_path):
-    p = plan(tmp_path, dest=tmp_path / "evidence" / "sim01" / "runs" / "r1")
-    p.secrets.append("c0ffee")  # a value the plan did not know about, present in inspect/head.json
-    with pytest.raises(IdentityError) as info:
-        ev_pack.write_pack(p)
-    assert "pack file inspect/head.json is carrying secret #2 (value withheld)" in str(info.value)
-    assert "c0ffee" not in str(info.value)
-    assert not (tmp_path / "evidence" / "sim01" / "runs").exists()  # the pack and the parents it created
-    assert (tmp_path / "evidence" / "sim01" / "runtime-gate.json").exists()  # sources untouched
-
-
 # --- destination and names -------------------------------------------------------------------------------
 def test_non_empty_destination_is_refused(tmp_path):
     dest = tmp_path / "evidence" / "sim01" / "runs" / "r1"
@@ -472,28 +372,6 @@ def test_non_empty_destination_is_refused(tmp_path):
     assert str(info.value) == (f"rank control node: evidence pack {dest} is a non-empty folder (1 entries), "
                                "expected absent or an empty folder (packs are never overwritten)")
     assert (dest / "index.json").read_text() == "{}"
-
-
-def test_file_destination_is_refused_and_empty_folder_is_used(tmp_path):
-    target = tmp_path / "pack"
-    target.write_text("x")
-    with pytest.raises(IdentityError, match="is a file, expected absent or an empty folder"):
-        plan(tmp_path / "a", dest=target)
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    p = plan(tmp_path / "b", dest=empty)
-    ev_pack.write_pack(p)
-    assert "index.json" in os.listdir(empty)
-
-
-def test_destination_written_meanwhile_is_not_overwritten(tmp_path):
-    p = plan(tmp_path)
-    Path(p.dest).mkdir(parents=True)
-    (Path(p.dest) / "other").write_text("theirs")
-    with pytest.raises(IdentityError, match="non-empty folder"):
-        ev_pack.write_pack(p)
-    assert tree(Path(p.dest)) == ["other"]
-    assert [n for n in os.listdir(Path(p.dest).parent) if n != "r1"] == []
 
 
 def test_plan_writes_nothing(tmp_path):
@@ -639,52 +517,6 @@ def pack_of_run(root: Path, run_files: list[dict], run_id: str = "r1", **given) 
     return ev_pack.plan_pack(str(root / "pack"), "sim01", run_id, "pubsuite", artifacts, facts=facts, now=NOW)
 
 
-def test_the_run_list_gives_exactly_its_files_with_their_recorded_sha256_and_the_facts_they_state(tmp_path):
-    pair, run_files = pair_folder(tmp_path)
-    assert [f["name"] for f in run_files] == sorted(f["name"] for f in run_files)
-    artifacts, facts = ev_run.from_run(run_files)
-    names = {a["name"]: (a["kind"], a["required"]) for a in artifacts}
-    assert names == {
-        "readiness.json": ("readiness", True),
-        "runtime-gate.json": ("gate", True),
-        "serving-guard.json": ("guard", False),
-        f"{NIAH_DIR}/context.json": ("other", False),
-        f"{NIAH_DIR}/depth-262128.json": ("niah_row", False),
-        f"{NIAH_DIR}/depth-524256.json": ("niah_row", False),
-        f"{NIAH_DIR}/niah.json": ("niah", True),
-        "wrapper-tree.json": ("tree", True),
-    }
-    for artifact in artifacts:
-        assert not artifact.get("not_in_run")
-        assert artifact["sha256"] == _sha(Path(artifact["src"])), artifact["name"]
-    assert facts["profile"] == {"name": "long-1m", "sha256": "ab" * 32, "experimental": False, "departures": [],
-                                "cudagraph_implementation": "regular",
-                                "fabric_env": {"head": {"NCCL_IB_GID_INDEX": "1"},
-                                               "worker": {"NCCL_IB_GID_INDEX": "3"}}}
-    assert (facts["guard_infra_errors"], facts["guard_model_failures"]) == (2, 1)
-    assert (facts["niah_infra_errors"], facts["niah_model_failures"]) == (1, 0)  # not the earlier run's 7 and 7
-    assert facts["row_kinds"] == ["regular"]  # the earlier run's breakable context is not read
-    assert facts["client_kinds"] == {"openai_portable": [f"{NIAH_DIR}/context.json"]}
-    assert facts["tree"] == {"dirty": False, "allow_dirty": False, "commit": TREE_REVISION}
-    assert facts["manifest_sha256"] == MANIFEST
-    p = pack_of_run(tmp_path, run_files)
-    assert not any("000000000000" in e.name or e.name.endswith(".lock") for e in p.entries)
-    assert {e.name for e in p.entries} == set(names)
-
-
-def test_breakable_guard_and_dirty_tree_of_the_run_are_publication_reasons(tmp_path):
-    _pair, run_files = pair_folder(tmp_path, guard_impl="breakable", dirty=True)
-    _artifacts, facts = ev_run.from_run(run_files)
-    assert facts["row_kinds"] == ["breakable", "regular"]
-    plan = pack_of_run(tmp_path, run_files, run_id="20260805T120003Z")
-    text = " | ".join(plan.reasons)
-    assert plan.invalid_for_publish
-    assert "mix CUDA-graph implementations: breakable, regular" in text
-    assert f"wrapper tree at {TREE_REVISION} is dirty (allowed by allow_dirty)" in text
-    assert "serving guard counted 2 infra error(s)" in text and "NIAH counted 1 infra error(s)" in text
-    assert "serving guard status is FAIL, expected PASS" in text and "NIAH status is ERROR, expected PASS" in text
-
-
 def test_the_site_fabric_settings_reach_the_index_and_are_no_reason(tmp_path):
     """Ranks on different RoCE GID indexes (site cabling) are recorded, and publishable for that."""
     _pair, run_files = pair_folder(tmp_path)
@@ -693,34 +525,6 @@ def test_the_site_fabric_settings_reach_the_index_and_are_no_reason(tmp_path):
     assert not any("fabric" in r or "GID" in r for r in plan.reasons)
     md = next(e for e in plan.generated if e.name == "index.md").data.decode()
     assert "| site fabric | head NCCL_IB_GID_INDEX=1; worker NCCL_IB_GID_INDEX=3 |" in md
-
-
-def test_merge_facts_given_values_win_and_none_keeps_the_found(tmp_path):
-    found = {"profile": {"name": "production", "experimental": False}, "row_kinds": ["regular"]}
-    merged = ev_run.merge_facts(found, {"profile": {"name": None, "experimental": True}, "row_kinds": None,
-                                    "gate_status": "PASS"})
-    assert merged == {"profile": {"name": "production", "experimental": True}, "row_kinds": ["regular"],
-                      "gate_status": "PASS"}
-    assert found["profile"]["experimental"] is False  # the found facts are not changed in place
-
-
-def test_a_file_left_in_the_pair_folder_but_not_recorded_never_enters_the_pack(tmp_path):
-    pair, run_files = pair_folder(tmp_path, guard=False)  # an earlier run's FAIL guard is still in the folder
-    _put(pair / "systems.json", {"status": "ERROR", "counts": {"ERROR": 3, "FAIL": 1},
-                                 "context": {"cudagraph_implementation": "breakable"}})
-    artifacts, facts = ev_run.from_run(run_files)
-    assert not any(a["name"] in ("serving-guard.json", "systems.json") or "000000000000" in a["name"]
-                   for a in artifacts)
-    assert not any(k.startswith(("guard_", "systems_")) for k in facts)
-    plan = pack_of_run(tmp_path, run_files)
-    assert "serving-guard.json" not in {e.name for e in plan.entries} and "serving-guard.json" not in plan.files()
-    assert not any("serving guard" in r or "systems" in r for r in plan.reasons), plan.reasons
-    assert plan.index["results"]["guard"]["ran"] is False and plan.index["results"]["systems"]["ran"] is False
-    # the same guard, recorded by this run, is judged
-    recorded = _record(run_files, ("serving-guard.json", pair / "serving-guard.json", "guard"))
-    judged = pack_of_run(tmp_path / "b", recorded)
-    assert "serving guard status is FAIL, expected PASS" in judged.reasons
-    assert "serving guard counted 2 infra error(s); publishable rows need 0" in judged.reasons
 
 
 def test_a_recorded_file_rewritten_afterwards_is_stale_and_left_out(tmp_path):
@@ -749,19 +553,6 @@ def test_a_recorded_file_rewritten_afterwards_is_stale_and_left_out(tmp_path):
     dest = Path(plan.dest)
     assert not (dest / "serving-guard.json").exists()
     assert "serving-guard.json" not in (dest / "SHA256SUMS").read_text()
-
-
-def test_a_stale_niah_summary_leaves_the_niah_result_missing(tmp_path):
-    pair, run_files = pair_folder(tmp_path)
-    _put(pair / "niah" / NIAH_KEY / "niah.json", {"status": "PASS", "infra_error_count": 0, "fail_count": 0})
-    _artifacts, facts = ev_run.from_run(run_files)
-    assert "niah_infra_errors" not in facts
-    plan = pack_of_run(tmp_path, run_files)
-    entry = next(e for e in plan.entries if e.name == f"{NIAH_DIR}/niah.json")
-    assert entry.state == "stale" and entry.required
-    assert "NIAH result is missing from the pack" in plan.reasons
-    assert any(r.startswith(f"artifact {NIAH_DIR}/niah.json (niah) was rewritten after this run recorded it")
-               for r in plan.reasons)
 
 
 def test_a_run_without_gate_readiness_or_tree_has_them_not_in_run(tmp_path):
@@ -807,161 +598,6 @@ def test_the_manifest_sha256_fact_comes_from_the_recorded_gate(tmp_path):
     assert "runtime manifest sha256 is not recorded (facts.manifest_sha256)" in plan.reasons
 
 
-def test_systems_lanes_of_the_run_with_error_rows_are_a_reason(tmp_path):
-    pair, run_files = pair_folder(tmp_path)
-    _put(pair / "systems.json", {"status": "ERROR", "counts": {"PASS": 4, "ERROR": 2, "FAIL": 0, "NOT_IMPLEMENTED": 2},
-                                 "context": {"cudagraph_implementation": "regular"}})
-    (pair / "systems.md").write_text("| lane | status |\n")
-    run_files = _record(run_files, ("systems.json", pair / "systems.json", "systems"),
-                        ("systems.md", pair / "systems.md", "other"))
-    artifacts, facts = ev_run.from_run(run_files)
-    kinds = {a["name"]: a["kind"] for a in artifacts}
-    assert kinds["systems.json"] == "systems" and kinds["systems.md"] == "other"
-    assert (facts["systems_infra_errors"], facts["systems_model_failures"], facts["systems_not_implemented"]) == (2, 0, 2)
-    plan = pack_of_run(tmp_path, run_files, run_id="r2")
-    text = " | ".join(plan.reasons)
-    assert "systems lanes status is ERROR, expected PASS" in text
-    assert "systems lanes counted 2 infra error(s)" in text
-    assert plan.index["results"]["systems"]["status"] == "ERROR"
-
-
-def test_client_kinds_of_the_systems_rows_guard_and_niah_are_judged_together(tmp_path):
-    pair, run_files = pair_folder(tmp_path)
-    guard = json.loads((pair / "serving-guard.json").read_text())
-    guard["context"]["client_kind"] = "vllm-bench"  # a guard that says who measured it
-    _put(pair / "serving-guard.json", guard)
-    doc = _systems_doc(("latency", None, "PASS", "openai_portable"), ("external", "qa", "NOT_IMPLEMENTED", None),
-                       ("external", "gsm8k", "NOT_IMPLEMENTED", None))
-    doc["counts"]["NOT_IMPLEMENTED"] = 2
-    doc["context"] = {"cudagraph_implementation": "regular"}
-    _put(pair / "systems.json", doc)
-    run_files = _record(run_files, ("serving-guard.json", pair / "serving-guard.json", "guard"),  # recorded again
-                        ("systems.json", pair / "systems.json", "systems"))
-    _artifacts, facts = ev_run.from_run(run_files)
-    assert facts["client_kinds"] == {"openai_portable": [f"{NIAH_DIR}/context.json"],
-                                     "vllm-bench": ["serving-guard.json"]}
-    assert facts["systems_not_implemented"] == 2
-    plan = pack_of_run(tmp_path, run_files, run_id="r3")
-    assert (f"result rows mix client kinds: openai_portable ({NIAH_DIR}/context.json; systems.json rows latency) "
-            "and vllm-bench (serving-guard.json); vllm-bench and openai_portable rows are never published "
-            "together") in plan.reasons
-    assert not any("rewritten" in r for r in plan.reasons)  # the guard recorded again is not stale
-    assert plan.index["results"]["systems"]["not_implemented"] == 2
-    md = plan.generated[1].data.decode()
-    assert "Systems rows NOT_IMPLEMENTED (not measured, no score, not failures): 2" in md
-
-
-def test_systems_lanes_of_one_client_kind_add_no_reason(tmp_path):
-    pair, run_files = pair_folder(tmp_path, niah_client=None)
-    _put(pair / "systems.json", dict(_systems_doc(("canary", None, "PASS", "openai_portable")),
-                                     context={"cudagraph_implementation": "regular"}))
-    run_files = _record(run_files, ("systems.json", pair / "systems.json", "systems"))
-    _artifacts, facts = ev_run.from_run(run_files)
-    assert "client_kinds" not in facts  # neither the guard nor NIAH states one here
-    plan = pack_of_run(tmp_path, run_files, run_id="r4")
-    assert not any("client kinds" in r for r in plan.reasons)
-    assert plan.index["results"]["client_kinds"] == ["openai_portable"]
-
-
-def test_recording_a_name_again_keeps_the_later_file(tmp_path):
-    first = _put(tmp_path / "gate-1" / "runtime-gate.json", {"status": "FAIL"})
-    second = _put(tmp_path / "gate-2" / "runtime-gate.json", {"status": "PASS"})
-    guard = _put(tmp_path / "serving-guard.json", {"status": "PASS"})
-    run_files = _record([], ("runtime-gate.json", first, "gate"), ("serving-guard.json", guard, "guard"))
-    new, recorded, missing = ev_run.record_run_files(run_files, [{"name": "runtime-gate.json", "src": str(second),
-                                                              "kind": "gate"}])
-    gate = {"name": "runtime-gate.json", "src": str(second), "kind": "gate", "sha256": _sha(second)}
-    assert recorded == [gate] and missing == []
-    assert new == [gate, {"name": "serving-guard.json", "src": str(guard), "kind": "guard", "sha256": _sha(guard)}]
-    assert run_files[0]["src"] == str(first)  # the given list is not changed in place
-    # twice in one call: the later one wins too
-    new, recorded, _missing = ev_run.record_run_files([], [{"name": "g.json", "src": str(first), "kind": "gate"},
-                                                       {"name": "g.json", "src": str(second), "kind": "gate"}])
-    assert [f["src"] for f in new] == [str(second)]
-    plan = pack_of_run(tmp_path, new)
-    assert plan.index["results"]["gate"]["status"] == "PASS"
-
-
-def test_a_missing_source_is_returned_and_not_recorded(tmp_path):
-    guard = _put(tmp_path / "serving-guard.json", {"status": "PASS"})
-    new, recorded, missing = ev_run.record_run_files(None, [
-        {"name": "systems.json", "src": str(tmp_path / "nope" / "systems.json"), "kind": "systems"},
-        {"name": "serving-guard.json", "src": str(guard), "kind": "guard"},
-        {"name": "readiness.json", "src": str(tmp_path), "kind": "readiness"},  # a folder is no result file
-    ])
-    assert missing == ["systems.json", "readiness.json"]
-    assert [r["name"] for r in recorded] == [f["name"] for f in new] == ["serving-guard.json"]
-    assert new[0]["sha256"] == _sha(guard)
-
-
-@pytest.mark.parametrize("item, message", [
-    ({"name": "/etc/guard.json", "kind": "guard"},
-     "run file name '/etc/guard.json' is an absolute path, expected a relative path inside the pack"),
-    ({"name": "../guard.json", "kind": "guard"},
-     "run file name '../guard.json' is a path with an empty, '.' or '..' component"),
-    ({"name": "niah/../../guard.json", "kind": "guard"}, "run file name 'niah/../../guard.json' is a path with"),
-    ({"name": "guard.json", "kind": "bogus"}, "run file guard.json kind is bogus, expected one of pin, manifest"),
-    ({"name": "guard.json", "kind": None}, "run file guard.json kind is absent, expected one of"),
-    ({"name": "guard.json", "kind": "guard", "src": "evidence/guard.json"},
-     "run file guard.json src is 'evidence/guard.json', expected an absolute path on the control node"),
-])
-def test_a_bad_run_file_is_refused_naming_it(tmp_path, item, message):
-    src = _put(tmp_path / "guard.json", {"status": "PASS"})
-    good = {"name": "readiness.json", "src": str(src), "kind": "readiness"}
-    with pytest.raises(IdentityError) as info:
-        ev_run.record_run_files([], [good, {"src": str(src), **item}])
-    assert message in str(info.value)
-    assert len(info.value.mismatches) == 1
-    with pytest.raises(IdentityError) as info:  # nor is it taken from a list given to the pack
-        ev_run.from_run([dict({"src": str(src), **item}, sha256=_sha(src))])
-    assert message in str(info.value)
-
-
-def test_every_bad_entry_is_named_at_once_and_a_bad_list_entry_is_refused(tmp_path):
-    src = _put(tmp_path / "guard.json", {"status": "PASS"})
-    with pytest.raises(IdentityError) as info:
-        ev_run.record_run_files([{"name": "g.json", "src": str(src), "kind": "guard", "sha256": "abc"}],
-                            [{"name": "/abs.json", "src": str(src), "kind": "guard"},
-                             {"name": "x.json", "src": "rel", "kind": "nope"}, "not a mapping"])
-    text = str(info.value)
-    assert "run file g.json sha256 is 'abc', expected 64 lowercase hex digits" in text
-    assert "run file name '/abs.json' is an absolute path" in text
-    assert "run file x.json kind is nope" in text and "run file x.json src is 'rel'" in text
-    assert "run file is str, expected a mapping with name, src, kind and sha256" in text
-    assert len(info.value.mismatches) == 5
-    with pytest.raises(IdentityError, match="run folder 'niah/k'"):
-        ev_run.record_run_files([], [{"name": "niah/k", "src": "niah/k", "kind": "niah_run"}])
-    with pytest.raises(IdentityError, match="run folder '../k'"):
-        ev_run.record_run_files([], [{"name": "../k", "src": str(tmp_path), "kind": "niah_run"}])
-
-
-def test_a_niah_run_folder_is_recorded_file_by_file(tmp_path):
-    run = tmp_path / "niah" / NIAH_KEY
-    _put(run / "niah.json", {"status": "PASS", "infra_error_count": 0, "fail_count": 0})
-    _put(run / "depth-25.json", {"status": "PASS"})
-    _put(run / "context.json", {"cudagraph_implementation": "regular"})
-    (run / "notes.txt").write_text("not JSON\n")
-    (run / ".lock").write_text("")
-    (run / "depth-25.json.tmp").write_text("{}")
-    (run / "rows.json").mkdir()  # a folder is not a file of the run
-    guard = _put(tmp_path / "serving-guard.json", {"status": "PASS"})
-    new, recorded, missing = ev_run.record_run_files([], [{"name": NIAH_DIR, "src": str(run), "kind": "niah_run"},
-                                                      {"name": "serving-guard.json", "src": str(guard),
-                                                       "kind": "guard"}])
-    assert missing == []
-    assert [(r["name"], r["kind"]) for r in recorded] == [
-        (f"{NIAH_DIR}/context.json", "other"), (f"{NIAH_DIR}/depth-25.json", "niah_row"),
-        (f"{NIAH_DIR}/niah.json", "niah"), ("serving-guard.json", "guard")]
-    for entry in new:
-        assert entry["sha256"] == _sha(Path(entry["src"]))
-    assert new[0]["src"] == str(run / "context.json")
-    required = {a["name"]: a["required"] for a in ev_run.from_run(new)[0] if not a.get("not_in_run")}
-    assert required == {f"{NIAH_DIR}/context.json": False, f"{NIAH_DIR}/depth-25.json": False,
-                        f"{NIAH_DIR}/niah.json": True, "serving-guard.json": False}
-    assert [ev_run.niah_kind(n) for n in ("niah.json", "depth-25.json", "context.json", "depth-x.json", "notes.txt")] == \
-        ["niah", "niah_row", "other", "other", None]
-
-
 # --- one redaction rule for every file of the pack (issue 21) -------------------------------------------
 CATALOG = Path(__file__).resolve().parents[5] / "roles" / "profile" / "vars" / "main.yml"
 LEAKS = {"DB_PASSWD": "hunter2-xyz", "AWS_CREDENTIALS": "aws-cred-5f1e9b77", "HF_TOKEN": "hf_q8ZrT4kLm2Nv"}
@@ -978,40 +614,6 @@ def catalog_env_names() -> list[str]:
     names = {name for profile in catalog.values() for name in profile["env"]} | {"KV_CACHE_DTYPE"}
     assert "MTP_NUM_TOKENS" in PER_RANK_ENV and "KV_CACHE_DTYPE" in names  # the catalog is what we think it is
     return sorted(names | set(PER_RANK_ENV))
-
-
-def leaking_sources(root: Path) -> tuple[list[dict], dict[str, Path]]:
-    """A rank's rendered env file and inspect data holding secrets in the operator's extra env."""
-    folder = root / "ranks"
-    folder.mkdir()
-    env_file = folder / "production.env"
-    env_file.write_text("HF_HOME=/cache/huggingface\nNCCL_IB_HCA=mlx5_0\n"
-                        + "".join(f"{k}={v}\n" for k, v in LEAKS.items()))
-    inspect = folder / "inspect.json"
-    env = ["MTP_NUM_TOKENS=6"] + [f"{k}={v}" for k, v in LEAKS.items()]
-    inspect.write_text(json.dumps([{"Id": "beef", "Config": {"Env": env}}]))
-    artifacts = [{"name": "profiles/head/production.env", "src": str(env_file), "kind": "profile"},
-                 {"name": "profiles/worker/production.env", "kind": "profile", "content": env_file.read_text()},
-                 {"name": "inspect/head.json", "src": str(inspect), "kind": "inspect", "required": True}]
-    return artifacts, {"env": env_file, "inspect": inspect}
-
-
-def test_secret_extra_env_never_reaches_any_file_of_the_pack(tmp_path):
-    artifacts, _unused = leaking_sources(tmp_path)
-    p = plan(tmp_path, artifacts=artifacts, secrets=[])
-    ev_pack.write_pack(p)
-    dest = Path(p.dest)
-    for path in dest.rglob("*"):
-        if path.is_file():
-            data = path.read_bytes()
-            for value in LEAKS.values():
-                assert value.encode() not in data, path
-    for side in ("head", "worker"):
-        env = (dest / "profiles" / side / "production.env").read_text().splitlines()
-        assert env == ["HF_HOME=/cache/huggingface", "NCCL_IB_HCA=mlx5_0"] + [f"{k}=<redacted>" for k in LEAKS]
-    container = json.loads((dest / "inspect/head.json").read_text())[0]
-    assert container["Config"]["Env"] == ["MTP_NUM_TOKENS=6"] + [f"{k}=<redacted>" for k in LEAKS]
-    assert all(e.redacted for e in p.entries)
 
 
 def test_the_profile_catalog_knobs_are_never_redacted(tmp_path):
@@ -1042,19 +644,6 @@ def test_the_profile_catalog_knobs_are_never_redacted(tmp_path):
 def test_secret_looking_names_are_redacted_in_env_files(name):
     entry = ev.load_artifact({"name": "x.env", "kind": "profile", "content": f"{name}=s3cr3t-value\nA=1\n"}, [])
     assert entry.data == f"{name}=<redacted>\nA=1\n".encode() and entry.redacted
-
-
-def test_a_secret_value_under_an_innocent_name_is_redacted(tmp_path):
-    env_text = "HF_HOME=/cache/huggingface\nSITE_LABEL=hunter2-xyz\n"
-    artifacts = [{"name": "profiles/head/production.env", "kind": "profile", "content": env_text},
-                 {"name": "inspect/head.json", "kind": "inspect",
-                  "content": [{"Config": {"Env": ["SITE_LABEL=hunter2-xyz", "NODE_RANK=0"]}}]}]
-    p = plan(tmp_path, artifacts=artifacts, secrets=["hunter2-xyz"])
-    ev_pack.write_pack(p)
-    dest = Path(p.dest)
-    assert (dest / "profiles/head/production.env").read_text() == "HF_HOME=/cache/huggingface\nSITE_LABEL=<redacted>\n"
-    assert json.loads((dest / "inspect/head.json").read_text())[0]["Config"]["Env"] == \
-        ["SITE_LABEL=<redacted>", "NODE_RANK=0"]
 
 
 def test_a_secret_value_in_free_text_is_refused_naming_the_file_and_the_variable(tmp_path):
@@ -1094,44 +683,6 @@ def test_an_unredacted_secret_looking_variable_is_a_leak(data, variable):
 def test_a_redacted_or_empty_secret_variable_is_not_a_leak():
     assert ev.find_leaks("a.env", b"DB_PASSWD=<redacted>\nHF_TOKEN=\nMTP_NUM_TOKENS=6\n", [], []) == []
     assert ev.find_leaks("a.json", b'{"password": "<redacted>", "pass": true, "run_key": "x-1"}', [], []) == []
-
-
-def test_a_pack_whose_file_still_holds_a_secret_is_not_published(tmp_path):
-    p = plan(tmp_path, artifacts=[{"name": "profiles/head/production.env", "kind": "profile",
-                                   "content": "NCCL_DEBUG=INFO\n"}], secrets=[])
-    entry = p.entries[0]
-    entry.data = b"NCCL_DEBUG=INFO\nDB_PASSWD=hunter2-xyz\n"  # e.g. a redaction bug between plan and write
-    with pytest.raises(IdentityError) as info:
-        ev_pack.write_pack(p)
-    text = str(info.value)
-    assert "pack file profiles/head/production.env" in text and "DB_PASSWD" in text and "hunter2-xyz" not in text
-    assert not (tmp_path / "evidence" / "sim01" / "runs").exists()
-
-
-def test_a_secret_departure_is_redacted_in_the_facts_and_the_index(tmp_path):
-    facts = clean_facts(profile={"name": "production", "sha256": "b9" * 32, "experimental": True,
-                                 "departures": [{"key": "env.HF_TOKEN", "qualified": None, "actual": "hf_q8ZrT4kLm2Nv"}],
-                                 "cudagraph_implementation": "regular"})
-    p = plan(tmp_path, artifacts=[{"name": "readiness.json", "kind": "readiness",
-                                   "content": {"departures": facts["profile"]["departures"]}}],
-             facts=facts, secret_env=["HF_TOKEN=hf_q8ZrT4kLm2Nv"])
-    ev_pack.write_pack(p)
-    for path in Path(p.dest).rglob("*"):
-        if path.is_file():
-            assert b"hf_q8ZrT4kLm2Nv" not in path.read_bytes(), path
-    assert p.index["profile"]["departures"] == [{"key": "env.HF_TOKEN", "qualified": None, "actual": "<redacted>"}]
-
-
-@pytest.mark.parametrize("item,value", [("pair", "../sim01"), ("run_id", "../../etc"), ("run_id", "a/b"),
-                                        ("pair", ".hidden")])
-def test_a_pair_or_run_id_that_could_leave_the_pack_folder_is_refused(tmp_path, item, value):
-    kwargs = {"pair": "sim01", "run_id": "20261203T120000Z"}
-    kwargs[item] = value
-    with pytest.raises(IdentityError) as err:
-        ev_pack.plan_pack(str(tmp_path / "pack"), kwargs["pair"], kwargs["run_id"], "provision",
-                     [{"name": "a.json", "content": "{}"}])
-    assert item in str(err.value) and "1 to 64 letters" in str(err.value)
-    assert not (tmp_path / "pack").exists()
 
 
 def test_a_recorded_file_removed_afterwards_is_stale_not_silently_absent(tmp_path):
