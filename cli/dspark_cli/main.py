@@ -568,7 +568,7 @@ _ENV_KEEP = frozenset({"PATH", "HOME", "LANG", "LC_ALL", "PWD", "USER", "VIRTUAL
 _ENV_KEEP_PREFIXES = ("ANSIBLE_", "RUNNER_", "AWX_")
 NOT_RECORDED = "(not recorded)"
 # The collection's one rule for secret NAMES lives in this file of the collection.
-SECRETS_FILE = ("gb10", "dspark", "plugins", "module_utils", "_secrets.py")
+SECRETS_FILE = ("gb10", "dspark", "plugins", "module_utils", "common", "_secrets.py")
 
 
 def collection_search_paths() -> list[str]:
@@ -585,7 +585,7 @@ def collection_search_paths() -> list[str]:
 
 @functools.lru_cache(maxsize=None)
 def collection_secrets():
-    """The collection's ``_secrets`` module (plugins/module_utils/_secrets.py), which decides which names
+    """The collection's ``_secrets`` module (plugins/module_utils/common/_secrets.py), which decides which names
     are secret for the collection and for dspark alike, or None when it cannot be found or loaded.
 
     dspark is a Python package of its own, installed beside the collection rather than inside it, so

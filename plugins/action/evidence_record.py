@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, IdentityError, failure
-from ansible_collections.gb10.dspark.plugins.module_utils._evidence import record_run_files, write_run_contents
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import CheckError, IdentityError, failure
+from ansible_collections.gb10.dspark.plugins.module_utils.evidence._evidence_run import record_run_files, write_run_contents
 
 FACT = "dspark_evidence_run_files"
 

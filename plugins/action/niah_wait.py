@@ -9,7 +9,7 @@ import time
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.gb10.dspark.plugins.module_utils._niah import WAIT_ARGUMENT_SPEC
+from ansible_collections.gb10.dspark.plugins.module_utils.serving._niah import WAIT_ARGUMENT_SPEC
 
 display = Display()
 

@@ -13,7 +13,7 @@ import socket
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gb10.dspark.plugins.module_utils import _pair_lock as lock
+from ansible_collections.gb10.dspark.plugins.module_utils.fleet import _pair_lock as lock
 
 MODULE = "gb10.dspark.pair_lock"
 

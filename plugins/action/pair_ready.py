@@ -1,7 +1,7 @@
 # Copyright (c) gb10.dspark contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Wait for a pair to serve, run on both ranks at once: each rank reads its own engine through its
-own connection, the two waits share their reports on the control node (module_utils/_pair_wait.py),
+own connection, the two waits share their reports on the control node (module_utils/engine/_pair_wait.py),
 the head prints both ranks' start-up phases and the READY line."""
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from ansible import constants as C
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.gb10.dspark.plugins.module_utils import _pair_wait as W
-from ansible_collections.gb10.dspark.plugins.module_utils._engine_probe import ARGUMENT_SPEC, WAIT_ARGUMENT_SPEC
-from ansible_collections.gb10.dspark.plugins.module_utils._startup import phase_of
+from ansible_collections.gb10.dspark.plugins.module_utils.engine import _pair_wait as W
+from ansible_collections.gb10.dspark.plugins.module_utils.engine._engine_probe import ARGUMENT_SPEC, WAIT_ARGUMENT_SPEC
+from ansible_collections.gb10.dspark.plugins.module_utils.engine._startup import phase_of
 
 display = Display()
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gb10.dspark.plugins.module_utils._identity import failure
-from ansible_collections.gb10.dspark.plugins.module_utils._pair import topology
-from ansible_collections.gb10.dspark.plugins.module_utils._secrets import api_key_problem
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import failure
+from ansible_collections.gb10.dspark.plugins.module_utils.fleet._pair import topology
+from ansible_collections.gb10.dspark.plugins.module_utils.common._secrets import api_key_problem
 
 # what each play host contributes, read once per host
 _HOST_KEYS = {"pair": "dspark_pair", "rank": "dspark_rank", "fabric_ip": "dspark_fabric_ip"}

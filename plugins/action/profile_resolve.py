@@ -9,8 +9,8 @@ import json
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, IdentityError, failure
-from ansible_collections.gb10.dspark.plugins.module_utils._profile import RESOLVE_ARGUMENT_SPEC, build
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import CheckError, IdentityError, failure
+from ansible_collections.gb10.dspark.plugins.module_utils.engine._profile import RESOLVE_ARGUMENT_SPEC, build
 
 
 def resolve(args: dict) -> dict:

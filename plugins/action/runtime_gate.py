@@ -1,7 +1,7 @@
 # Copyright (c) gb10.dspark contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Run the schema-3 runtime gate suite for one pair on the control node and hand its verdict to the play
-as this task's result (module_utils/_gate_run.py); the files it wrote join the run's evidence list.
+as this task's result (module_utils/gate/_gate_run.py); the files it wrote join the run's evidence list.
 
 A FAIL verdict is a result (``passed: false``), not a failed task: Ansible drops the facts of a failed task, and
 the evidence pack must keep a failing gate's document. The role fails the pair on ``passed`` right after."""
@@ -12,9 +12,10 @@ import os
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.gb10.dspark.plugins.module_utils import _gate_run, _site
-from ansible_collections.gb10.dspark.plugins.module_utils._evidence import record_run_files
-from ansible_collections.gb10.dspark.plugins.module_utils._identity import CheckError, IdentityError, failure
+from ansible_collections.gb10.dspark.plugins.module_utils.gate import _gate_run
+from ansible_collections.gb10.dspark.plugins.module_utils.common import _site
+from ansible_collections.gb10.dspark.plugins.module_utils.evidence._evidence_run import record_run_files
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import CheckError, IdentityError, failure
 
 display = Display()
 FACT = "dspark_evidence_run_files"

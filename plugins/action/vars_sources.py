@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The play's variable files read strictly (no key given twice): runs on the control node only.
 
-The discovery and the verdict are in module_utils/_vars_sources.py; this plugin hands them the
+The discovery and the verdict are in module_utils/common/_vars_sources.py; this plugin hands them the
 play's inventory sources, hosts and groups, the command line's ``-e`` items and Ansible's loader
 (which finds vars files exactly as ``host_group_vars`` does and decrypts a vaulted file)."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 from ansible import context
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gb10.dspark.plugins.module_utils import _vars_sources
+from ansible_collections.gb10.dspark.plugins.module_utils.common import _vars_sources
 
 
 def _entities(task_vars: dict) -> list[str]:

@@ -9,9 +9,9 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gb10.dspark.plugins.module_utils._identity import IdentityError
-from ansible_collections.gb10.dspark.plugins.module_utils._profile import env_file_text
-from ansible_collections.gb10.dspark.plugins.module_utils._secrets import secret_entries
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import IdentityError
+from ansible_collections.gb10.dspark.plugins.module_utils.engine._profile_launch import env_file_text
+from ansible_collections.gb10.dspark.plugins.module_utils.common._secrets import secret_entries
 
 
 def secret_env(env):

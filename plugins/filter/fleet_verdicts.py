@@ -1,14 +1,14 @@
 # Copyright (c) gb10.dspark contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The fleet audit's verdict documents of the play's pairs, FAILED where a rank could not be judged, as a
-Jinja filter (the logic is in module_utils/_audit.py)."""
+Jinja filter (the logic is in module_utils/fleet/_audit_verdict.py)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gb10.dspark.plugins.module_utils._audit import fleet_verdicts as _fleet_verdicts
+from ansible_collections.gb10.dspark.plugins.module_utils.fleet._audit_verdict import fleet_verdicts as _fleet_verdicts
 
 
 def fleet_verdicts(hosts):

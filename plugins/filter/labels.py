@@ -1,13 +1,13 @@
 # Copyright (c) gb10.dspark contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The collection's container labels as Jinja filters (the table and the logic are in module_utils/_labels.py)."""
+"""The collection's container labels as Jinja filters (the table and the logic are in module_utils/identity/_labels.py)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gb10.dspark.plugins.module_utils import _labels
+from ansible_collections.gb10.dspark.plugins.module_utils.identity import _labels
 
 
 def label_name(key):

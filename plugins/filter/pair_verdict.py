@@ -1,11 +1,11 @@
 # Copyright (c) gb10.dspark contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The fleet audit's verdict for one pair, as a Jinja filter (the logic is in module_utils/_audit.py)."""
+"""The fleet audit's verdict for one pair, as a Jinja filter (the logic is in module_utils/fleet/_audit_verdict.py)."""
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gb10.dspark.plugins.module_utils._audit import pair_verdict as _pair_verdict
+from ansible_collections.gb10.dspark.plugins.module_utils.fleet._audit_verdict import pair_verdict as _pair_verdict
 
 
 def pair_verdict(desired, pair=None, head=None, worker=None, head_name=None, worker_name=None):

@@ -1,11 +1,11 @@
 # Copyright (c) gb10.dspark contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A URL split from its credentials, as a Jinja filter (the logic is in module_utils/_http.py)."""
+"""A URL split from its credentials, as a Jinja filter (the logic is in module_utils/common/_http.py)."""
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gb10.dspark.plugins.module_utils import _http
+from ansible_collections.gb10.dspark.plugins.module_utils.common import _http
 
 
 def url_credentials(url):

@@ -37,7 +37,7 @@ _raw:
 
 from ansible.plugins.lookup import LookupBase
 
-from ansible_collections.gb10.dspark.plugins.module_utils import _site
+from ansible_collections.gb10.dspark.plugins.module_utils.common import _site
 
 
 class LookupModule(LookupBase):

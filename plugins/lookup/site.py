@@ -1,6 +1,6 @@
 # Copyright (c) gb10.dspark contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The site's defaults as a lookup (the table and the logic are in module_utils/_site.py)."""
+"""The site's defaults as a lookup (the table and the logic are in module_utils/common/_site.py)."""
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -62,7 +62,7 @@ _raw:
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
-from ansible_collections.gb10.dspark.plugins.module_utils import _site
+from ansible_collections.gb10.dspark.plugins.module_utils.common import _site
 
 
 class LookupModule(LookupBase):

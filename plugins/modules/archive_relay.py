@@ -155,7 +155,7 @@ relay:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils._archive_relay import Relay, RelayError
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._archive_relay import Relay, RelayError
 
 
 WHY = {"transfers": "all transfers made", "idle": "idle: no request and no byte sent in idle_timeout",

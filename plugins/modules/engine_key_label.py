@@ -75,7 +75,7 @@ secret_created:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils import _labels
+from ansible_collections.gb10.dspark.plugins.module_utils.identity import _labels
 
 
 def main() -> None:

@@ -106,8 +106,8 @@ probe:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils._docker_engine import Engine, EngineError
-from ansible_collections.gb10.dspark.plugins.module_utils._engine_probe import (
+from ansible_collections.gb10.dspark.plugins.module_utils.engine._docker_engine import Engine, EngineError
+from ansible_collections.gb10.dspark.plugins.module_utils.engine._engine_probe import (
     ARGUMENT_SPEC,
     PROBE_ARGUMENT_SPEC,
     busy_message,

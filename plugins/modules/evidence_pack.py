@@ -471,11 +471,11 @@ diff:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils._evidence import (
-    IMPLEMENTATIONS, KINDS, from_run, merge_facts, plan_pack, write_pack,
-)
-from ansible_collections.gb10.dspark.plugins.module_utils._identity import guarded
-from ansible_collections.gb10.dspark.plugins.module_utils._secrets import MIN_SECRET_LENGTH
+from ansible_collections.gb10.dspark.plugins.module_utils.evidence._evidence import IMPLEMENTATIONS, KINDS
+from ansible_collections.gb10.dspark.plugins.module_utils.evidence._evidence_run import from_run, merge_facts
+from ansible_collections.gb10.dspark.plugins.module_utils.evidence._evidence_pack import plan_pack, write_pack
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import guarded
+from ansible_collections.gb10.dspark.plugins.module_utils.common._secrets import MIN_SECRET_LENGTH
 
 
 def main() -> None:

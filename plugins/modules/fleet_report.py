@@ -208,8 +208,8 @@ diff:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils._fleet_report import DEFAULT_TITLE, fleet_report
-from ansible_collections.gb10.dspark.plugins.module_utils._identity import guarded
+from ansible_collections.gb10.dspark.plugins.module_utils.fleet._fleet_report import DEFAULT_TITLE, fleet_report
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import guarded
 
 
 def main() -> None:

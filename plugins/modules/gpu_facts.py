@@ -267,8 +267,8 @@ msg:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils._gpu_facts import Expectations, gather
-from ansible_collections.gb10.dspark.plugins.module_utils._identity import finish, guarded, rank_name
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._gpu_facts import Expectations, gather
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import finish, guarded, rank_name
 
 
 def main() -> None:

@@ -94,8 +94,8 @@ mismatches:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils._identity import guarded, rank_name
-from ansible_collections.gb10.dspark.plugins.module_utils._image_identity import run_check_archive
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import guarded, rank_name
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._image_identity import run_check_archive
 
 
 def main() -> None:

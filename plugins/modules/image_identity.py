@@ -175,9 +175,9 @@ mismatches:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils._docker_engine import DEFAULT_DOCKER_HOST
-from ansible_collections.gb10.dspark.plugins.module_utils._identity import guarded, rank_name
-from ansible_collections.gb10.dspark.plugins.module_utils._image_identity import run_ensure
+from ansible_collections.gb10.dspark.plugins.module_utils.engine._docker_engine import DEFAULT_DOCKER_HOST
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import guarded, rank_name
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._image_identity import run_ensure
 
 
 def main() -> None:

@@ -238,8 +238,8 @@ mismatches:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils._identity import finish, guarded, rank_name
-from ansible_collections.gb10.dspark.plugins.module_utils._model_checkpoint import (
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import finish, guarded, rank_name
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._model_checkpoint import (
     INDEX_FILE,
     REVISION_MARKER,
     SHARD_COUNT,

@@ -249,11 +249,11 @@ diff:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils import _niah
-from ansible_collections.gb10.dspark.plugins.module_utils._http import json_client
-from ansible_collections.gb10.dspark.plugins.module_utils._identity import guarded, rank_name
-from ansible_collections.gb10.dspark.plugins.module_utils._secrets import api_key_problem
-from ansible_collections.gb10.dspark.plugins.module_utils._site import local_api_url
+from ansible_collections.gb10.dspark.plugins.module_utils.serving import _niah
+from ansible_collections.gb10.dspark.plugins.module_utils.common._http import json_client
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import guarded, rank_name
+from ansible_collections.gb10.dspark.plugins.module_utils.common._secrets import api_key_problem
+from ansible_collections.gb10.dspark.plugins.module_utils.common._site import local_api_url
 
 
 def main() -> None:

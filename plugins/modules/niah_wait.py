@@ -84,7 +84,7 @@ elapsed_s:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils._niah import WAIT_ARGUMENT_SPEC
+from ansible_collections.gb10.dspark.plugins.module_utils.serving._niah import WAIT_ARGUMENT_SPEC
 
 
 def main() -> None:

@@ -91,8 +91,8 @@ mismatches:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils._identity import finish
-from ansible_collections.gb10.dspark.plugins.module_utils._pair import check_pairs
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import finish
+from ansible_collections.gb10.dspark.plugins.module_utils.fleet._pair import check_pairs
 
 
 def main() -> None:

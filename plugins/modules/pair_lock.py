@@ -224,7 +224,7 @@ legacy_note:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils._pair_lock import ARGUMENT_SPEC, LockFailure, run
+from ansible_collections.gb10.dspark.plugins.module_utils.fleet._pair_lock import ARGUMENT_SPEC, LockFailure, run
 
 
 def main() -> None:

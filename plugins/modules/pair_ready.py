@@ -128,7 +128,7 @@ probe:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils._engine_probe import ARGUMENT_SPEC, WAIT_ARGUMENT_SPEC
+from ansible_collections.gb10.dspark.plugins.module_utils.engine._engine_probe import ARGUMENT_SPEC, WAIT_ARGUMENT_SPEC
 
 
 def main() -> None:

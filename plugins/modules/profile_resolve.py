@@ -305,8 +305,8 @@ mismatches:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils._identity import guarded
-from ansible_collections.gb10.dspark.plugins.module_utils._profile import RESOLVE_ARGUMENT_SPEC, build
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import guarded
+from ansible_collections.gb10.dspark.plugins.module_utils.engine._profile import RESOLVE_ARGUMENT_SPEC, build
 
 
 def main() -> None:

@@ -30,7 +30,7 @@ description:
     (or no socket at I(docker_host)) is RV(audit.docker.reachable=false), a missing file is C(present=false),
     an API that does not answer is RV(audit.api.ready=false) with its error.
   - The pair's verdict (OK, DRIFT, DOWN, HUNG or UNREACHABLE) is computed from both ranks' results by
-    C(pair_verdict) in the collection's C(_audit) module_utils.
+    C(pair_verdict) in the collection's C(_audit_verdict) module_utils.
 extends_documentation_fragment:
   - gb10.dspark._attributes
   - gb10.dspark._rank
@@ -354,10 +354,10 @@ audit:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils._audit import REVISION_MARKER, collect, open_engine
-from ansible_collections.gb10.dspark.plugins.module_utils._docker_engine import DEFAULT_DOCKER_HOST
-from ansible_collections.gb10.dspark.plugins.module_utils._identity import guarded, rank_name
-from ansible_collections.gb10.dspark.plugins.module_utils._site import SITE_DEFAULTS, local_api_url
+from ansible_collections.gb10.dspark.plugins.module_utils.fleet._audit import REVISION_MARKER, collect, open_engine
+from ansible_collections.gb10.dspark.plugins.module_utils.engine._docker_engine import DEFAULT_DOCKER_HOST
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import guarded, rank_name
+from ansible_collections.gb10.dspark.plugins.module_utils.common._site import SITE_DEFAULTS, local_api_url
 
 
 def main() -> None:

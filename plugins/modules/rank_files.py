@@ -133,7 +133,7 @@ changes:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils._rank_files import RankFilesError, ensure, read_files
+from ansible_collections.gb10.dspark.plugins.module_utils.engine._rank_files import RankFilesError, ensure, read_files
 
 
 def main() -> None:

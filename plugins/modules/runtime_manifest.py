@@ -176,8 +176,8 @@ mismatches:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils._identity import finish, guarded, rank_name
-from ansible_collections.gb10.dspark.plugins.module_utils._runtime_manifest import Expectation, verify
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import finish, guarded, rank_name
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._runtime_manifest import Expectation, verify
 
 
 def main() -> None:

@@ -138,9 +138,9 @@ report:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils._files import write_json_atomic
-from ansible_collections.gb10.dspark.plugins.module_utils._secrets import api_key_problem
-from ansible_collections.gb10.dspark.plugins.module_utils._serving_guard import requests_plan, run
+from ansible_collections.gb10.dspark.plugins.module_utils.common._files import write_json_atomic
+from ansible_collections.gb10.dspark.plugins.module_utils.common._secrets import api_key_problem
+from ansible_collections.gb10.dspark.plugins.module_utils.serving._serving_guard import requests_plan, run
 
 
 def main() -> None:

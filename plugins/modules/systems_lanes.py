@@ -356,11 +356,15 @@ diff:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils import _systems
-from ansible_collections.gb10.dspark.plugins.module_utils._http import json_client
-from ansible_collections.gb10.dspark.plugins.module_utils._identity import guarded
-from ansible_collections.gb10.dspark.plugins.module_utils._secrets import api_key_problem
-from ansible_collections.gb10.dspark.plugins.module_utils._site import local_api_url
+from ansible_collections.gb10.dspark.plugins.module_utils.serving import _systems
+from ansible_collections.gb10.dspark.plugins.module_utils.serving import _systems_settings
+from ansible_collections.gb10.dspark.plugins.module_utils.serving import _systems_external
+from ansible_collections.gb10.dspark.plugins.module_utils.serving import _systems_rows
+from ansible_collections.gb10.dspark.plugins.module_utils.serving import _systems_measure
+from ansible_collections.gb10.dspark.plugins.module_utils.common._http import json_client
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import guarded
+from ansible_collections.gb10.dspark.plugins.module_utils.common._secrets import api_key_problem
+from ansible_collections.gb10.dspark.plugins.module_utils.common._site import local_api_url
 
 
 def main() -> None:
@@ -371,8 +375,8 @@ def main() -> None:
             "model": {"type": "str", "required": True},
             "api_key": {"type": "str", "no_log": True},
             "output_dir": {"type": "path", "required": True},
-            "lanes": {"type": "list", "elements": "str", "choices": list(_systems.LANES),
-                      "default": list(_systems.LANES)},
+            "lanes": {"type": "list", "elements": "str", "choices": list(_systems_rows.LANES),
+                      "default": list(_systems_rows.LANES)},
             "latency_reps": {"type": "int", "default": 5},
             "latency_max_tokens": {"type": "int", "default": 128, "no_log": False},
             "concurrency_levels": {"type": "list", "elements": "int", "default": [1, 2, 4, 6, 16]},
@@ -389,20 +393,20 @@ def main() -> None:
                 "options": {
                     "path": {"type": "path", "required": True},
                     "python": {"type": "path", "required": True},
-                    "lanes": {"type": "list", "elements": "str", "default": list(_systems.DEFAULT_EXTERNAL_LANES)},
-                    "timeout": {"type": "float", "default": _systems.DEFAULT_EXTERNAL_TIMEOUT},
+                    "lanes": {"type": "list", "elements": "str", "default": list(_systems_external.DEFAULT_EXTERNAL_LANES)},
+                    "timeout": {"type": "float", "default": _systems_external.DEFAULT_EXTERNAL_TIMEOUT},
                     "tokenizer": {"type": "path"},
                     "aquila_scripts": {"type": "path"},
                     "bfcl_python": {"type": "path"},
                     **{key: {"type": "int", "default": default, "no_log": False}
-                       for key, _unused, default in _systems.EXTERNAL_INT_ENV},
+                       for key, _unused, default in _systems_external.EXTERNAL_INT_ENV},
                 },
             },
         },
         supports_check_mode=True,
     )
     p = module.params
-    settings = _systems.Settings(
+    settings = _systems_settings.Settings(
         model=p["model"], output_dir=p["output_dir"], base_url=p["base_url"], lanes=tuple(p["lanes"]),
         latency_reps=p["latency_reps"], latency_max_tokens=p["latency_max_tokens"],
         concurrency_levels=tuple(p["concurrency_levels"]), concurrency_reps=p["concurrency_reps"],
@@ -413,11 +417,11 @@ def main() -> None:
     if problem := api_key_problem(p["api_key"]):  # refused before any request, naming the variable, never the value
         module.fail_json(msg=f"rank {p['head'] or 'head'}: {problem}")
     if module.check_mode:
-        result = guarded(module, lambda: _systems.plan(settings, _systems.run_process))
+        result = guarded(module, lambda: _systems.plan(settings, _systems_external.run_process))
     else:
         result = guarded(module, lambda: _systems.run(settings, json_client(p["base_url"], p["api_key"], p["head"]),
-                                                      _systems.stream_client(p["base_url"], p["api_key"]),
-                                                      p["api_key"], _systems.run_process))
+                                                      _systems_measure.stream_client(p["base_url"], p["api_key"]),
+                                                      p["api_key"], _systems_external.run_process))
     diff = result.pop("diff")
     if module._diff:
         result["diff"] = diff

@@ -198,8 +198,8 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils._identity import finish
-from ansible_collections.gb10.dspark.plugins.module_utils._wrapper_tree import (
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import finish
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._wrapper_tree import (
     TreeError,
     check_tree,
     clean_git_environment,

@@ -16,7 +16,7 @@ import threading
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, unquote, urlparse
 
-from ansible_collections.gb10.dspark.plugins.module_utils import _image_archive as ia
+from ansible_collections.gb10.dspark.plugins.module_utils.identity import _image_archive as ia
 
 
 class State:

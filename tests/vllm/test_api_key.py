@@ -6,10 +6,10 @@ import secrets
 
 import pytest
 
-from ansible_collections.gb10.dspark.plugins.module_utils import _engine_probe as P
-from ansible_collections.gb10.dspark.plugins.module_utils import _runtime_gate as R
-from ansible_collections.gb10.dspark.plugins.module_utils import _serving_guard as G
-from ansible_collections.gb10.dspark.plugins.module_utils._http import json_client
+from ansible_collections.gb10.dspark.plugins.module_utils.engine import _engine_probe as P
+from ansible_collections.gb10.dspark.plugins.module_utils.gate import _runtime_gate as R
+from ansible_collections.gb10.dspark.plugins.module_utils.serving import _serving_guard as G
+from ansible_collections.gb10.dspark.plugins.module_utils.common._http import json_client
 from tools.vllm_lane import server
 
 KEY = "lane-" + secrets.token_hex(16)

@@ -4,8 +4,8 @@ from __future__ import annotations
 import secrets
 import time
 
-from ansible_collections.gb10.dspark.plugins.module_utils import _audit as A
-from ansible_collections.gb10.dspark.plugins.module_utils._http import json_client
+from ansible_collections.gb10.dspark.plugins.module_utils.fleet import _audit as A
+from ansible_collections.gb10.dspark.plugins.module_utils.common._http import json_client
 
 TIMEOUT = 10.0
 

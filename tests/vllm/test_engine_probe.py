@@ -6,8 +6,8 @@ import json
 import threading
 import time
 
-from ansible_collections.gb10.dspark.plugins.module_utils import _engine_probe as P
-from ansible_collections.gb10.dspark.plugins.module_utils._startup import PHASES, phase_of
+from ansible_collections.gb10.dspark.plugins.module_utils.engine import _engine_probe as P
+from ansible_collections.gb10.dspark.plugins.module_utils.engine._startup import PHASES, phase_of
 
 TIMEOUT = 10.0
 

@@ -2,8 +2,8 @@
 /tokenize (chat template included), exact depths, and the answers judged as model results."""
 from __future__ import annotations
 
-from ansible_collections.gb10.dspark.plugins.module_utils import _niah as N
-from ansible_collections.gb10.dspark.plugins.module_utils._http import json_client
+from ansible_collections.gb10.dspark.plugins.module_utils.serving import _niah as N
+from ansible_collections.gb10.dspark.plugins.module_utils.common._http import json_client
 
 FRACTIONS = (0.25, 0.5, 0.9, 1.0)
 

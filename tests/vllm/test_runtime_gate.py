@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gb10.dspark.plugins.module_utils import _runtime_gate as R
+from ansible_collections.gb10.dspark.plugins.module_utils.gate import _runtime_gate as R
+from ansible_collections.gb10.dspark.plugins.module_utils.gate import _runtime_gate_api as R_api
 from tools.vllm_lane.contract import WINDOW_RE
 
 
@@ -54,7 +55,7 @@ def test_retrieval_canary_does_not_fit_a_4096_window(gate, note):
 def test_retrieval_canary_that_fits_fails_on_its_answer_only(gate, monkeypatch):
     """With the filler cut to fit the window, the same step is answered and fails only because the random model
     does not return the code."""
-    monkeypatch.setattr(R, "RETRIEVAL_REPEAT", 20)
+    monkeypatch.setattr(R_api, "RETRIEVAL_REPEAT", 20)
     errors = gate.step("retrieval")
     section = gate.section("retrieval")
     assert section is not None and section["pass"] is False

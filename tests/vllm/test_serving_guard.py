@@ -1,7 +1,7 @@
 """_serving_guard's run (the gb10.dspark.serving_guard module's entry point) against the real server."""
 from __future__ import annotations
 
-from ansible_collections.gb10.dspark.plugins.module_utils import _serving_guard as G
+from ansible_collections.gb10.dspark.plugins.module_utils.serving import _serving_guard as G
 
 # gb10.dspark.serving_guard's defaults
 CONCURRENCY, REQUEST_TIMEOUT, OVERALL_TIMEOUT, THRESHOLD = 8, 300.0, 1800.0, 0.9

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gb10.dspark.plugins.module_utils import _systems as S
-from ansible_collections.gb10.dspark.plugins.module_utils._http import json_client
+from ansible_collections.gb10.dspark.plugins.module_utils.serving import _systems as S
+from ansible_collections.gb10.dspark.plugins.module_utils.serving import _systems_settings as S_settings
+from ansible_collections.gb10.dspark.plugins.module_utils.serving import _systems_measure as S_measure
+from ansible_collections.gb10.dspark.plugins.module_utils.common._http import json_client
 
 # The prefill prompt leaves the lane's 4096-token window fewer tokens than the lane's 16 output tokens:
 # the real server then caps max_tokens (200, finish_reason length), and the lane must still measure.
@@ -24,13 +26,13 @@ EXPECTED = {
 
 @pytest.fixture(scope="module")
 def suite(real, tmp_path_factory):
-    settings = S.Settings(
+    settings = S_settings.Settings(
         model=real.model, output_dir=str(tmp_path_factory.mktemp("systems")), base_url=real.url,
         lanes=("canary", "latency", "concurrency", "throughput", "spec_decode"), latency_reps=3,
         latency_max_tokens=32, concurrency_levels=(1, 2, 4), concurrency_reps=2, concurrency_max_tokens=64,
         decode_reps=2, decode_max_tokens=256, prefill_reps=2, prefill_prompt_tokens=real.window - PREFILL_ROOM,
         request_timeout=120.0)
-    out = S.run(settings, json_client(real.url, None), S.stream_client(real.url, None))
+    out = S.run(settings, json_client(real.url, None), S_measure.stream_client(real.url, None))
     return out["report"]
 
 

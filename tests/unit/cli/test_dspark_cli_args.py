@@ -229,7 +229,7 @@ def test_command_artifact_is_scrubbed(tmp_path):
 
 
 REPO = Path(__file__).resolve().parents[3]
-SECRETS_SOURCE = (REPO / "plugins" / "module_utils" / "_secrets.py").resolve()
+SECRETS_SOURCE = (REPO / "plugins" / "module_utils" / "common" / "_secrets.py").resolve()
 
 
 @pytest.fixture

@@ -21,14 +21,14 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[3]
 
-# ---- one HTTP client: plugins/module_utils/_http.py ---------------------------------------------
-HTTP_CLIENT = "plugins/module_utils/_http.py"
+# ---- one HTTP client: plugins/module_utils/common/_http.py ---------------------------------------------
+HTTP_CLIENT = "plugins/module_utils/common/_http.py"
 # The modules that speak HTTP as a client; only _http.py may import them.
 HTTP_CLIENT_MODULES = ("http.client", "urllib.request", "requests", "urllib3", "httpx", "aiohttp",
                        "ansible.module_utils.urls")
 # Real exceptions, each with its reason. Nothing here talks to a head.
 HTTP_CLIENT_ALLOWED = {
-    "plugins/module_utils/_docker_engine.py": "the rank's Docker Engine API over its Unix socket (unix:// only), not a "
+    "plugins/module_utils/engine/_docker_engine.py": "the rank's Docker Engine API over its Unix socket (unix:// only), not a "
                                                "head's HTTP API; issue 31 replaces it with the docker SDK",
 }
 
@@ -99,7 +99,7 @@ def test_one_http_client_no_module_but_http_opens_its_own():
         uses = http_client_uses(path.read_text(encoding="utf-8"))
         if uses:
             offenders[rel] = uses
-    assert offenders == {}, f"speak HTTP through plugins/module_utils/_http.py, not on their own: {offenders}"
+    assert offenders == {}, f"speak HTTP through plugins/module_utils/common/_http.py, not on their own: {offenders}"
     assert http_client_uses((REPO / HTTP_CLIENT).read_text(encoding="utf-8")), "_http.py is the client"
     for rel, reason in HTTP_CLIENT_ALLOWED.items():
         assert (REPO / rel).is_file() and reason, f"{rel} no longer exists: remove it from HTTP_CLIENT_ALLOWED"
@@ -109,7 +109,7 @@ def test_one_http_client_no_module_but_http_opens_its_own():
 
 def test_one_http_client_the_architecture_page_says_so():
     text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
-    assert "`plugins/module_utils/_http.py`" in text and "one HTTP client" in text
+    assert "`plugins/module_utils/common/_http.py`" in text and "one HTTP client" in text
 
 
 # Ansible's own HTTP modules in the roles and playbooks: none speaks to a head's API. Each use is named by its
@@ -151,20 +151,20 @@ def test_one_http_client_no_task_calls_a_head_with_ansibles_own_http_modules():
             if any(module in task for module in HTTP_TASK_MODULES):
                 found.add((path.relative_to(REPO).as_posix(), task.get("name")))
     assert found, "the image role's mirror and relay tasks are not seen: the check reads nothing"
-    assert found - set(HTTP_TASKS_ALLOWED) == set(), "speak to a head through plugins/module_utils/_http.py"
+    assert found - set(HTTP_TASKS_ALLOWED) == set(), "speak to a head through plugins/module_utils/common/_http.py"
     assert set(HTTP_TASKS_ALLOWED) - found == set(), "allow-listed tasks that no longer exist: remove them"
 
 
-# ---- one redaction rule: plugins/module_utils/_secrets.py ------------------------------------------
+# ---- one redaction rule: plugins/module_utils/common/_secrets.py ------------------------------------------
 # Each claim has its own test functions, named after it (``test_redaction_...``, ...), so that more
 # claims can be added here without touching the others. The checks read the Python sources of the
 # product (plugins/, cli/, the roles' files) with :mod:`ast`; they never import them.
 # 
-# Redaction (docs/architecture.md, "Secrets"): ``plugins/module_utils/_secrets.py`` holds the one
+# Redaction (docs/architecture.md, "Secrets"): ``plugins/module_utils/common/_secrets.py`` holds the one
 # rule for secret NAMES (``is_secret_name``), the one redactor of VALUES (``redact``,
 # ``redact_document``, ``redact_secrets_text``), the one placeholder (``REDACTED``) and the one
 # minimum length (``MIN_SECRET_LENGTH``). No other module defines its own.
-SECRETS_MODULE = REPO / "plugins" / "module_utils" / "_secrets.py"
+SECRETS_MODULE = REPO / "plugins" / "module_utils" / "common" / "_secrets.py"
 PRODUCT_DIRS = ("plugins", "cli", "roles")
 
 
@@ -240,7 +240,7 @@ def secret_name_rules(tree: ast.Module) -> list[str]:
 def test_redaction_no_module_defines_its_own_secret_name_pattern():
     """Whether a NAME is secret is decided by _secrets.is_secret_name alone."""
     offenders = [f"{path} {where}" for path, tree in outside_secrets() for where in secret_name_rules(tree)]
-    assert offenders == [], "secret-name rules outside plugins/module_utils/_secrets.py (use is_secret_name):\n" + \
+    assert offenders == [], "secret-name rules outside plugins/module_utils/common/_secrets.py (use is_secret_name):\n" + \
         "\n".join(offenders)
 
 
@@ -250,7 +250,7 @@ def test_redaction_no_module_defines_its_own_redaction_function():
                  for node in ast.walk(tree)
                  if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
                  and re.search(r"redact|secretish|is_secret", node.name, re.IGNORECASE)]
-    assert offenders == [], "redaction functions outside plugins/module_utils/_secrets.py (use _secrets):\n" + \
+    assert offenders == [], "redaction functions outside plugins/module_utils/common/_secrets.py (use _secrets):\n" + \
         "\n".join(offenders)
 
 
@@ -300,7 +300,8 @@ COLLECTIONS = REPO / "collections"
 if str(COLLECTIONS) not in sys.path:
     sys.path.insert(0, str(COLLECTIONS))
 
-from ansible_collections.gb10.dspark.plugins.module_utils import _pin, _site  # noqa: E402
+from ansible_collections.gb10.dspark.plugins.module_utils.identity import _pin  # noqa: E402
+from ansible_collections.gb10.dspark.plugins.module_utils.common import _site  # noqa: E402
 
 _DOC_NAMES = {"DOCUMENTATION", "EXAMPLES", "RETURN"}
 _COMMENT = re.compile(r"(^|\s)#.*$")
@@ -362,7 +363,7 @@ def pin_value_spellings(python: list[Path], yaml_files: list[Path]) -> list[str]
 
 def test_values_once_the_pins_values_are_spelled_in_pin_py_only():
     """"Nothing else repeats the pin's values": the KV-cache dtype and the image labels are spelled in
-    plugins/module_utils/_pin.py; the profile logic, the gate, the catalog and every role read them."""
+    plugins/module_utils/identity/_pin.py; the profile logic, the gate, the catalog and every role read them."""
     assert _pin.KV_CACHE_DTYPE == "nvfp4_ds_mla" and "io.r0b0tlab.kv-cache.dtype" in _pin.LABELS
     assert pin_value_spellings(_collection_python(), _role_and_playbook_yaml()) == []
 
@@ -474,3 +475,111 @@ def test_values_once_the_site_defaults_are_spelled_in_site_py_only():
     found = [f"{_rel(p)}:{line} {text}" for p in _collection_python() if p.name != "_site.py"
              for line, text in _python_code_strings(p) if text in values]
     assert found == []
+
+
+# ---- module_utils by domain (docs/architecture.md, section 8) -------------------------------------------------
+# Every module_utils file lives in a domain folder that the page's table names, each folder a package with an empty
+# __init__.py (ansible-test's empty-init), every file the table names for a domain is there, and no file is over
+# MAX_LINES lines unless the first lines of its docstring say why ("Why this file is long: <the reason>").
+MODULE_UTILS = REPO / "plugins" / "module_utils"
+MAX_LINES = 600
+LONG_REASON = "Why this file is long:"
+REASON_WITHIN = 6  # lines of the module docstring
+_DOMAIN_ROW = re.compile(r"^\|\s*`(\w+)/`\s*\|(.*)\|\s*$")
+
+
+def architecture_domains(text: str) -> dict[str, set[str]]:
+    """{domain: the ``_names`` its row lists} from the table of the page's "module_utils by domain" section."""
+    section = re.search(r"^## [^\n]*module_utils by domain\n(.*?)(?=^## |\Z)", text, flags=re.M | re.S)
+    if not section:
+        return {}
+    rows = [_DOMAIN_ROW.match(line) for line in section.group(1).splitlines()]
+    return {m.group(1): set(re.findall(r"`(_\w+)`", m.group(2).rsplit("|", 1)[-1])) for m in rows if m}
+
+
+def module_utils_layout_problems(root: Path, domains: dict[str, set[str]]) -> list[str]:
+    """What in the module_utils folder ``root`` breaks the layout the page's table describes."""
+    problems = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if "__pycache__" in rel.parts:
+            continue
+        if len(rel.parts) != 2:
+            problems.append(f"{rel}: not in a domain folder (module_utils/<domain>/_name.py)")
+        elif rel.parts[0] not in domains:
+            problems.append(f"{rel}: the folder {rel.parts[0]}/ is no domain of docs/architecture.md's table")
+        elif path.name == "__init__.py":
+            if path.read_text(encoding="utf-8").strip():
+                problems.append(f"{rel}: not empty (ansible-test sanity wants empty __init__.py files)")
+        elif not path.name.startswith("_"):
+            problems.append(f"{rel}: not private (module_utils files are _name.py)")
+    for domain, names in sorted(domains.items()):
+        if not (root / domain / "__init__.py").is_file():
+            problems.append(f"{domain}/: no __init__.py (or no such folder)")
+        problems += [f"{domain}/{name}.py: named in the table, not in the folder" for name in sorted(names)
+                     if not (root / domain / f"{name}.py").is_file()]
+    return problems
+
+
+def long_file_problems(root: Path) -> list[str]:
+    """The module_utils files over MAX_LINES lines whose docstring's first lines give no reason."""
+    problems = []
+    for path in sorted(root.rglob("_*.py")):
+        text = path.read_text(encoding="utf-8")
+        lines = len(text.splitlines())
+        if lines <= MAX_LINES:
+            continue
+        doc = (ast.get_docstring(ast.parse(text)) or "").splitlines()[:REASON_WITHIN]
+        reason = next((line.split(LONG_REASON, 1)[1].strip() for line in doc if LONG_REASON in line), "")
+        if len(reason) < 20:
+            problems.append(f"{path.relative_to(root)}: {lines} lines, over {MAX_LINES}, and the first "
+                            f"{REASON_WITHIN} lines of its docstring do not say '{LONG_REASON} <the reason>'")
+    return problems
+
+
+def test_module_utils_by_domain_every_file_lives_in_a_domain_of_the_page():
+    domains = architecture_domains((REPO / "docs" / "architecture.md").read_text(encoding="utf-8"))
+    assert {"common", "identity", "engine", "fleet", "serving", "gate", "evidence"} <= set(domains), domains
+    assert all(domains.values()), f"a domain row names no file: {domains}"
+    assert module_utils_layout_problems(MODULE_UTILS, domains) == []
+
+
+def test_module_utils_by_domain_no_file_is_long_without_a_reason():
+    assert list(MODULE_UTILS.rglob("_*.py"))
+    assert long_file_problems(MODULE_UTILS) == []
+
+
+def test_module_utils_by_domain_the_checks_see_what_they_are_for(tmp_path):
+    """The checks above are not vacuous: a flat file, a folder the page does not name, a non-empty __init__.py,
+    a file the table names but the folder lacks, and a long file without a reason are each found."""
+    page = ("## 8. module_utils by domain\ntext\n\n| domain | what | files |\n|---|---|---|\n"
+            "| `common/` | all | `_clock`, `_http` |\n| `gate/` | the gate | `_runtime_gate` |\n\n## Who owns what\n"
+            "| `other/` | not in the section | `_x` |\n")
+    domains = architecture_domains(page)
+    assert domains == {"common": {"_clock", "_http"}, "gate": {"_runtime_gate"}}
+    root = tmp_path / "module_utils"
+    for rel, text in {"common/__init__.py": "", "common/_clock.py": "", "common/_http.py": "",
+                      "gate/__init__.py": "", "gate/_runtime_gate.py": ""}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    assert module_utils_layout_problems(root, domains) == []
+    (root / "_flat.py").write_text("")
+    (root / "serving").mkdir()
+    (root / "serving" / "_niah.py").write_text("")
+    (root / "gate" / "__init__.py").write_text("import os\n")
+    (root / "gate" / "_runtime_gate.py").unlink()
+    (root / "common" / "public.py").write_text("")
+    found = module_utils_layout_problems(root, domains)
+    assert [f.split(":")[0] for f in found] == ["_flat.py", "common/public.py", "gate/__init__.py",
+                                                "serving/_niah.py", "gate/_runtime_gate.py"], found
+
+    body = "\n".join(f"X{i} = {i}" for i in range(MAX_LINES))
+    (root / "common" / "_clock.py").write_text(f'"""The clock."""\n{body}\n')
+    (root / "common" / "_http.py").write_text(f'"""The client.\n\nWhy this file is long: one protocol, read '
+                                              f'top to bottom, would be harder to follow in two files.\n"""\n{body}\n')
+    (root / "gate" / "_short.py").write_text('"""Short."""\nX = 1\n')
+    (root / "gate" / "_bare.py").write_text(f'"""Why this file is long: because."""\n{body}\n')  # no real reason
+    late = "\n".join(["The gate."] + ["more"] * REASON_WITHIN + ["Why this file is long: said too late to count."])
+    (root / "gate" / "_late.py").write_text(f'"""{late}\n"""\n{body}\n')
+    assert [f.split(":")[0] for f in long_file_problems(root)] == ["common/_clock.py", "gate/_bare.py",
+                                                                   "gate/_late.py"]

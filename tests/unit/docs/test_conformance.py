@@ -4,7 +4,7 @@
 
 Each table row states one value that seed 003 (the wrapper's AGENTS.md) names. The row is compared
 with the sample identity pin, with the `vllm serve` argv and environment that
-plugins/module_utils/_profile.py renders for both ranks of inventories/sample, with the runtime
+plugins/module_utils/engine/_profile.py renders for both ranks of inventories/sample, with the runtime
 gate's expectations in the profile catalog, or with the sample site variables. One function,
 :func:`check_conformance`, does every comparison for a (catalog, pin) pair. The negative tests
 call it on mutated copies to show that each departure is reported, and reported under its own row.
@@ -29,8 +29,9 @@ COLLECTIONS = REPO / "collections"
 if str(COLLECTIONS) not in sys.path:
     sys.path.insert(0, str(COLLECTIONS))
 
-from ansible_collections.gb10.dspark.plugins.module_utils import _profile  # noqa: E402
-from ansible_collections.gb10.dspark.plugins.module_utils._identity import IdentityError  # noqa: E402
+from ansible_collections.gb10.dspark.plugins.module_utils.engine import _profile  # noqa: E402
+from ansible_collections.gb10.dspark.plugins.module_utils.engine import _profile_launch
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import IdentityError  # noqa: E402
 
 DOC = REPO / "docs" / "wrapper-reference.md"
 CATALOG_FILE = REPO / "roles" / "profile" / "vars" / "main.yml"
@@ -537,7 +538,7 @@ def test_a_departure_is_reported_under_exactly_its_row(case):
 
 def test_a_constant_of_the_renderer_is_checked_too(monkeypatch):
     """The MoE backend is no catalog value but a constant of _profile.py: every profile's row bites."""
-    monkeypatch.setattr(_profile, "MOE_BACKEND", "cutlass")
+    monkeypatch.setattr(_profile_launch, "MOE_BACKEND", "cutlass")
     failures = check_conformance(load_catalog(), load_pin())
     assert {f.row for f in failures} == {row_id(p, "flag", "--moe-backend") for p in _PROFILES}
     assert {f.actual for f in failures} == {"cutlass"}

@@ -21,7 +21,7 @@ LEFT_OUT = ("sim/", "bench/", "tools/", "molecule/", "tests/unit/", "tests/integ
             ".deps/", ".ci/", "Makefile", "requirements.txt", "ruff.toml", ".ansible-lint")
 # What a control node needs from it.
 KEPT = ("MANIFEST.json", "FILES.json", "README.md", "meta/runtime.yml", "meta/ee-requirements.txt",
-        "plugins/action/pair_ready.py", "plugins/modules/pair_ready.py", "plugins/module_utils/_startup.py",
+        "plugins/action/pair_ready.py", "plugins/modules/pair_ready.py", "plugins/module_utils/engine/_startup.py",
         "roles/engine/tasks/main.yml", "roles/gate/files/runtime_gate/conftest.py", "playbooks/provision.yml",
         "cli/pyproject.toml", "cli/dspark_cli/main.py", "inventories/sample/hosts.yml", "docs/operator-guide.md",
         "execution-environment.yml", "pytest.ini", "ansible.cfg")

@@ -23,8 +23,9 @@ COLLECTIONS = REPO / "collections"
 if str(COLLECTIONS) not in sys.path:
     sys.path.insert(0, str(COLLECTIONS))
 
-from ansible_collections.gb10.dspark.plugins.module_utils import _pin, _profile  # noqa: E402
-from ansible_collections.gb10.dspark.plugins.module_utils._pair import check_pairs  # noqa: E402
+from ansible_collections.gb10.dspark.plugins.module_utils.identity import _pin  # noqa: E402
+from ansible_collections.gb10.dspark.plugins.module_utils.engine import _profile  # noqa: E402
+from ansible_collections.gb10.dspark.plugins.module_utils.fleet._pair import check_pairs  # noqa: E402
 
 INVENTORIES = {"sample/hosts.yml": 1, "sample/fleet.yml": 3, "sample": 4}  # what is given to -i -> pairs
 DOCUMENTATION_NETS = [ipaddress.ip_network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")]

@@ -1,4 +1,4 @@
-"""One table of label names: no file of the collection but module_utils/_labels.py spells one.
+"""One table of label names: no file of the collection but module_utils/identity/_labels.py spells one.
 
 Every file under plugins/, roles/ and playbooks/ is read - code, YAML, templates, comments alike -
 for the label namespace (``io.gb10.dspark``, with or without a label name after it). Roles take a
@@ -16,11 +16,11 @@ import ast
 import re
 from pathlib import Path
 
-from ansible_collections.gb10.dspark.plugins.module_utils import _labels
+from ansible_collections.gb10.dspark.plugins.module_utils.identity import _labels
 from tests.unit.plugins.conftest import REPO
 
 SCANNED = ("plugins", "roles", "playbooks")
-THE_TABLE = REPO / "plugins" / "module_utils" / "_labels.py"
+THE_TABLE = REPO / "plugins" / "module_utils" / "identity" / "_labels.py"
 DOC_NAMES = ("DOCUMENTATION", "EXAMPLES", "RETURN")
 NAMESPACE = re.compile(r"(?<!\w)io\.gb10\.dspark\b[\w.*]*")
 
@@ -77,7 +77,7 @@ def test_only_the_table_spells_a_label_name():
         outside, inside = spelled(path.relative_to(REPO).as_posix(), text)
         offenders += outside
         documented += inside
-    assert offenders == [], "spell these through plugins/module_utils/_labels.py:\n" + "\n".join(offenders)
+    assert offenders == [], "spell these through plugins/module_utils/identity/_labels.py:\n" + "\n".join(offenders)
     names = set(_labels.LABELS.values())
     unknown = sorted({d for d in documented if d not in names and d.rstrip("*") != _labels.PREFIX})
     assert unknown == [], f"module documentation names labels that are not in the table: {unknown}"
@@ -96,7 +96,7 @@ def test_the_scan_finds_what_it_must_and_only_lets_module_docs_through():
     assert outside == ["plugins/modules/x.py:4: io.gb10.dspark.pair", "plugins/modules/x.py:5: io.gb10.dspark"]
     assert inside == ["io.gb10.dspark.pair", "io.gb10.dspark.rank"]
     # no exception outside modules: a role's comment, a module_utils docstring, a filter's doc file
-    for rel in ("roles/engine/tasks/orphans.yml", "plugins/module_utils/_audit.py", "plugins/filter/labels.yml"):
+    for rel in ("roles/engine/tasks/orphans.yml", "plugins/module_utils/fleet/_audit.py", "plugins/filter/labels.yml"):
         assert spelled(rel, code)[0] != [] and spelled(rel, code)[1] == []
     assert spelled("roles/x/tasks/main.yml", "# the io.gb10.dspark.* labels\n")[0] == [
         "roles/x/tasks/main.yml:1: io.gb10.dspark.*"]

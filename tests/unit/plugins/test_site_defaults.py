@@ -1,7 +1,7 @@
 """One table of site defaults: no role or playbook spells one, and the modules take theirs from it.
 
 The site's container name, API port, master port and served model name fall back to
-``_site.SITE_DEFAULTS`` (plugins/module_utils/_site.py) when the inventory does not set them. Roles
+``_site.SITE_DEFAULTS`` (plugins/module_utils/common/_site.py) when the inventory does not set them. Roles
 ask the ``gb10.dspark.site`` lookup; a ``dspark_… | default(<site value>)`` in any role or playbook
 (comments aside) is a second copy of the table and fails here. The modules' options default to the
 table too; their DOCUMENTATION states the same values literally (validate-modules compares the two),
@@ -19,7 +19,10 @@ import pytest
 import yaml
 from ansible.module_utils import basic
 
-from ansible_collections.gb10.dspark.plugins.module_utils import _audit, _engine_probe, _profile, _site, _systems
+from ansible_collections.gb10.dspark.plugins.module_utils.fleet import _audit
+from ansible_collections.gb10.dspark.plugins.module_utils.engine import _engine_probe, _profile
+from ansible_collections.gb10.dspark.plugins.module_utils.common import _site
+from ansible_collections.gb10.dspark.plugins.module_utils.serving import _systems_settings
 from tests.unit.plugins.conftest import REPO
 
 # The default profile's value, production, is also the name of the qualified profile, which a play may
@@ -64,7 +67,7 @@ def test_no_role_or_playbook_spells_a_site_default():
     for path in files:
         found += offenders(path.read_text(encoding="utf-8"), path.relative_to(REPO).as_posix())
     assert found == [], ("take these from lookup('gb10.dspark.site', '<term>') "
-                         "(plugins/module_utils/_site.py):\n" + "\n".join(found))
+                         "(plugins/module_utils/common/_site.py):\n" + "\n".join(found))
 
 
 class _Captured(Exception):
@@ -118,7 +121,7 @@ def test_the_module_utils_default_to_the_table():
     collect = inspect.signature(_audit.collect).parameters
     assert collect["container"].default == SITE["container_name"]
     assert collect["base_url"].default == _site.local_api_url()
-    assert _systems.Settings(model="m", output_dir="/tmp/x").base_url == _site.local_api_url()
+    assert _systems_settings.Settings(model="m", output_dir="/tmp/x").base_url == _site.local_api_url()
 
 
 def test_no_python_plugin_spells_a_site_default_outside_documentation():
@@ -127,7 +130,7 @@ def test_no_python_plugin_spells_a_site_default_outside_documentation():
     quoted = {str(v) for v in SITE.values()} | {_site.local_api_url()}
     found = []
     for path in sorted((REPO / "plugins").rglob("*.py")):
-        if path == REPO / "plugins" / "module_utils" / "_site.py" or "doc_fragments" in path.parts:
+        if path == REPO / "plugins" / "module_utils" / "common" / "_site.py" or "doc_fragments" in path.parts:
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
         docs = set()
@@ -140,4 +143,4 @@ def test_no_python_plugin_spells_a_site_default_outside_documentation():
                        and node.value in (SITE["api_port"], SITE["master_port"]))
             if isinstance(node, ast.Constant) and id(node) not in docs and (node.value in quoted or is_port):
                 found.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.value!r}")
-    assert found == [], "take these from plugins/module_utils/_site.py:\n" + "\n".join(found)
+    assert found == [], "take these from plugins/module_utils/common/_site.py:\n" + "\n".join(found)

@@ -79,7 +79,7 @@ def test_a_python_plugin_reading_a_roles_internals_is_found_with_its_line():
 
 def test_python_plugins_are_checked_as_files_of_no_role():
     assert plugin_roles_dir(ROOT / "plugins" / "filter" / "fleet_verdicts.py") == ROOT / "roles"
-    assert plugin_roles_dir(ROOT / "plugins" / "module_utils" / "_audit.py") == ROOT / "roles"
+    assert plugin_roles_dir(ROOT / "plugins" / "module_utils" / "fleet" / "_audit.py") == ROOT / "roles"
     assert plugin_roles_dir(ROOT / "plugins" / "filter" / "fleet_verdicts.yml") is None
     assert plugin_roles_dir(ROOT / "tools" / "lint" / "rules" / "dspark_private_read.py") is None
 

@@ -30,8 +30,8 @@ from pathlib import Path
 import pytest
 
 API_KEY_FILE_ENV = "DSPARK_GATE_API_KEY_FILE"
-MODULE = "ansible_collections.gb10.dspark.plugins.module_utils._runtime_gate"
-HTTP_MODULE = "ansible_collections.gb10.dspark.plugins.module_utils._http"
+MODULE = "ansible_collections.gb10.dspark.plugins.module_utils.gate._runtime_gate"
+HTTP_MODULE = "ansible_collections.gb10.dspark.plugins.module_utils.common._http"
 _STATE = pytest.StashKey()
 
 
@@ -56,6 +56,7 @@ def _collection_candidates(raw: dict) -> list[str]:
 def _import_gate_module(raw: dict):
     for candidate in _collection_candidates(raw):
         module_file = Path(candidate, "ansible_collections", "gb10", "dspark", "plugins", "module_utils",
+                           "gate",
                            "_runtime_gate.py")
         if module_file.is_file():
             if candidate not in sys.path:

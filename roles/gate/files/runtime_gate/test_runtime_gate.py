@@ -6,7 +6,7 @@ Each test asserts one part of the gate, so pytest's report names what failed; ev
 even when an earlier one failed. The order is the spec's: per-rank identity, the cross-rank
 check, the head's API canaries, and only then the log markers of both ranks (after the canaries,
 so that a CUDA-graph replay has been logged). All decisions are made in
-``plugins/module_utils/_runtime_gate.py``; the ``gate`` fixture (conftest.py) holds the results
+``plugins/module_utils/gate/_runtime_gate.py``; the ``gate`` fixture (conftest.py) holds the results
 and writes the evidence document when the session ends.
 """
 import pytest

@@ -9,7 +9,7 @@ import socket
 import pytest
 
 from ansible_collections.gb10.dspark.plugins.action import pair_lock as action
-from ansible_collections.gb10.dspark.plugins.module_utils import _pair_lock as pl
+from ansible_collections.gb10.dspark.plugins.module_utils.fleet import _pair_lock as pl
 from tests.unit.plugins.action._plugin import make_plugin
 
 HOST = socket.gethostname()

@@ -13,8 +13,8 @@ from ansible import constants as C
 from ansible.errors import AnsibleActionFail
 
 from ansible_collections.gb10.dspark.plugins.action import pair_ready as action
-from ansible_collections.gb10.dspark.plugins.module_utils import _pair_wait as W
-from ansible_collections.gb10.dspark.plugins.module_utils._engine_probe import WAIT_ARGUMENT_SPEC
+from ansible_collections.gb10.dspark.plugins.module_utils.engine import _pair_wait as W
+from ansible_collections.gb10.dspark.plugins.module_utils.engine._engine_probe import WAIT_ARGUMENT_SPEC
 from tests.unit.plugins.action._plugin import make_plugin
 
 MODEL = "deepseek-v4-flash-dspark"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.gb10.dspark.plugins.action import pair_topology as action
-from ansible_collections.gb10.dspark.plugins.module_utils._pair import topology
+from ansible_collections.gb10.dspark.plugins.module_utils.fleet._pair import topology
 from tests.unit.plugins.action._plugin import make_plugin
 
 HOSTS = {

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from ansible_collections.gb10.dspark.plugins.action import runtime_gate as action
-from ansible_collections.gb10.dspark.plugins.module_utils import _gate_run as G
+from ansible_collections.gb10.dspark.plugins.module_utils.gate import _gate_run as G
 from tests.unit.plugins.action._plugin import make_plugin
 
 KEY = "sk-action-gate-0123456789"

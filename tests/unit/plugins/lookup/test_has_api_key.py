@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.gb10.dspark.plugins.lookup import has_api_key as has_api_key_lookup
-from ansible_collections.gb10.dspark.plugins.module_utils import _site
+from ansible_collections.gb10.dspark.plugins.module_utils.common import _site
 from tests.unit.plugins._templar import render
 
 OLD = "{{ (dspark_api_key | default('')) | length > 0 }}"

@@ -10,7 +10,7 @@ import yaml
 from ansible.errors import AnsibleLookupError
 
 from ansible_collections.gb10.dspark.plugins.lookup import site as site_lookup
-from ansible_collections.gb10.dspark.plugins.module_utils import _site
+from ansible_collections.gb10.dspark.plugins.module_utils.common import _site
 from tests.unit.plugins._templar import render
 from tests.unit.plugins.conftest import REPO
 

@@ -7,7 +7,7 @@ import urllib.request
 
 import pytest
 
-from ansible_collections.gb10.dspark.plugins.module_utils import _archive_relay
+from ansible_collections.gb10.dspark.plugins.module_utils.identity import _archive_relay
 from ansible_collections.gb10.dspark.plugins.modules import archive_relay
 
 

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gb10.dspark.plugins.module_utils._digest import sha256_file
-from ansible_collections.gb10.dspark.plugins.module_utils import _pin
+from ansible_collections.gb10.dspark.plugins.module_utils.common._digest import sha256_file
+from ansible_collections.gb10.dspark.plugins.module_utils.identity import _pin
 from ansible_collections.gb10.dspark.plugins.modules import image_identity
 from tests.support import synthetic_archive
 from tests.support.fake_dockerd import FakeDockerd
 
-from tests.unit.plugins.module_utils.test_pin import sample_pin
+from tests.unit.plugins.module_utils.identity.test_pin import sample_pin
 
 LABELS = {label: str(sample_pin()[key]) for label, key in _pin.LABELS.items()}
 

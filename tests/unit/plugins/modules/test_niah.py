@@ -6,7 +6,7 @@ import json
 import pytest
 
 from ansible_collections.gb10.dspark.plugins.modules import niah
-from tests.unit.plugins.module_utils.test_niah import SERVED, SMALL_DEPTHS, FakeEngine
+from tests.unit.plugins.module_utils.serving.test_niah import SERVED, SMALL_DEPTHS, FakeEngine
 
 
 @pytest.fixture(name="engine")

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from ansible_collections.gb10.dspark.plugins.modules import serving_guard
-from tests.unit.plugins.module_utils.test_serving_guard import MODEL, StubServer, guard_threads
+from tests.unit.plugins.module_utils.serving.test_serving_guard import MODEL, StubServer, guard_threads
 
 
 @pytest.mark.timeout(60)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from ansible.module_utils.common import warnings as ansible_warnings
 
-from ansible_collections.gb10.dspark.plugins.module_utils._wrapper_tree import GIT_REDIRECTING_ENV
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._wrapper_tree import GIT_REDIRECTING_ENV
 from ansible_collections.gb10.dspark.plugins.modules import wrapper_tree
 
 

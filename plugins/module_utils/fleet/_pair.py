@@ -1,0 +1,163 @@
+# Copyright (c) gb10.dspark contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Pair-level identity: an inventory forms pairs, and both ranks of a pair hold the same image.
+
+Input is one record per host, as the roles collect it from ``hostvars`` after
+``gb10.dspark.image_identity`` ran on each rank::
+
+    {"name": "sim01-worker", "pair": "sim01", "rank": 1,
+     "image_id": "sha256:...", "image_store": "classic"}
+
+``image_id`` and ``image_store`` may be left out when only the pairing is checked.
+"""
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import Mismatch
+
+# A pair name (and a run id) reaches paths on the control node and the head: evidence folders, the
+# lock, report file names. Nothing that could leave a folder or break a record is accepted: no "/",
+# no leading "." (so neither ".." nor a hidden file), one line, short. The run ids the lock role
+# makes (20260102T030405Z-4294967295) and inventory pair names pass.
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+SAFE_NAME_EXPECTED = "1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit"
+
+RANKS = (0, 1)
+ROLE = {0: "head", 1: "worker"}
+
+
+def check_pairs(hosts: list[dict], expected_image_id: str | None = None,
+                check_images: bool = True) -> tuple[dict, list[Mismatch]]:
+    """Return (pairs summary, mismatches). Every problem is listed, not just the first."""
+    problems: list[Mismatch] = []
+    by_pair: dict[str, list[dict]] = defaultdict(list)
+    seen: dict[str, str] = {}
+    for host in hosts:
+        name = str(host.get("name"))
+        pair = host.get("pair")
+        if not pair:
+            problems.append(Mismatch(name, "pair", "a pair name (dspark_pair)", None, expected_word="expected"))
+            continue
+        if not isinstance(pair, str) or not SAFE_NAME.fullmatch(pair):
+            problems.append(Mismatch(name, "dspark_pair", SAFE_NAME_EXPECTED, pair, expected_word="expected"))
+            continue
+        if name in seen and seen[name] != pair:
+            problems.append(Mismatch(name, "pair", seen[name], pair, reason="a host may belong to one pair only",
+                                     expected_word="already in"))
+            continue
+        seen[name] = pair
+        by_pair[str(pair)].append(host)
+
+    summary = {}
+    for pair, members in sorted(by_pair.items()):
+        members = _unique(members)
+        summary[pair] = {ROLE.get(m.get("rank"), str(m.get("rank"))): m["name"] for m in members}
+        problems += _pairing(pair, members)
+        if check_images:
+            problems += _images(pair, members, expected_image_id)
+    return summary, problems
+
+
+def _unique(members: list[dict]) -> list[dict]:
+    out, names = [], set()
+    for m in members:
+        if m["name"] not in names:
+            names.add(m["name"])
+            out.append(m)
+    return out
+
+
+def _pairing(pair: str, members: list[dict]) -> list[Mismatch]:
+    out = []
+    for m in members:
+        if m.get("rank") not in RANKS:
+            out.append(Mismatch(m["name"], "dspark_rank", "0 (head) or 1 (worker)", m.get("rank"), expected_word="expected"))
+    for rank in RANKS:
+        holders = [m["name"] for m in members if m.get("rank") == rank]
+        if len(holders) != 1:
+            out.append(Mismatch(f"{ROLE[rank]} of pair {pair}", f"{ROLE[rank]} hosts", "exactly one",
+                                f"{len(holders)} ({', '.join(holders) or 'none'})", expected_word="expected"))
+    return out
+
+
+def _images(pair: str, members: list[dict], expected: str | None) -> list[Mismatch]:
+    out = []
+    for m in members:
+        if not m.get("image_id"):
+            out.append(Mismatch(m["name"], "image ID", expected or "an image ID", None,
+                                reason="the image check did not run on this rank",
+                                expected_word="pinned" if expected else "expected"))
+        elif expected and m["image_id"] != expected:
+            out.append(Mismatch(m["name"], "image ID", expected, m["image_id"]))
+    ids = {m.get("image_id") for m in members if m.get("image_id")}
+    stores = {m.get("image_store") for m in members if m.get("image_store")}
+    if len(ids) > 1:
+        head = next((m for m in members if m.get("rank") == 0), members[0])
+        for m in members:
+            if m is not head and m.get("image_id") and m["image_id"] != head.get("image_id"):
+                out.append(Mismatch(m["name"], "image ID", head.get("image_id"), m["image_id"],
+                                    reason="the ranks of a pair must hold the identical image",
+                                    expected_word=f"its head {head['name']} holds"))
+    if len(stores) > 1:
+        detail = ", ".join(f"{m['name']}={m.get('image_store')}" for m in members)
+        out.append(Mismatch(f"pair {pair}", "image store", "the same on both ranks", detail,
+                            reason="image IDs from different stores are not comparable", expected_word="expected"))
+    return out
+
+
+# The inventory groups the head-only and worker-only plays run on (guard, NIAH, systems, the
+# fleet report). A head missing from dspark_heads would be skipped by them without a word.
+GROUP_OF_RANK = {0: "dspark_heads", 1: "dspark_workers"}
+
+
+def topology(hosts: list[dict], groups: dict[str, list[str]], partial_ok: bool = False) -> tuple[dict, list[Mismatch]]:
+    """The pairs of the play, worked out once: ``({host: facts}, mismatches)``.
+
+    ``hosts``: one record per play host, ``{"name", "pair", "rank", "fabric_ip"}``; ``groups``:
+    the inventory's groups (only ``dspark_heads`` and ``dspark_workers`` are read). Each host's
+    facts name its pair, the pair's head and worker (None when absent from the play and
+    ``partial_ok``), both members in rank order and the head's fabric address (the rendezvous
+    address of both ranks). Every problem is listed: the pairing (exactly one head and one
+    worker per pair, unless ``partial_ok`` lets a pair miss one of them) and a rank that the
+    groups place elsewhere.
+    """
+    summary, problems = check_pairs(hosts, check_images=False)
+    if partial_ok:
+        problems = [m for m in problems if not (m.item.endswith(" hosts") and str(m.actual).startswith("0 "))]
+    problems += _groups_agree(hosts, groups)
+    by_name = {str(h.get("name")): h for h in hosts}
+    facts = {}
+    for pair, members in summary.items():
+        head, worker = members.get("head"), members.get("worker")
+        head_rec = by_name.get(head, {}) if head else {}
+        for name in (head, worker):
+            if name:
+                facts[name] = {
+                    "pair": pair,
+                    "head": head,
+                    "worker": worker,
+                    "members": [n for n in (head, worker) if n],
+                    "head_fabric_ip": head_rec.get("fabric_ip"),
+                }
+    return facts, problems
+
+
+def _groups_agree(hosts: list[dict], groups: dict[str, list[str]]) -> list[Mismatch]:
+    out = []
+    heads = set(groups.get(GROUP_OF_RANK[0]) or [])
+    workers = set(groups.get(GROUP_OF_RANK[1]) or [])
+    for host in hosts:
+        name, rank = str(host.get("name")), host.get("rank")
+        if rank not in RANKS:
+            continue  # the pairing reports it
+        want, other = GROUP_OF_RANK[rank], GROUP_OF_RANK[1 - rank]
+        member_of = [g for g, members in ((want, heads if rank == 0 else workers),
+                                          (other, workers if rank == 0 else heads)) if name in members]
+        if member_of != [want]:
+            out.append(Mismatch(name, "inventory groups", f"{want} only (dspark_rank {rank}, {ROLE[rank]})",
+                                ", ".join(member_of) or "neither group",
+                                reason=f"plays on {GROUP_OF_RANK[0]} and {GROUP_OF_RANK[1]} would skip or misuse this rank",
+                                expected_word="expected"))
+    return out
