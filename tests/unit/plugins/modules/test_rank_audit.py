@@ -31,7 +31,7 @@ from tests.unit.plugins.module_utils.test_audit import (
     labels_for,
     rank_files,
 )
-from tests.unit.plugins.module_utils.test_docker_engine import _ExecHandler, frame
+from tests.unit.plugins.module_utils.test_docker_engine import frame
 
 
 class Docker:
@@ -174,7 +174,7 @@ def execd(tmp_path):
                   "running_polls": 0, "logs": frame(1, f"INFO key {API_KEY}\n".encode()) + frame(2, b"WARNING x\n")}
     state.containers[CONTAINER] = inspect_doc("worker")[0]
     state.images[IMAGE_ID] = {"Id": IMAGE_ID, "Architecture": "arm64", "Config": {"Labels": {}}}
-    server = fake_dockerd._Server(path, type("Handler", (_ExecHandler,), {"state": state}))
+    server = fake_dockerd._Server(path, type("Handler", (fake_dockerd.ExecHandler,), {"state": state}))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
