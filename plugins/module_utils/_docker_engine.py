@@ -25,6 +25,8 @@ import time
 from typing import Callable, Iterator
 from urllib.parse import quote
 
+from ansible_collections.gb10.dspark.plugins.module_utils._identity import Mismatch
+
 try:
     import docker
     from docker import errors as _docker_errors
@@ -64,10 +66,9 @@ def missing_sdk() -> list[str]:
     return missing
 
 
-def sdk_mismatches(rank: str) -> list:
+def sdk_mismatches(rank: str) -> list[Mismatch]:
     """Preflight's check (``gb10.dspark.gpu_facts`` with ``docker_sdk``): one mismatch per Python module
     of the SDK this Python cannot import, naming the rank and the Debian package that brings it."""
-    from ansible_collections.gb10.dspark.plugins.module_utils._identity import Mismatch
     return [Mismatch(rank, f"Python module {name} (for the docker SDK, the collection's Docker client)", "importable",
                      "missing", reason=f"install {package} on the rank", expected_word="expected")
             for name, package in SDK_PACKAGES.items() if package in missing_sdk()]
