@@ -61,7 +61,8 @@ options:
   inspect:
     description:
       - Also return the container's whole inspect record as the engine answers it (what
-        C(docker container inspect) lists), as RV(probe.inspect).
+        C(docker container inspect) lists), as RV(probe.inspect), at the engine's own API version
+        (as C(community.docker.docker_container_info) read it).
       - It holds the container's environment, with the API key. Register it only in a task with C(no_log).
     type: bool
     default: false
@@ -154,7 +155,7 @@ probe:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils._docker_engine import Engine, EngineError
+from ansible_collections.gb10.dspark.plugins.module_utils._docker_engine import API_VERSION, Engine, EngineError
 from ansible_collections.gb10.dspark.plugins.module_utils._engine_probe import (
     ARGUMENT_SPEC,
     PROBE_ARGUMENT_SPEC,
@@ -171,7 +172,9 @@ def main() -> None:
     )
     p = module.params
     try:
-        engine = Engine(p["docker_host"], timeout=max(p["timeout"], 10.0))
+        # the whole record at the engine's own API version, as community.docker's info modules read it
+        engine = Engine(p["docker_host"], timeout=max(p["timeout"], 10.0),
+                        api_version="auto" if p["inspect"] else API_VERSION)
     except EngineError as exc:
         module.fail_json(msg=f"rank {p['rank'] or 'this rank'}: {exc}")
     try:

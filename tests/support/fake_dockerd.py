@@ -30,6 +30,8 @@ class State:
         self.images: dict[str, dict] = {}
         self.tags: dict[str, str] = {}
         self.requests: list[str] = []
+        self.api_versions: list[str] = []  # the version prefix of each request (/v1.41/...), "" for none
+        self.engine_api_version = "1.41"  # what GET /version answers
         self.load_bytes = 0
         self.load_chunks: list[int] = []  # the size of each chunk of a chunked load body
         self.fail_load: str | None = None
@@ -97,12 +99,18 @@ class _Handler(BaseHTTPRequestHandler):
         u = urlparse(self.path)
         path = unquote(u.path)
         if path.startswith("/v1."):
+            self.state.api_versions.append(path.split("/", 2)[1][1:])
             path = "/" + path.split("/", 2)[2]
+        else:
+            self.state.api_versions.append("")
         return path, {k: v[0] for k, v in parse_qs(u.query).items()}
 
     def do_GET(self):
         path, query = self._path()
         self.state.requests.append(f"GET {path}")
+        if path == "/version":
+            return self._send(200, {"ApiVersion": self.state.engine_api_version, "Version": "20.10.24",
+                                    "MinAPIVersion": "1.12"})
         if path == "/info":
             status = [["driver-type", "io.containerd.snapshotter.v1"]] if self.state.store == "containerd" else \
                 [["Backing Filesystem", "extfs"]]

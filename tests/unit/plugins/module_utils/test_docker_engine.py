@@ -355,3 +355,16 @@ def test_the_ranks_python_runs_the_client_with_debians_sdk():
                                                    "were not returned]\n"]
     assert out["exec_missing"] == ["exec in container nothing: HTTP 404: No such container: nothing", 404]
     assert out["logs"] == ["INFO up\n", "ERROR boom\n"] and out["log_text"] == "INFO up\nERROR boom\n"
+
+
+def test_auto_speaks_the_engines_own_api_version_asked_once_at_the_first_call(dockerd, tmp_path):
+    dockerd.state.engine_api_version = "1.43"
+    eng = Engine(dockerd.docker_host, api_version="auto")
+    assert dockerd.state.requests == []  # making one asks nothing
+    assert eng.inspect_container("nothing") is None and eng.list_images() == []
+    assert dockerd.state.requests == ["GET /version", "GET /containers/nothing/json", "GET /images/json"]
+    assert dockerd.state.api_versions == ["", "1.43", "1.43"]
+    Engine(dockerd.docker_host).list_images()
+    assert dockerd.state.api_versions[-1] == "1.41"  # the default: fixed, no /version asked
+    with pytest.raises(EngineError, match="cannot reach the Docker engine"):
+        Engine(f"unix://{tmp_path}/none.sock", api_version="auto").info()
