@@ -8,7 +8,7 @@ image teardown) reach the rank's engine through :class:`Engine`, which speaks th
 they need over the engine's Unix socket and turns every SDK or transport error into
 :class:`EngineError` (with the HTTP status when the engine answered one). On a rank the SDK comes
 from the distribution (Debian's ``python3-docker``, which brings ``python3-requests``); preflight
-says which is missing (:func:`missing_sdk`). community.docker stays for container lifecycle only.
+says which is missing (:func:`sdk_mismatches`). community.docker stays for container lifecycle only.
 
 An image archive of 30 GB and more is streamed into the engine in fixed-size chunks (a generator
 handed to the SDK's ``load_image``) and never held in memory. It never pulls and never builds:
@@ -38,7 +38,9 @@ else:
     _IMPORT_ERROR = None
 
 CHUNK = 1 << 20  # bytes per read and per send
-API_VERSION = "1.41"  # Docker 20.10; newer engines accept it; a fixed version costs no /version round trip
+# Docker 20.10's, as the collection's client spoke before the SDK; a fixed version costs no /version
+# round trip (Engine(api_version="auto") speaks the engine's own)
+API_VERSION = "1.41"
 EXEC_MAX_BYTES = 16 << 20  # stdout + stderr kept of one exec; the rest is read and dropped
 _FRAME_HEADER = 8
 _EXIT_CODE_POLLS = 50  # GET /exec/{id}/json until it no longer runs: at most 50 × 0.1 s after the output ended
