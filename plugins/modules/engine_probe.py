@@ -8,6 +8,8 @@ DOCUMENTATION = r"""
 module: engine_probe
 short_description: Read the state of a rank's engine, changing nothing
 version_added: 0.1.0
+requirements:
+  - the docker SDK for Python on the rank (Debian's C(python3-docker), with C(python3-requests))
 extends_documentation_fragment:
   - gb10.dspark._attributes.read_only
   - gb10.dspark._probe

@@ -32,6 +32,8 @@ description:
   - With I(state=absent) (teardown) it removes the pin's I(image_id) and every tag of it from the
     engine instead (like C(docker rmi -f)), and does nothing when the engine does not hold it. The
     engine refuses an image a running container uses, and so does this, having changed nothing.
+requirements:
+  - the docker SDK for Python on the rank (Debian's C(python3-docker), with C(python3-requests))
 extends_documentation_fragment:
   - gb10.dspark._attributes
   - gb10.dspark._rank

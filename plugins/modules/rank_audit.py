@@ -32,6 +32,8 @@ description:
     an API that does not answer is RV(audit.api.ready=false) with its error.
   - The pair's verdict (OK, DRIFT, DOWN, HUNG or UNREACHABLE) is computed from both ranks' results by
     C(pair_verdict) in the collection's C(_audit) module_utils.
+requirements:
+  - the docker SDK for Python on the rank (Debian's C(python3-docker), with C(python3-requests))
 extends_documentation_fragment:
   - gb10.dspark._attributes
   - gb10.dspark._rank
