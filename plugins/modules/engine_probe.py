@@ -8,6 +8,8 @@ DOCUMENTATION = r"""
 module: engine_probe
 short_description: Read the state of a rank's engine, changing nothing
 version_added: 0.1.0
+requirements:
+  - the docker SDK for Python on the rank (Debian's C(python3-docker), with C(python3-requests))
 extends_documentation_fragment:
   - gb10.dspark._attributes.read_only
   - gb10.dspark._probe
@@ -17,7 +19,10 @@ description:
     engine API. On the head, it also reports whether the OpenAI API serves the model
     (C(/v1/models)), the KV cache size and the requests in flight (C(/metrics)).
   - Only the fields above are returned, never the container's environment or command, so a
-    registered probe cannot carry the engine's API key into Ansible's output or run records.
+    registered probe cannot carry the engine's API key into Ansible's output or run records -
+    unless I(inspect=true) asks for the whole inspect record (the evidence role, under C(no_log)).
+  - With I(labelled) it also lists the other containers that carry a label (the engine role's
+    leftovers); with I(engine_info) it also says who the rank's Docker engine is.
   - Each rank is read through its own Ansible connection; no rank reaches another.
   - M(gb10.dspark.pair_ready) calls it in a loop; the engine role calls it before replacing a
     running engine, to refuse while requests are in flight.
@@ -55,6 +60,25 @@ options:
   rank:
     description: The rank's inventory name, for the messages.
     type: str
+  inspect:
+    description:
+      - Also return the container's whole inspect record as the engine answers it (what
+        C(docker container inspect) lists), as RV(probe.inspect), at the engine's own API version
+        (as C(community.docker.docker_container_info) read it).
+      - It holds the container's environment, with the API key. Register it only in a task with C(no_log).
+    type: bool
+    default: false
+  labelled:
+    description:
+      - A label's full name. Also list the containers, running or not, that carry it, other than
+        I(container), as RV(probe.labelled). The module fails, naming the rank, when the engine cannot list them.
+    type: str
+  engine_info:
+    description:
+      - Also say who the rank's Docker engine is (RV(probe.engine)). The module fails, naming the
+        rank, when the engine cannot answer.
+    type: bool
+    default: false
 seealso:
   - module: gb10.dspark.pair_ready
 author:
@@ -72,6 +96,14 @@ EXAMPLES = r"""
 - name: Show requests in flight
   ansible.builtin.debug:
     msg: "{{ __dspark_probe.probe.api.num_requests_running }} requests running"
+
+- name: The containers carrying the pair label, other than the engine
+  gb10.dspark.engine_probe:
+    model: deepseek-v4-flash-dspark
+    read_api: false
+    log_lines: 0
+    labelled: "{{ 'pair' | gb10.dspark.label_name }}"
+  register: __dspark_engine_labelled
 """
 
 RETURN = r"""
@@ -102,11 +134,30 @@ probe:
       description: The container runs and the API serves the model.
       type: bool
       returned: always
+    inspect:
+      description: >-
+        The container's whole inspect record as the engine answers it; null when there is no such
+        container or the engine cannot be read. Holds the container's environment.
+      type: dict
+      returned: when I(inspect=true)
+    labelled:
+      description: >-
+        The names (without the engine's leading C(/); link aliases left out) of the containers that
+        carry the label I(labelled), running or not, other than I(container); sorted.
+      type: list
+      elements: str
+      returned: when I(labelled) is given
+      sample: ["dspark_vllm_old"]
+    engine:
+      description: The rank's Docker engine - C(id) and C(name) (as C(docker info) shows them) and C(image_store) (C(classic) or C(containerd)).
+      type: dict
+      returned: when I(engine_info=true)
+      sample: {"id": "6ZQH:...", "name": "rank0", "image_store": "classic"}
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils.engine._docker_engine import Engine, EngineError
+from ansible_collections.gb10.dspark.plugins.module_utils.engine._docker_engine import API_VERSION, Engine, EngineError
 from ansible_collections.gb10.dspark.plugins.module_utils.engine._engine_probe import (
     ARGUMENT_SPEC,
     PROBE_ARGUMENT_SPEC,
@@ -123,11 +174,17 @@ def main() -> None:
     )
     p = module.params
     try:
-        engine = Engine(p["docker_host"], timeout=max(p["timeout"], 10.0))
+        # the whole record at the engine's own API version, as community.docker's info modules read it
+        engine = Engine(p["docker_host"], timeout=max(p["timeout"], 10.0),
+                        api_version="auto" if p["inspect"] else API_VERSION)
     except EngineError as exc:
         module.fail_json(msg=f"rank {p['rank'] or 'this rank'}: {exc}")
-    result = probe(engine, p["container"], p["base_url"], p["model"], p["log_lines"], p["timeout"], p["api_key"],
-                   p["read_api"])
+    try:
+        result = probe(engine, p["container"], p["base_url"], p["model"], p["log_lines"], p["timeout"],
+                       p["api_key"], p["read_api"], inspect=p["inspect"], labelled=p["labelled"],
+                       engine_info=p["engine_info"])
+    except EngineError as exc:
+        module.fail_json(msg=f"rank {p['rank'] or 'this rank'}: {exc}")
     if p["refuse_foreign"]:
         foreign = foreign_message(result, p["rank"] or "this rank", p["container"])
         if foreign and not p["replace_foreign"]:

@@ -72,6 +72,14 @@ options:
       - When V(false) and nothing is expected of the fabric, C(ibdev2netdev) is not run at all.
     type: bool
     default: true
+  docker_sdk:
+    description:
+      - Also check that the rank's Python (the one running this module) can import the docker SDK for
+        Python and C(requests), which the collection's own Docker modules need (its one Docker client).
+        Each one missing is a mismatch naming the rank and the Debian package to install
+        (C(python3-docker), C(python3-requests)).
+    type: bool
+    default: false
   fail_on_mismatch:
     description:
       - Fail when any expectation is not met.
@@ -267,6 +275,7 @@ msg:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gb10.dspark.plugins.module_utils.engine._docker_engine import sdk_mismatches
 from ansible_collections.gb10.dspark.plugins.module_utils.identity._gpu_facts import Expectations, gather
 from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import finish, guarded, rank_name
 
@@ -285,6 +294,7 @@ def main() -> None:
             "fail_on_mismatch": {"type": "bool", "default": True},
             "nvidia_smi_path": {"type": "str", "default": "nvidia-smi"},
             "ibdev2netdev_path": {"type": "str", "default": "ibdev2netdev"},
+            "docker_sdk": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -308,8 +318,9 @@ def main() -> None:
         nvidia_smi_name=params["nvidia_smi_path"],
         ibdev2netdev_name=params["ibdev2netdev_path"],
     ))
+    mismatches = report.mismatches + (sdk_mismatches(rank) if params["docker_sdk"] else [])
     finish(module, {"gpu_facts": report.facts, "ansible_facts": {"dspark_gpu": report.facts}},
-           report.mismatches, params["fail_on_mismatch"], report.warnings)
+           mismatches, params["fail_on_mismatch"], report.warnings)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,11 @@ description:
     (the pin's I(image_id)); Docker 29's containerd store reports the manifest digest (the pin's
     I(manifest_digest), required then). The store it saw is returned as RV(image_store).
   - Never pulls and never builds.
+  - With I(state=absent) (teardown) it removes the pin's I(image_id) and every tag of it from the
+    engine instead (like C(docker rmi -f)), and does nothing when the engine does not hold it. The
+    engine refuses an image a running container uses, and so does this, having changed nothing.
+requirements:
+  - the docker SDK for Python on the rank (Debian's C(python3-docker), with C(python3-requests))
 extends_documentation_fragment:
   - gb10.dspark._attributes
   - gb10.dspark._rank
@@ -45,6 +50,14 @@ options:
       - A malformed pin fails the task before the engine is touched.
     type: dict
     required: true
+  state:
+    description:
+      - C(present) - the rank holds the pinned image under the pinned tag (loaded only when missing).
+      - C(absent) - the rank's engine no longer holds the pin's I(image_id), under any tag.
+        I(path), I(check_labels) and I(check_architecture) are not used.
+    type: str
+    choices: [present, absent]
+    default: present
   path:
     description:
       - The image archive on the rank (C(docker save) layout, plain or gzip/bzip2/xz compressed).
@@ -70,21 +83,24 @@ options:
 attributes:
   check_mode:
     support: full
-    details: Reads the archive and the engine, and reports what it would load and tag, changing nothing.
+    details: Reads the archive and the engine, and reports what it would load and tag (or remove), changing nothing.
   diff_mode:
     support: full
-    details: Shows the image ID the tag resolves to before and after.
+    details: Shows the image ID the tag resolves to before and after (with I(state=absent), whether the image is held).
   idempotent:
     support: full
     details: A second run on a rank that holds the pinned image loads nothing and reports no change.
 notes:
-  - Talks to the engine over its Unix socket with the Python standard library; the rank needs no Docker SDK.
+  - Talks to the engine over its Unix socket through the collection's one Docker client, the docker SDK for
+    Python; the rank needs it (Debian's C(python3-docker)), and preflight says so when it is missing.
   - "Every failure names the rank, the expected and the actual value, for example
     C(rank worker-01: image dspark:prod-v026 is sha256:AAA..., pinned sha256:BBB...)."
 seealso:
   - module: gb10.dspark.pair_identity
   - module: community.docker.docker_image_load
     description: Always loads and always reports a change; this module loads only what is missing.
+  - module: community.docker.docker_image
+    description: The collection does not use it; I(state=absent) here removes the pinned image.
 author:
   - gb10.dspark contributors (!UNKNOWN)
 """
@@ -101,11 +117,17 @@ EXAMPLES = r"""
 - name: Show what happened
   ansible.builtin.debug:
     msg: "{{ __dspark_image.image_id }} in the {{ __dspark_image.image_store }} store, loaded={{ __dspark_image.loaded }}"
+
+- name: Teardown - the pinned image (every tag of its ID) leaves the rank's engine
+  gb10.dspark.image_identity:
+    rank: "{{ inventory_hostname }}"
+    pin: "{{ dspark_pin }}"
+    state: absent
 """
 
 RETURN = r"""
 changed:
-  description: Whether the image was (or, in check mode, would be) loaded or tagged.
+  description: Whether the image was (or, in check mode, would be) loaded or tagged (with I(state=absent), removed).
   returned: always
   type: bool
 loaded:
@@ -130,12 +152,12 @@ needs_archive:
   type: bool
   sample: false
 image_id:
-  description: The image ID the rank holds under I(image_tag) (in check mode, the one it would hold).
+  description: The image ID the rank holds under I(image_tag) (in check mode, the one it would hold); with I(state=absent), the one removed.
   returned: always
   type: str
   sample: sha256:2dfe24a303743722046c55bf2cf3ef9c9e6a40a008f73be16f9aa5c2ca38cf9b
 image_store:
-  description: C(classic) (image ID = config digest) or C(containerd) (image ID = manifest digest).
+  description: C(classic) (image ID = config digest) or C(containerd) (image ID = manifest digest); null with I(state=absent).
   returned: always
   type: str
   sample: classic
@@ -159,7 +181,7 @@ archive:
     architecture: arm64
 ansible_facts:
   description: C(dspark_image) with C(image_tag), C(image_id) and C(image_store), for the pair-level check.
-  returned: success
+  returned: success, with I(state=present)
   type: dict
   contains:
     dspark_image:
@@ -177,7 +199,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gb10.dspark.plugins.module_utils.engine._docker_engine import DEFAULT_DOCKER_HOST
 from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import guarded, rank_name
-from ansible_collections.gb10.dspark.plugins.module_utils.identity._image_identity import run_ensure
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._image_identity import run_ensure, run_remove
 
 
 def main() -> None:
@@ -190,10 +212,18 @@ def main() -> None:
             "check_architecture": {"type": "bool", "default": True},
             "docker_host": {"type": "str", "default": DEFAULT_DOCKER_HOST},
             "timeout": {"type": "int", "default": 3600},
+            "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
         },
         supports_check_mode=True,
     )
     p = module.params
+    if p["state"] == "absent":
+        gone = guarded(module, lambda: run_remove(rank_name(p["rank"]), p["pin"], module.check_mode,
+                                                  p["docker_host"], p["timeout"]))
+        result = gone.result()
+        if module._diff:
+            result["diff"] = {"before": gone.before, "after": gone.after}
+        module.exit_json(**result)
     outcome = guarded(module, lambda: run_ensure(rank_name(p["rank"]), p["pin"], p["path"], module.check_mode,
                                                  p["docker_host"], p["timeout"], p["check_labels"],
                                                  p["check_architecture"]))

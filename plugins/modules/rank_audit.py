@@ -24,13 +24,16 @@ description:
     the raw container and image inspect records, the PID 1 environment entries starting with one of
     I(runtime.env_prefixes), the sha256 of I(manifest_path) inside the container and the last
     I(runtime.log_tail) log lines, each as C(docker exec) / C(docker logs) would exit and print."
-  - Docker is read through the engine's API on its Unix socket I(docker_host), with the same
-    standard-library client as M(gb10.dspark.image_identity); no C(docker) CLI and no Docker SDK is needed.
+  - Docker is read through the engine's API on its Unix socket I(docker_host), with the collection's one
+    Docker client (the docker SDK for Python, as M(gb10.dspark.image_identity)); no C(docker) CLI is needed.
+    The rank's Python needs the SDK (Debian's C(python3-docker)); preflight says when it is missing.
   - Something that is down never fails the module; it is reported. A Docker engine that does not answer
     (or no socket at I(docker_host)) is RV(audit.docker.reachable=false), a missing file is C(present=false),
     an API that does not answer is RV(audit.api.ready=false) with its error.
   - The pair's verdict (OK, DRIFT, DOWN, HUNG or UNREACHABLE) is computed from both ranks' results by
     C(pair_verdict) in the collection's C(_audit_verdict) module_utils.
+requirements:
+  - the docker SDK for Python on the rank (Debian's C(python3-docker), with C(python3-requests))
 extends_documentation_fragment:
   - gb10.dspark._attributes
   - gb10.dspark._rank

@@ -12,6 +12,7 @@ packages=(
   util-linux         # nsenter, unshare
   python3            # the ranks' Python for Ansible modules
   python3-requests   # community.docker modules on the ranks
+  python3-docker     # the docker SDK: the collection's own modules on the ranks (plugins/module_utils/engine/_docker_engine.py)
   python3-venv       # the control node's virtualenv
   procps
   git

@@ -3,9 +3,10 @@
 """What the runtime gate and the fleet audit run inside the engine container.
 
 Both read the container's PID 1 environment (only the entries they name) and hash a file inside
-the container with the same few lines of Python, whether through ``docker exec`` (the gate's
-``run``) or through the engine's exec API (``_docker_engine.Engine.exec_run``, used by
-``_audit.collect``). The argv built here is the one run INSIDE the container. Standard library only.
+the container with the same few lines of Python: ``_audit.collect`` runs them through the engine's
+exec API (``_docker_engine.Engine.exec_run``, the docker SDK), and the gate's checks, written as
+``docker exec`` commands, are answered from that record (``_runtime_gate.recorded_run``). The argv
+built here is the one run INSIDE the container. Standard library only.
 """
 from __future__ import annotations
 

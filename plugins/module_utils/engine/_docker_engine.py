@@ -1,31 +1,51 @@
 # Copyright (c) gb10.dspark contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A small Docker Engine API client over the engine's Unix socket, standard library only.
+"""The collection's one Docker client: the docker SDK for Python (``docker.APIClient``), wrapped.
 
-The identity modules run on the ranks with the system Python, which has no Docker SDK; this
-client speaks the few endpoints they need. Bodies are streamed in both directions, so an image
-archive of 30 GB and more is sent in fixed-size chunks and never held in memory. It never
-pulls and never builds: there is no method for either.
+This is the only file of the collection that imports ``docker``. The collection's own modules on
+the ranks (image identity, the fleet audit, the engine probe, the evidence and orphan reads, the
+image teardown) reach the rank's engine through :class:`Engine`, which speaks the few endpoints
+they need over the engine's Unix socket and turns every SDK or transport error into
+:class:`EngineError` (with the HTTP status when the engine answered one). On a rank the SDK comes
+from the distribution (Debian's ``python3-docker``, which brings ``python3-requests``); preflight
+says which is missing (:func:`sdk_mismatches`). community.docker stays for container lifecycle only.
+
+An image archive of 30 GB and more is streamed into the engine in fixed-size chunks (a generator
+handed to the SDK's ``load_image``) and never held in memory. It never pulls and never builds:
+there is no method for either.
 
 :meth:`Engine.exec_run` and :meth:`Engine.logs` answer what ``docker exec`` and ``docker logs``
-print; both read Docker's multiplexed stream (:func:`demux`).
+print; :func:`demux` reads Docker's multiplexed stream where the SDK cannot (:meth:`Engine._log_bytes`).
 """
 from __future__ import annotations
 
-import http.client
 import json
 import os
-import socket
 import time
 from typing import Callable, Iterator
-from urllib.parse import quote, urlencode
+from urllib.parse import quote
+
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import Mismatch
+
+try:
+    import docker
+    from docker import errors as _docker_errors
+    from requests import exceptions as _requests_errors
+except ImportError as _exc:  # reported by Engine() and by preflight (missing_sdk), never at import
+    docker = None
+    _IMPORT_ERROR: ImportError | None = _exc
+else:
+    _IMPORT_ERROR = None
 
 CHUNK = 1 << 20  # bytes per read and per send
-API_PREFIX = "/v1.41"  # Docker 20.10; newer engines accept it (minimum is 1.24)
+# Docker 20.10's, as the collection's client spoke before the SDK; a fixed version costs no /version
+# round trip (Engine(api_version="auto") speaks the engine's own)
+API_VERSION = "1.41"
 EXEC_MAX_BYTES = 16 << 20  # stdout + stderr kept of one exec; the rest is read and dropped
-_JSON_HEADERS = {"Content-Type": "application/json"}
 _FRAME_HEADER = 8
 _EXIT_CODE_POLLS = 50  # GET /exec/{id}/json until it no longer runs: at most 50 × 0.1 s after the output ended
+# What the SDK needs on a rank, and the Debian package that brings it (tools/deps/apt.sh)
+SDK_PACKAGES = {"docker": "python3-docker", "requests": "python3-requests"}
 
 
 class EngineError(Exception):
@@ -36,20 +56,24 @@ class EngineError(Exception):
         self.status = status
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, socket_path: str, timeout: float):
-        super().__init__("localhost", timeout=timeout)
-        self._socket_path = socket_path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
+def missing_sdk() -> list[str]:
+    """The Debian packages this Python lacks for the docker SDK (``python3-docker``,
+    ``python3-requests``); empty when ``import docker`` works."""
+    missing = []
+    for name, package in SDK_PACKAGES.items():
         try:
-            sock.connect(self._socket_path)
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock
+            __import__(name)
+        except ImportError:
+            missing.append(package)
+    return missing
+
+
+def sdk_mismatches(rank: str) -> list[Mismatch]:
+    """Preflight's check (``gb10.dspark.gpu_facts`` with ``docker_sdk``): one mismatch per Python module
+    of the SDK this Python cannot import, naming the rank and the Debian package that brings it."""
+    return [Mismatch(rank, f"Python module {name} (for the docker SDK, the collection's Docker client)", "importable",
+                     "missing", reason=f"install {package} on the rank", expected_word="expected")
+            for name, package in SDK_PACKAGES.items() if package in missing_sdk()]
 
 
 def socket_path_of(docker_host: str) -> str:
@@ -65,47 +89,62 @@ DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 
 
 class Engine:
-    """One Docker engine, reached over its Unix socket."""
+    """One Docker engine, reached over its Unix socket through the docker SDK. Making one does not
+    contact the engine.
 
-    def __init__(self, docker_host: str = DEFAULT_DOCKER_HOST, timeout: float = 3600.0):
+    ``api_version``: the Engine API version spoken, :data:`API_VERSION` by default; ``auto`` speaks the
+    engine's own (asked once, at the first call), as community.docker's modules do: the evidence's
+    inspect record is read that way, so the pack holds the document those modules returned."""
+
+    def __init__(self, docker_host: str = DEFAULT_DOCKER_HOST, timeout: float = 3600.0,
+                 api_version: str = API_VERSION):
         self.socket_path = socket_path_of(docker_host)
         self.timeout = timeout
+        self.api_version = api_version
         self._info: dict | None = None
+        self._client = None
+        if docker is None:
+            raise EngineError(f"the docker SDK for Python is missing on this rank ({_IMPORT_ERROR}): install "
+                              f"{' and '.join(missing_sdk()) or 'python3-docker'} for the rank's Python")
+        if api_version != "auto":
+            self._client = self._connect()  # a fixed version: nothing is asked of the engine yet
+
+    def _connect(self):
+        try:
+            return docker.APIClient(base_url=f"unix://{self.socket_path}", version=self.api_version,
+                                    timeout=self.timeout)
+        except (_docker_errors.DockerException, _requests_errors.RequestException, OSError) as exc:
+            raise EngineError(f"cannot reach the Docker engine at {self.socket_path}: {exc}") from exc
+
+    @property
+    def _api(self):
+        if self._client is None:
+            self._client = self._connect()  # ``auto``: asks the engine for its version (GET /version)
+        return self._client
 
     # -- plumbing -------------------------------------------------------------------------
-    def _conn(self) -> _UnixConnection:
-        return _UnixConnection(self.socket_path, self.timeout)
-
-    def _request(self, method: str, path: str, query: dict | None = None,
-                 body: bytes | None = None, headers: dict | None = None) -> tuple[int, bytes]:
-        url = API_PREFIX + path + ("?" + urlencode(query) if query else "")
-        conn = self._conn()
+    def _call(self, what: str, fn: Callable, *args, missing_ok: bool = False, **kwargs):
+        """``fn(*args, **kwargs)`` with the SDK's errors as EngineError ``what: HTTP <status>: <message>``;
+        a 404 is None when ``missing_ok``."""
         try:
-            conn.request(method, url, body=body, headers=headers or {})
-            resp = conn.getresponse()
-            return resp.status, resp.read()
-        except (OSError, http.client.HTTPException) as exc:
+            return fn(*args, **kwargs)
+        except _docker_errors.NotFound as exc:
+            if missing_ok:
+                return None
+            raise EngineError(f"{what}: HTTP 404: {_explanation(exc)}", 404) from exc
+        except _docker_errors.APIError as exc:
+            raise EngineError(f"{what}: HTTP {exc.status_code}: {_explanation(exc)}", exc.status_code) from exc
+        except (_docker_errors.DockerException, _requests_errors.RequestException, OSError, ValueError) as exc:
             raise EngineError(f"cannot reach the Docker engine at {self.socket_path}: {exc}") from exc
-        finally:
-            conn.close()
-
-    def _json(self, method: str, path: str, query: dict | None = None, ok=(200,)) -> object:
-        status, data = self._request(method, path, query)
-        if status not in ok:
-            raise EngineError(f"{method} {path}: HTTP {status}: {_error_text(data)}", status)
-        try:
-            return json.loads(data) if data else None
-        except ValueError as exc:
-            raise EngineError(f"{method} {path}: the engine's answer is not JSON: {exc}", status) from exc
 
     # -- reads ------------------------------------------------------------------------------
     def info(self) -> dict:
         if self._info is None:
-            self._info = self._json("GET", "/info")  # type: ignore[assignment]
+            self._info = self._call("GET /info", self._api.info)
         return self._info  # type: ignore[return-value]
 
     def version(self) -> dict:
-        return self._json("GET", "/version")  # type: ignore[return-value]
+        return self._call("GET /version", self._api.version, api_version=False)
 
     def image_store(self) -> str:
         """``containerd`` when the engine keeps images in containerd's store (the default of
@@ -119,34 +158,29 @@ class Engine:
 
     def inspect_image(self, ref: str) -> dict | None:
         """The engine's inspect record of an image (by ID or name), or None when it has none."""
-        status, data = self._request("GET", f"/images/{quote(ref, safe='/:@')}/json")
-        if status == 404:
-            return None
-        if status != 200:
-            raise EngineError(f"inspecting image {ref}: HTTP {status}: {_error_text(data)}", status)
-        return json.loads(data)
+        return self._call(f"inspecting image {ref}", self._api.inspect_image, ref, missing_ok=True)
 
     def list_images(self) -> list[dict]:
         """``GET /images/json``: one record per image (``Id``, ``RepoTags``, ...), as ``docker image ls``
         lists them (intermediate images left out)."""
-        images = self._json("GET", "/images/json")
+        images = self._call("GET /images/json", self._api.images)
         if not isinstance(images, list):
             raise EngineError(f"listing images: expected a list, got {type(images).__name__}")
         return images
 
+    def list_containers(self, label: str) -> list[dict]:
+        """``GET /containers/json?all=1`` of the containers carrying ``label`` (running or not), one
+        record each (``Id``, ``Names`` with their leading ``/``, ``Labels``, ``State``, ...)."""
+        rows = self._call("listing containers", self._api.containers, all=True, filters={"label": label})
+        if not isinstance(rows, list):
+            raise EngineError(f"listing containers: expected a list, got {type(rows).__name__}")
+        return rows
+
     def inspect_container(self, name: str) -> dict | None:
         """The engine's inspect record of a container (by name or ID), as ``docker container
         inspect`` prints it in its list, or None when there is no such container."""
-        status, data = self._request("GET", f"/containers/{quote(name, safe='')}/json")
-        if status == 404:
-            return None
-        if status != 200:
-            raise EngineError(f"inspecting container {name}: HTTP {status}: {_error_text(data)}", status)
-        try:
-            doc = json.loads(data)
-        except ValueError as exc:
-            raise EngineError(f"inspecting container {name}: the engine's answer is not JSON: {exc}", status) from exc
-        if not isinstance(doc, dict):
+        doc = self._call(f"inspecting container {name}", self._api.inspect_container, name, missing_ok=True)
+        if doc is not None and not isinstance(doc, dict):
             raise EngineError(f"inspecting container {name}: expected a mapping, got {type(doc).__name__}")
         return doc
 
@@ -170,13 +204,22 @@ class Engine:
         return bytes(frames.merged or b"")
 
     def _log_bytes(self, container: str, tail: int) -> bytes:
+        # The one place the SDK is not enough: APIClient.logs() joins a non-TTY container's stdout
+        # and stderr into one byte string (its demux option exists for exec_start only), and asks
+        # the engine for the container's inspect record first to learn whether it has a TTY, which
+        # the callers already know. `docker logs --tail N` keeps the streams apart and counts N lines
+        # over both, so two reads (one per stream) would not do either. The log is therefore asked
+        # of the same endpoint through the SDK's own HTTP session (APIClient is a requests.Session,
+        # with its base URL and API version), and demultiplexed here (:func:`demux`).
         if isinstance(tail, bool) or not isinstance(tail, int) or tail < 0:
             raise ValueError(f"tail must be a whole number >= 0, not {tail!r}")
-        path = f"/containers/{quote(container, safe='')}/logs"
-        status, data = self._request("GET", path, {"stdout": 1, "stderr": 1, "tail": tail})
-        if status != 200:
-            raise EngineError(f"reading the logs of container {container}: HTTP {status}: {_error_text(data)}", status)
-        return data
+        url = f"{self._api.base_url}/v{self._api.api_version}/containers/{quote(container, safe='')}/logs"
+        what = f"reading the logs of container {container}"
+        res = self._call(what, self._api.get, url, params={"stdout": 1, "stderr": 1, "tail": tail},
+                         timeout=self.timeout)
+        if res.status_code != 200:
+            raise EngineError(f"{what}: HTTP {res.status_code}: {_error_text(res.content)}", res.status_code)
+        return res.content
 
     # -- exec (runs a command in a container; changes nothing the engine keeps but the exec record)
     def exec_run(self, container: str, argv: list[str], max_bytes: int = EXEC_MAX_BYTES) -> tuple[int, bytes, bytes]:
@@ -188,51 +231,37 @@ class Engine:
         container is not running or paused), or any other engine error."""
         if not argv or not all(isinstance(a, str) for a in argv):
             raise ValueError(f"argv must be a non-empty list of strings, not {argv!r}")
-        body = json.dumps({"AttachStdout": True, "AttachStderr": True, "Tty": False, "Cmd": list(argv)}).encode()
-        status, data = self._request("POST", f"/containers/{quote(container, safe='')}/exec", body=body,
-                                     headers=_JSON_HEADERS)
-        if status != 201:
-            raise EngineError(f"exec in container {container}: HTTP {status}: {_error_text(data)}", status)
-        try:
-            exec_id = json.loads(data)["Id"]
-        except (ValueError, TypeError, KeyError) as exc:
-            raise EngineError(f"exec in container {container}: the engine's answer names no exec ID: "
-                              f"{_error_text(data)}", status) from exc
+        what = f"exec in container {container}"
+        created = self._call(what, self._api.exec_create, container, list(argv), stdout=True, stderr=True,
+                             stdin=False, tty=False)
+        exec_id = created.get("Id") if isinstance(created, dict) else None
         if not isinstance(exec_id, str) or not exec_id or "/" in exec_id:
-            raise EngineError(f"exec in container {container}: the engine's answer names no exec ID", status)
-        frames = _Demux(max_bytes)
-        self._exec_start(container, exec_id, frames)
-        out, err = frames.finish()
-        rc = self._exec_exit_code(container, exec_id)
-        if frames.dropped:
-            err += (f"\n[gb10.dspark: output cut at {max_bytes} bytes; {frames.dropped} more bytes were not "
-                    f"returned]\n").encode()
-        return rc, out, err
-
-    def _exec_start(self, container: str, exec_id: str, frames: _Demux) -> None:
-        body = json.dumps({"Detach": False, "Tty": False}).encode()
-        conn = self._conn()
+            raise EngineError(f"{what}: the engine's answer names no exec ID")
+        kept = [bytearray(), bytearray()]
+        room, dropped = max_bytes, 0
         try:
-            conn.request("POST", f"{API_PREFIX}/exec/{exec_id}/start", body=body, headers=_JSON_HEADERS)
-            resp = conn.getresponse()
-            if resp.status != 200:
-                data = resp.read()
-                raise EngineError(f"exec in container {container}: starting it: HTTP {resp.status}: "
-                                  f"{_error_text(data)}", resp.status)
-            while True:
-                chunk = resp.read1(CHUNK) if hasattr(resp, "read1") else resp.read(CHUNK)
-                if not chunk:
-                    break
-                frames.feed(chunk)
-        except (OSError, http.client.HTTPException) as exc:
-            raise EngineError(f"exec in container {container}: reading its output from the Docker engine at "
-                              f"{self.socket_path}: {exc}") from exc
-        finally:
-            conn.close()
+            # demux: (stdout, stderr) pairs, one side None, read from the socket as they come
+            for out, err in self._call(f"{what}: starting it", self._api.exec_start, exec_id, tty=False,
+                                       stream=True, demux=True):
+                for i, payload in ((0, out), (1, err)):
+                    if payload:
+                        take = payload[:max(room, 0)]
+                        kept[i] += take
+                        room -= len(take)
+                        dropped += len(payload) - len(take)
+        except (_docker_errors.DockerException, _requests_errors.RequestException, OSError, ValueError) as exc:
+            raise EngineError(f"{what}: reading its output from the Docker engine at {self.socket_path}: "
+                              f"{exc}") from exc
+        rc = self._exec_exit_code(container, exec_id)
+        err_bytes = bytes(kept[1])
+        if dropped:
+            err_bytes += (f"\n[gb10.dspark: output cut at {max_bytes} bytes; {dropped} more bytes were not "
+                          f"returned]\n").encode()
+        return rc, bytes(kept[0]), err_bytes
 
     def _exec_exit_code(self, container: str, exec_id: str) -> int:
         for attempt in range(_EXIT_CODE_POLLS):
-            doc = self._json("GET", f"/exec/{exec_id}/json")
+            doc = self._call(f"exec in container {container}: inspecting it", self._api.exec_inspect, exec_id)
             if not isinstance(doc, dict):
                 raise EngineError(f"exec in container {container}: inspecting it: expected a mapping")
             code = doc.get("ExitCode")
@@ -244,43 +273,53 @@ class Engine:
 
     # -- writes -----------------------------------------------------------------------------
     def load(self, path: str, progress: Callable[[int, int], None] | None = None) -> list[dict]:
-        """Stream the archive at ``path`` into ``POST /images/load``; return the engine's
+        """Stream the archive at ``path`` into ``POST /images/load`` in :data:`CHUNK`-sized pieces (a
+        generator: the SDK sends it chunked, never the whole archive at once); return the engine's
         message lines. Raises :class:`EngineError` on any error line."""
-        size = os.path.getsize(path)
-        conn = self._conn()
         try:
-            conn.putrequest("POST", API_PREFIX + "/images/load?quiet=1")
-            conn.putheader("Content-Type", "application/x-tar")
-            conn.putheader("Content-Length", str(size))
-            conn.endheaders()
-            sent = 0
-            with open(path, "rb") as f:
-                while True:
-                    chunk = f.read(CHUNK)
-                    if not chunk:
-                        break
-                    conn.send(chunk)
-                    sent += len(chunk)
-                    if progress:
-                        progress(sent, size)
-            resp = conn.getresponse()
-            lines = list(_json_lines(resp))
-            if resp.status != 200:
-                raise EngineError(f"image load: HTTP {resp.status}: {_lines_error(lines)}", resp.status)
-        except OSError as exc:
+            size = os.path.getsize(path)
+            with open(path, "rb") as handle:
+                answer = self._api.load_image(_chunks(handle, size, progress), quiet=True)
+                lines = [_line(x) for x in answer]
+        except _docker_errors.APIError as exc:
+            raise EngineError(f"image load: HTTP {exc.status_code}: {_explanation(exc)}", exc.status_code) from exc
+        except (_docker_errors.DockerException, _requests_errors.RequestException, OSError, ValueError) as exc:
             raise EngineError(f"image load from {path} failed: {exc}") from exc
-        finally:
-            conn.close()
         err = _lines_error(lines)
         if err:
             raise EngineError(f"image load from {path} failed: {err}")
         return lines
 
     def tag(self, image: str, repo: str, tag: str) -> None:
-        self._json("POST", f"/images/{quote(image, safe='/:@')}/tag", {"repo": repo, "tag": tag}, ok=(200, 201))
+        self._call(f"POST /images/{image}/tag", self._api.tag, image, repo, tag)
 
-    def remove_image(self, image: str) -> None:
-        self._json("DELETE", f"/images/{quote(image, safe='/:@')}", {"noprune": "false"}, ok=(200,))
+    def remove_image(self, image: str, force: bool = False) -> None:
+        """``DELETE /images/<image>``; ``force``: every tag of an image ID too (``docker rmi -f``).
+        The engine refuses an image a running container uses either way (HTTP 409)."""
+        self._call(f"DELETE /images/{image}", self._api.remove_image, image, force=force, noprune=False)
+
+
+def _chunks(handle, size: int, progress: Callable[[int, int], None] | None) -> Iterator[bytes]:
+    sent = 0
+    while True:
+        chunk = handle.read(CHUNK)
+        if not chunk:
+            return
+        sent += len(chunk)
+        yield chunk
+        if progress:
+            progress(sent, size)
+
+
+def _line(item: object) -> dict:
+    return item if isinstance(item, dict) else {"stream": str(item)}
+
+
+def _explanation(exc: Exception) -> str:
+    text = getattr(exc, "explanation", None)
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    return str(text or exc)
 
 
 class _Demux:
@@ -333,9 +372,9 @@ class _Demux:
 
 
 def demux(data: bytes) -> tuple[bytes, bytes]:
-    """(stdout, stderr) of a whole multiplexed Docker stream (``docker logs`` and ``docker exec``
-    of a container without TTY). :class:`EngineError` for a truncated frame, a frame that is not
-    one, or the engine's own error frame."""
+    """(stdout, stderr) of a whole multiplexed Docker stream (``docker logs`` of a container
+    without TTY). :class:`EngineError` for a truncated frame, a frame that is not one, or the
+    engine's own error frame."""
     frames = _Demux()
     frames.feed(data)
     return frames.finish()
@@ -364,34 +403,6 @@ def split_tag(ref: str) -> tuple[str, str]:
     if colon > slash:
         return ref[:colon], ref[colon + 1:]
     return ref, "latest"
-
-
-def _json_lines(resp: http.client.HTTPResponse) -> Iterator[dict]:
-    buf = b""
-    while True:
-        chunk = resp.read1(65536) if hasattr(resp, "read1") else resp.read(65536)
-        if not chunk:
-            break
-        buf += chunk
-        while b"\n" in buf:
-            line, buf = buf.split(b"\n", 1)
-            parsed = _parse_line(line)
-            if parsed is not None:
-                yield parsed
-    parsed = _parse_line(buf)
-    if parsed is not None:
-        yield parsed
-
-
-def _parse_line(line: bytes) -> dict | None:
-    line = line.strip()
-    if not line:
-        return None
-    try:
-        obj = json.loads(line)
-    except ValueError:
-        return {"stream": line.decode("utf-8", "replace")}
-    return obj if isinstance(obj, dict) else {"stream": str(obj)}
 
 
 def _lines_error(lines: list[dict]) -> str:

@@ -39,6 +39,9 @@ PROBE_ARGUMENT_SPEC = {
     "refuse_busy": {"type": "bool", "default": False},
     "force": {"type": "bool", "default": False},
     "rank": {"type": "str"},
+    "inspect": {"type": "bool", "default": False},
+    "labelled": {"type": "str"},
+    "engine_info": {"type": "bool", "default": False},
 }
 # What gb10.dspark.pair_ready adds around the probe.
 WAIT_ARGUMENT_SPEC = {
@@ -133,14 +136,18 @@ def printable(line: str) -> str:
     return _CONTROL.sub("?", _ANSI_CSI.sub("", line))
 
 
-def rank_state(engine: Engine, container: str, log_lines: int) -> dict:
+def rank_state(engine: Engine, container: str, log_lines: int, keep_record: bool = False) -> dict:
     """The rank's engine container and its last ``log_lines`` log lines (both streams in the order
-    written, made safe for a terminal). An engine that cannot be read is status ``unknown`` with the error."""
+    written, made safe for a terminal). An engine that cannot be read is status ``unknown`` with the error.
+    ``keep_record``: also its whole inspect record under ``record`` (None: no such container), which
+    holds its environment (the API key): only for a caller that keeps it out of every output."""
     try:
         doc = engine.inspect_container(container)
     except EngineError as exc:
         return {"exists": False, "running": False, "status": "unknown", "error": str(exc)[:500], "logs": []}
     state = container_state(doc)
+    if keep_record:
+        state["record"] = doc
     state["logs"] = []
     if log_lines > 0 and state["exists"]:
         try:
@@ -236,16 +243,49 @@ def _no_api(reason: str) -> dict:
 
 
 def probe(engine: Engine, container: str, base_url: str, model: str, log_lines: int = 20, timeout: float = 5.0,
-          api_key: str | None = None, read_api: bool = True) -> dict:
-    """This rank's container and, with ``read_api``, the API it serves (the head's)."""
-    rank = rank_state(engine, container, log_lines)
+          api_key: str | None = None, read_api: bool = True, inspect: bool = False, labelled: str | None = None,
+          engine_info: bool = False) -> dict:
+    """This rank's container and, with ``read_api``, the API it serves (the head's). ``inspect``: also
+    the container's whole inspect record (``inspect``, None when there is none or the engine cannot be
+    read); ``labelled`` (a label's name): also the other containers carrying it (``labelled``,
+    :func:`labelled_names`); ``engine_info``: also who the engine is (``engine``, :func:`engine_identity`).
+    The last two raise EngineError when the engine cannot answer."""
+    rank = rank_state(engine, container, log_lines, keep_record=inspect)
+    record = rank.pop("record", None)
     if not rank.get("running"):
         api = _no_api("container not running")
     elif not read_api:
         api = _no_api("API not read (read_api=false)")
     else:
         api = api_state(base_url, model, timeout, api_key)
-    return {"container": rank, "api": api, "ready": bool(api["ready"]) and bool(rank.get("running"))}
+    out = {"container": rank, "api": api, "ready": bool(api["ready"]) and bool(rank.get("running"))}
+    if inspect:
+        out["inspect"] = record
+    if labelled:
+        out["labelled"] = labelled_names(engine, labelled, container)
+    if engine_info:
+        out["engine"] = engine_identity(engine)
+    return out
+
+
+def labelled_names(engine: Engine, label: str, container: str) -> list[str]:
+    """The names of the containers (running or not) that carry the label ``label``, other than
+    ``container``: leftovers of the collection when ``label`` is its pair label. The engine lists each
+    name with a leading '/'; a name with a further '/' is a legacy link alias of another container,
+    not a container of its own, and is left out."""
+    names = set()
+    for row in engine.list_containers(label):
+        for name in row.get("Names") or []:
+            name = str(name).removeprefix("/")
+            if name and "/" not in name and name != container:
+                names.add(name)
+    return sorted(names)
+
+
+def engine_identity(engine: Engine) -> dict:
+    """Who the rank's Docker engine is: its ``id`` and host ``name`` (``GET /info``), and its image store."""
+    info = engine.info()
+    return {"id": info.get("ID"), "name": info.get("Name"), "image_store": engine.image_store()}
 
 
 def foreign_message(result: dict, rank: str, container: str) -> str | None:

@@ -8,7 +8,8 @@ image, the collection's labels (``_labels``), the sha256 of its command and of i
 non-secret environment), the rendered profile env file of the labelled profile and whether the
 container still runs with it, the runtime manifest's sha256, the model revision marker and, on
 the head, the OpenAI API and a few ``/metrics`` values. It reads Docker through the engine's
-socket (``_docker_engine.Engine``), the same client as the identity modules. It only reads.
+socket (``_docker_engine.Engine``, the collection's one Docker client: the docker SDK), the same client
+as the identity modules. It only reads.
 With ``runtime`` it also gathers, in the same call, what the runtime gate reads of the rank (the
 raw container and image inspect records, PID 1 environment entries, the manifest's sha256 inside
 the container and the log tail), each piece as ``docker`` would have answered it
@@ -26,7 +27,7 @@ that look secret (``_secrets.is_secret_name``) are neither returned nor hashed, 
 is scrubbed from every returned string (``_secrets.redact``: the API key whatever its length, the values of
 secret-named env entries from ``_secrets.MIN_SECRET_LENGTH`` characters on).
 
-Standard library only; it runs on the ranks.
+Standard library only, but for the Docker client (:mod:`._docker_engine`); it runs on the ranks.
 """
 from __future__ import annotations
 

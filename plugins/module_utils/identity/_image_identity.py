@@ -318,6 +318,37 @@ def run_ensure(rank: str, pin: dict, archive_path: str | None, check_mode: bool,
         raise CheckError(rank, str(exc)) from exc
 
 
+def remove(engine: Engine, rank: str, image_id: str, check_mode: bool) -> Outcome:
+    """Teardown: the engine no longer holds the image ``image_id`` under any tag (``docker rmi -f``).
+    Nothing to do when it holds none; the engine refuses an image a running container uses, and so
+    does this (nothing changed)."""
+    out = Outcome(image_id=image_id)
+    held = engine.inspect_image(image_id)
+    out.present = held is not None
+    out.before = {"image_id": image_id, "present": out.present}
+    out.after = {"image_id": image_id, "present": False}
+    if held is None:
+        return out
+    out.actions.append(f"remove {image_id} and its tags {', '.join(held.get('RepoTags') or []) or '(none)'}")
+    out.changed = True
+    if check_mode:
+        return out
+    try:
+        engine.remove_image(image_id, force=True)
+    except EngineError as exc:
+        raise CheckError(rank, f"removing image {image_id} failed: {exc}") from exc
+    return out
+
+
+def run_remove(rank: str, pin: dict, check_mode: bool, docker_host: str, timeout: float) -> Outcome:
+    """The module's ``state=absent``: check the pin, then :func:`remove` its ``image_id``."""
+    try:
+        checked = _pin.check(pin)
+        return remove(Engine(docker_host, timeout), rank, checked["image_id"], check_mode)
+    except (_pin.PinError, EngineError) as exc:
+        raise CheckError(rank, str(exc)) from exc
+
+
 def run_check_archive(rank: str, pin: dict, path: str, verify_sha256: bool, labels: bool = True,
                       architecture: bool = True) -> ArchiveIdentity:
     try:

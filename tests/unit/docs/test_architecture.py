@@ -28,8 +28,9 @@ HTTP_CLIENT_MODULES = ("http.client", "urllib.request", "requests", "urllib3", "
                        "ansible.module_utils.urls")
 # Real exceptions, each with its reason. Nothing here talks to a head.
 HTTP_CLIENT_ALLOWED = {
-    "plugins/module_utils/engine/_docker_engine.py": "the rank's Docker Engine API over its Unix socket (unix:// only), not a "
-                                               "head's HTTP API; issue 31 replaces it with the docker SDK",
+    "plugins/module_utils/engine/_docker_engine.py": "the collection's one Docker client (the docker SDK, over the rank's "
+                                               "Docker socket): it reads the SDK's transport errors, and its log "
+                                               "read goes through the SDK's own session; not a head's HTTP API",
 }
 
 
@@ -583,3 +584,144 @@ def test_module_utils_by_domain_the_checks_see_what_they_are_for(tmp_path):
     (root / "gate" / "_late.py").write_text(f'"""{late}\n"""\n{body}\n')
     assert [f.split(":")[0] for f in long_file_problems(root)] == ["common/_clock.py", "gate/_bare.py",
                                                                    "gate/_late.py"]
+# ---- one Docker client: plugins/module_utils/engine/_docker_engine.py (the docker SDK) -----------------
+# docs/architecture.md, "One Docker client": the collection's own code reaches a rank's Docker engine
+# through the docker SDK for Python, imported in _docker_engine.py only; community.docker is used for
+# container lifecycle (docker_container) only; no product code runs the docker CLI.
+DOCKER_CLIENT = "plugins/module_utils/engine/_docker_engine.py"
+COMMUNITY_DOCKER_ALLOWED = {"docker_container"}
+# Calls that run a program: a docker argv given to one of them runs the docker CLI.
+RUNNERS = {"run_command", "Popen", "check_output", "check_call", "call", "system", "execvp", "execv", "spawnvp",
+           "getoutput", "getstatusoutput", "get_bin_path", "which"}
+
+
+def docker_sdk_imports(tree: ast.Module) -> list[str]:
+    """Where a module imports the docker SDK (``import docker``, ``from docker[.x] import y``,
+    ``importlib.import_module("docker")``/``__import__("docker")``)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [f"line {node.lineno}" for a in node.names if a.name == "docker" or a.name.startswith("docker.")]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and (node.module == "docker" or node.module.startswith("docker.")):
+            found.append(f"line {node.lineno}")
+        elif isinstance(node, ast.Call) and node.args and _strings(node.args[:1]) \
+                and _strings(node.args[:1])[0].split(".")[0] == "docker":
+            called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if called in ("import_module", "__import__"):
+                found.append(f"line {node.lineno}")
+    return found
+
+
+def _is_docker_program(text: str) -> bool:
+    words = text.split()
+    return bool(words) and words[0].rsplit("/", 1)[-1] == "docker"
+
+
+def docker_cli_runs(tree: ast.Module) -> list[str]:
+    """Where a module runs the docker CLI: a program runner (``subprocess.run``, ``module.run_command``,
+    ``Popen``, ``os.system``, testinfra's ``host.run``/``host.check_output``, a ``which``/``get_bin_path`` look-up)
+    given ``docker`` as its program, as an argv list or a command line."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        owner = func.value.id if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) else ""
+        if name not in RUNNERS and not (name == "run" and owner in ("subprocess", "host")):
+            continue
+        first = node.args[0]
+        program = _strings(first.elts[:1]) if isinstance(first, (ast.List, ast.Tuple)) else _strings([first])
+        if program and _is_docker_program(program[0]):
+            found.append(f"line {node.lineno}: {name}({program[0]!r}, ...)")
+    return found
+
+
+def _product_tasks():
+    for path in sorted([*(REPO / "roles").rglob("*.yml"), *(REPO / "playbooks").rglob("*.yml")]):
+        if "meta" in path.relative_to(REPO).parts:
+            continue
+        for task in _tasks(yaml.safe_load(path.read_text(encoding="utf-8"))):
+            yield path.relative_to(REPO).as_posix(), task
+
+
+def yaml_docker_uses(tasks) -> tuple[list[str], list[str]]:
+    """(community.docker modules other than docker_container, tasks running the docker CLI) among ``tasks``
+    ((file, task) pairs)."""
+    modules, cli = [], []
+    for rel, task in tasks:
+        for key, value in task.items():
+            if not isinstance(key, str):
+                continue
+            short = key.rsplit(".", 1)[-1]
+            if (key.startswith("community.docker.") or short.startswith("docker_")) \
+                    and short not in COMMUNITY_DOCKER_ALLOWED:
+                modules.append(f"{rel}: {task.get('name')}: {key}")
+            if short in ("command", "shell", "raw", "script"):
+                argv = value.get("argv") if isinstance(value, dict) else None
+                line = value.get("cmd") if isinstance(value, dict) else value
+                text = str(argv[0]) if isinstance(argv, list) and argv else str(line or "")
+                if _is_docker_program(text.strip()):
+                    cli.append(f"{rel}: {task.get('name')}: {key} {text}")
+    return modules, cli
+
+
+def test_one_docker_client_the_checkers_see_every_way_in():
+    """The checks themselves: each way of importing the SDK, running the docker CLI or using another
+    community.docker module is seen; the collection's own ways are not."""
+    for source in ("import docker", "import docker.errors", "from docker import APIClient", "from docker.errors import X",
+                   "importlib.import_module('docker')", "__import__('docker.errors')"):
+        assert docker_sdk_imports(ast.parse(source)), source
+    for source in ("import dockerfile", "from ansible_collections.x import _docker_engine", "x = 'docker'"):
+        assert docker_sdk_imports(ast.parse(source)) == [], source
+    for source in ("subprocess.run(['docker', 'ps'])", "module.run_command(['/usr/bin/docker', 'logs', 'x'])",
+                   "subprocess.Popen('docker exec x true', shell=True)", "os.system('docker ps')",
+                   "host.run('docker ps')", "host.check_output('docker inspect x')", "shutil.which('docker')",
+                   "module.get_bin_path('docker', required=True)"):
+        assert docker_cli_runs(ast.parse(source)), source
+    for source in ("run(['docker', 'logs', '--tail', '5', 'c'])",  # the gate's record runner: nothing is run
+                   "subprocess.run(['dockerd-rootless'])", "module.run_command(['nvidia-smi'])"):
+        assert docker_cli_runs(ast.parse(source)) == [], source
+    tasks = [("r.yml", {"name": "a", "community.docker.docker_container_info": {"name": "x"}}),
+             ("r.yml", {"name": "b", "community.docker.docker_host_info": {}}),
+             ("r.yml", {"name": "c", "community.docker.docker_image": {"name": "x", "state": "absent"}}),
+             ("r.yml", {"name": "d", "docker_image_load": {"path": "x"}}),
+             ("r.yml", {"name": "e", "ansible.builtin.command": {"argv": ["docker", "ps"]}}),
+             ("r.yml", {"name": "f", "ansible.builtin.shell": "docker logs x | tail"}),
+             ("r.yml", {"name": "g", "community.docker.docker_container": {"name": "x"}}),
+             ("r.yml", {"name": "h", "ansible.builtin.command": {"argv": ["nvidia-smi"]}})]
+    modules, cli = yaml_docker_uses(tasks)
+    assert [m.split(": ")[1] for m in modules] == ["a", "b", "c", "d"]
+    assert [c.split(": ")[1] for c in cli] == ["e", "f"]
+
+
+def test_one_docker_client_the_sdk_is_imported_in_one_module_utils_file():
+    """docs/architecture.md: the docker SDK is imported by _docker_engine.py and by no other product module."""
+    importers = {rel: found for rel, tree in product_sources() if (found := docker_sdk_imports(tree))}
+    assert list(importers) == [DOCKER_CLIENT], importers
+
+
+def test_one_docker_client_no_product_code_runs_the_docker_cli():
+    """No module of plugins/, cli/ or the roles' files, and no task of roles/ or playbooks/, runs the docker CLI."""
+    runs = {rel: found for rel, tree in product_sources() if (found := docker_cli_runs(tree))}
+    assert runs == {}, f"reach the engine through {DOCKER_CLIENT}, not the docker CLI: {runs}"
+    tasks = list(_product_tasks())
+    assert len(tasks) > 100, "the check reads no task"
+    _modules, cli = yaml_docker_uses(tasks)
+    assert cli == [], f"reach the engine through {DOCKER_CLIENT}, not the docker CLI: {cli}"
+
+
+def test_one_docker_client_community_docker_for_container_lifecycle_only():
+    """docs/architecture.md: community.docker's docker_container starts and removes containers; nothing else of
+    community.docker (docker_container_info, docker_host_info, docker_image, ...) is used by a role or playbook."""
+    tasks = list(_product_tasks())
+    modules, _cli = yaml_docker_uses(tasks)
+    assert modules == [], f"read a rank's engine through the collection's own modules ({DOCKER_CLIENT}): {modules}"
+    assert any(key == "community.docker.docker_container" for _rel, task in tasks for key in task), \
+        "the engine role's docker_container tasks are not seen: the check reads nothing"
+
+
+def test_one_docker_client_the_architecture_page_says_so():
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    assert f"`{DOCKER_CLIENT}`" in text and "one Docker client" in text and "docker SDK" in text

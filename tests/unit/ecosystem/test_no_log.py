@@ -12,7 +12,7 @@ import pytest
 from tests.unit.ecosystem.test_become import BLOCK_KEYS, PLAYBOOKS, REPO, TASK_FILES, load
 
 SECRET_BEARING = ("__dspark_engine_env", "__dspark_engine_secret_env", "__dspark_profile_secret_env",
-                  "__dspark_evidence_inspect", "__dspark_evidence_log", "__dspark_evidence_profiles",
+                  "__dspark_evidence_probe", "__dspark_evidence_profiles",
                   "__dspark_evidence_artifacts")
 # Task keywords that are not a module's arguments (a condition may test a secret-bearing variable's length).
 KEYWORDS = {"name", "when", "no_log", "register", "loop_control", "vars", "changed_when", "failed_when", "tags",
@@ -64,3 +64,19 @@ def test_the_rule_finds_the_tasks_it_is_about():
 def test_a_task_whose_arguments_hold_a_secret_runs_with_no_log(path, task):
     assert "no_log" in task, f"{path.relative_to(REPO)}: task {task.get('name')!r} passes a secret without no_log"
     assert task["no_log"] is True or (isinstance(task["no_log"], str) and "{{" in task["no_log"]), task["no_log"]
+
+
+# A task that asks a module for a container's whole inspect record (its Env holds the API key) gets it back in its
+# result, which reaches -v output and the job events like its arguments: such a task runs with no_log too.
+RECORD_READS = [(path, task) for path, task in every_task()
+                if isinstance(task.get("gb10.dspark.engine_probe"), dict) and task["gb10.dspark.engine_probe"].get("inspect")]
+
+
+def test_the_record_rule_finds_the_evidence_read():
+    assert [task.get("name") for _unused, task in RECORD_READS] == [
+        "Evidence | Read this rank's engine container and its log (its last lines, both streams in the order written)"]
+
+
+@pytest.mark.parametrize("path, task", RECORD_READS, ids=[f"{p.relative_to(REPO)}:{t.get('name')}" for p, t in RECORD_READS])
+def test_a_task_that_reads_a_whole_inspect_record_runs_with_no_log(path, task):
+    assert task.get("no_log") is True, f"{path.relative_to(REPO)}: task {task.get('name')!r} registers an inspect record"

@@ -1,4 +1,4 @@
-"""gb10.dspark.image_identity end to end: module plumbing, stdlib client, fake engine on a socket."""
+"""gb10.dspark.image_identity end to end: module plumbing, the docker SDK client, fake engine on a socket."""
 from __future__ import annotations
 
 import pytest
@@ -98,3 +98,29 @@ def test_image_archive_module_on_the_control_node(run_module, tmp_path, archive)
                      check_mode=True)
     assert bad["failed"]
     assert bad["msg"] == f"rank control node: archive {other['path']} image is {other['image_id']}, pinned {archive['image_id']}"
+
+
+def test_absent_removes_every_tag_of_the_pinned_id_check_mode_and_diff_first(run_module, dockerd, archive):
+    run_module(image_identity, args(dockerd, archive))  # loaded and tagged dspark:prod
+    dockerd.state.tags["dspark:old"] = archive["image_id"]
+    gone = {"rank": "r1", "pin": pin_for(archive), "docker_host": dockerd.docker_host, "state": "absent"}
+    would = run_module(image_identity, gone, check_mode=True, diff=True)
+    assert would["failed"] is False and would["changed"] is True
+    assert would["diff"] == {"before": {"image_id": archive["image_id"], "present": True},
+                             "after": {"image_id": archive["image_id"], "present": False}}
+    assert archive["image_id"] in dockerd.state.images  # check mode changed nothing
+    done = run_module(image_identity, gone)
+    assert done["failed"] is False and done["changed"] is True and "ansible_facts" not in done
+    assert dockerd.state.images == {} and dockerd.state.tags == {}
+    again = run_module(image_identity, gone)
+    assert again["failed"] is False and again["changed"] is False
+
+
+def test_absent_refused_by_the_engine_fails_naming_the_rank_and_changes_nothing(run_module, dockerd, archive):
+    run_module(image_identity, args(dockerd, archive))
+    dockerd.state.in_use.add(archive["image_id"])
+    res = run_module(image_identity, {"rank": "r1", "pin": pin_for(archive), "docker_host": dockerd.docker_host,
+                                      "state": "absent"})
+    assert res["failed"] and res["msg"].startswith(f"rank r1: removing image {archive['image_id']} failed: ")
+    assert "image is being used by running container" in res["msg"]
+    assert dockerd.state.tags["dspark:prod"] == archive["image_id"]

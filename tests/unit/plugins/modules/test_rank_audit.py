@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.gb10.dspark.plugins.module_utils.fleet import _audit_verdict
+from ansible_collections.gb10.dspark.plugins.module_utils.fleet import _audit
 from ansible_collections.gb10.dspark.plugins.module_utils.identity._labels import PREFIX
 from ansible_collections.gb10.dspark.plugins.modules import rank_audit
 from tests.support import fake_dockerd
@@ -31,7 +31,7 @@ from tests.unit.plugins.module_utils.fleet.test_audit import (
     labels_for,
     rank_files,
 )
-from tests.unit.plugins.module_utils.engine.test_docker_engine import _ExecHandler, frame
+from tests.unit.plugins.module_utils.engine.test_docker_engine import frame
 
 
 class Docker:
@@ -106,7 +106,7 @@ def test_head_audit_with_api_and_the_pair_verdict(run_module, docker, tmp_path):
     assert set(api.auth) == {f"Bearer {API_KEY}"}
     assert API_KEY not in json.dumps(head) and HF_TOKEN not in json.dumps(head)
     # the registered results feed the pair verdict directly
-    assert _audit_verdict.pair_verdict(PAIR, desired(), head, worker)["verdict"] == "OK"
+    assert _audit.pair_verdict(PAIR, desired(), head, worker)["verdict"] == "OK"
 
 
 def test_check_mode_and_diff_read_the_same_and_change_nothing(run_module, docker, tmp_path):
@@ -130,7 +130,7 @@ def test_dead_engine_does_not_fail_and_makes_the_pair_down(run_module, docker, t
     error = res["audit"]["docker"]["error"]
     assert res["audit"]["docker"]["reachable"] is False and error.startswith("cannot reach the Docker engine at ")
     assert res["audit"]["images"] == [] and res["audit"]["container"]["error"] == "docker engine unreachable"
-    verdict = _audit_verdict.pair_verdict(PAIR, desired(), head, res)
+    verdict = _audit.pair_verdict(PAIR, desired(), head, res)
     assert verdict["verdict"] == "DOWN"
     assert verdict["reasons"] == [f"rank {NAMES['worker']}: docker engine is unreachable, expected reachable ({error})"]
 
@@ -174,7 +174,7 @@ def execd(tmp_path):
                   "running_polls": 0, "logs": frame(1, f"INFO key {API_KEY}\n".encode()) + frame(2, b"WARNING x\n")}
     state.containers[CONTAINER] = inspect_doc("worker")[0]
     state.images[IMAGE_ID] = {"Id": IMAGE_ID, "Architecture": "arm64", "Config": {"Labels": {}}}
-    server = fake_dockerd._Server(path, type("Handler", (_ExecHandler,), {"state": state}))
+    server = fake_dockerd._Server(path, type("Handler", (fake_dockerd.ExecHandler,), {"state": state}))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -1,4 +1,6 @@
-"""The stdlib Docker Engine client against a fake engine on a real Unix socket."""
+"""The collection's Docker client (the docker SDK, wrapped in ``_docker_engine``) against a fake engine
+on a real Unix socket: the SDK speaks real HTTP to it, so what is tested is the wrapper and the SDK
+together, at the engine's API."""
 from __future__ import annotations
 
 import json
@@ -7,7 +9,9 @@ import threading
 
 import pytest
 
+from ansible_collections.gb10.dspark.plugins.module_utils.engine import _docker_engine
 from ansible_collections.gb10.dspark.plugins.module_utils.engine._docker_engine import (
+    CHUNK,
     Engine,
     EngineError,
     demux,
@@ -44,6 +48,10 @@ def test_load_streams_whole_archive_and_tags(dockerd, tmp_path):
     size = (tmp_path / "a.tar").stat().st_size
     assert dockerd.state.load_bytes == size
     assert seen[-1] == (size, size) and len(seen) >= 3  # sent in 1 MiB chunks
+    # streamed: a chunked body of pieces of at most CHUNK bytes, never the archive in one piece
+    assert sum(dockerd.state.load_chunks) == size and len(dockerd.state.load_chunks) >= 4
+    assert max(dockerd.state.load_chunks) <= CHUNK < size
+    assert [b for b, _unused in seen] == [min(CHUNK * (i + 1), size) for i in range(len(seen))]
     assert loaded_references(lines) == ([], ["reg.example:5000/dspark:v1"])
     assert eng.inspect_image("reg.example:5000/dspark:v1")["Id"] == made["image_id"]
     eng.tag(made["image_id"], "dspark", "prod")
@@ -87,6 +95,61 @@ def test_an_engine_answering_garbage_is_an_engine_error(tmp_path):
                 Engine(f"unix://{path}", timeout=5).list_images()
         finally:
             server.shutdown()
+
+
+def test_load_of_an_archive_the_engine_refuses_is_an_engine_error(dockerd, tmp_path):
+    path = tmp_path / "not.tar"
+    path.write_bytes(b"not a tar archive" * 100)
+    with pytest.raises(EngineError, match="image load from"):
+        Engine(dockerd.docker_host).load(str(path))
+
+
+def test_list_containers_by_label_running_or_not(dockerd):
+    eng = Engine(dockerd.docker_host)
+    dockerd.state.containers["dspark_vllm"] = {"Id": "1", "State": {"Running": True},
+                                               "Config": {"Labels": {"io.gb10.dspark.pair": "p0"}}}
+    dockerd.state.containers["old"] = {"Id": "2", "State": {"Running": False},
+                                       "Config": {"Labels": {"io.gb10.dspark.pair": "p0"}}}
+    dockerd.state.containers["theirs"] = {"Id": "3", "State": {"Running": True}, "Config": {"Labels": {}}}
+    names = sorted(n for row in eng.list_containers("io.gb10.dspark.pair") for n in row["Names"])
+    assert names == ["/dspark_vllm", "/old"]
+
+
+def test_remove_image_by_id_with_force_takes_every_tag_and_refuses_one_in_use(dockerd, tmp_path):
+    made = synthetic_archive.write(tmp_path / "a.tar", tag="dspark:v1")
+    eng = Engine(dockerd.docker_host)
+    eng.load(made["path"])
+    eng.tag(made["image_id"], "dspark", "prod")
+    dockerd.state.in_use.add(made["image_id"])
+    with pytest.raises(EngineError, match="image is being used by running container") as err:
+        eng.remove_image(made["image_id"], force=True)
+    assert err.value.status == 409
+    dockerd.state.in_use.clear()
+    eng.remove_image(made["image_id"], force=True)
+    assert eng.inspect_image("dspark:v1") is None and eng.inspect_image("dspark:prod") is None
+    assert eng.inspect_image(made["image_id"]) is None
+    with pytest.raises(EngineError, match="HTTP 404") as err:
+        eng.remove_image(made["image_id"], force=True)
+    assert err.value.status == 404
+
+
+def test_without_the_sdk_the_engine_names_the_package_to_install(monkeypatch, tmp_path):
+    monkeypatch.setattr(_docker_engine, "docker", None)
+    with pytest.raises(EngineError, match="docker SDK for Python is missing on this rank.*install python3-docker"):
+        Engine(f"unix://{tmp_path}/docker.sock")
+
+
+def test_missing_sdk_names_the_debian_packages(monkeypatch):
+    assert _docker_engine.missing_sdk() == []
+    real_import = __import__
+
+    def no_docker(name, *args, **kwargs):
+        if name in ("docker", "requests"):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.__import__", no_docker)
+    assert _docker_engine.missing_sdk() == ["python3-docker", "python3-requests"]
 
 
 def test_unreachable_engine(tmp_path):
@@ -141,69 +204,13 @@ def test_demux_refuses_a_broken_stream(data, text):
         demux(data)
 
 
-class _ExecHandler(fake_dockerd._Handler):
-    """FakeDockerd's handler plus ``POST /containers/<n>/exec``, ``POST /exec/<id>/start``,
-    ``GET /exec/<id>/json`` and ``GET /containers/<n>/logs``, answered from ``state.exec``."""
-
-    def _body(self) -> dict:
-        return json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"null")
-
-    def do_POST(self):  # noqa: N802 - http.server's name
-        path, _query = self._path()
-        ex = self.state.exec
-        if path.startswith("/containers/") and path.endswith("/exec"):
-            self.state.requests.append(f"POST {path}")
-            ex["create"].append(self._body())
-            name = path[len("/containers/"):-len("/exec")]
-            if name not in self.state.containers:
-                return self._send(404, {"message": f"No such container: {name}"})
-            if not self.state.containers[name].get("State", {}).get("Running"):
-                return self._send(409, {"message": f"container {name} is not running"})
-            return self._send(201, {"Id": "e1"})
-        if path == "/exec/e1/start":
-            self.state.requests.append(f"POST {path}")
-            ex["start"].append(self._body())
-            self.send_response(200)
-            self.send_header("Content-Type", "application/vnd.docker.raw-stream")
-            self.end_headers()
-            data = ex["output"]
-            for i in range(0, len(data), 7):  # in odd pieces: frames cross the reads
-                self.wfile.write(data[i:i + 7])
-            self.wfile.flush()
-            self.close_connection = True
-            return None
-        return super().do_POST()
-
-    def do_GET(self):  # noqa: N802 - http.server's name
-        path, query = self._path()
-        ex = self.state.exec
-        if path == "/exec/e1/json":
-            self.state.requests.append(f"GET {path}")
-            running = ex["running_polls"] > 0
-            ex["running_polls"] -= 1
-            return self._send(200, {"ID": "e1", "Running": running, "ExitCode": None if running else ex["rc"]})
-        if path.startswith("/containers/") and path.endswith("/logs"):
-            self.state.requests.append(f"GET {path}?{'&'.join(f'{k}={v}' for k, v in sorted(query.items()))}")
-            name = path[len("/containers/"):-len("/logs")]
-            if name not in self.state.containers:
-                return self._send(404, {"message": f"No such container: {name}"})
-            data = ex["logs"]
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-            return None
-        return super().do_GET()
-
-
 @pytest.fixture
 def execd(tmp_path):
     path = str(tmp_path / "exec.sock")
-    state = fake_dockerd.State()
-    state.exec = {"create": [], "start": [], "output": b"", "rc": 0, "running_polls": 0, "logs": b""}
+    state = fake_dockerd.exec_state()
     state.containers["dspark_vllm"] = {"Id": "c0ffee", "State": {"Running": True}}
     state.containers["stopped"] = {"Id": "dead", "State": {"Running": False}}
-    server = fake_dockerd._Server(path, type("Handler", (_ExecHandler,), {"state": state}))
+    server = fake_dockerd._Server(path, type("Handler", (fake_dockerd.ExecHandler,), {"state": state}))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -219,7 +226,9 @@ def test_exec_run_answers_like_docker_exec(execd):
                       running_polls=1)  # the exec is still winding down at the first look
     argv = ["/usr/bin/python3", "-c", "print(1)", "A="]
     assert eng.exec_run("dspark_vllm", argv) == (3, b'["A=1"]\ndone\n', b"warning\n")
-    assert state.exec["create"] == [{"AttachStdout": True, "AttachStderr": True, "Tty": False, "Cmd": argv}]
+    [create] = state.exec["create"]
+    assert {k: create[k] for k in ("AttachStdin", "AttachStdout", "AttachStderr", "Tty", "Cmd")} == \
+        {"AttachStdin": False, "AttachStdout": True, "AttachStderr": True, "Tty": False, "Cmd": argv}
     assert state.exec["start"] == [{"Detach": False, "Tty": False}]
     assert state.requests == ["POST /containers/dspark_vllm/exec", "POST /exec/e1/start",
                               "GET /exec/e1/json", "GET /exec/e1/json"]
@@ -281,3 +290,81 @@ def test_log_text_keeps_the_order_the_container_wrote_in(execd):
     assert err.value.status == 404
     with pytest.raises(ValueError):
         eng.log_text("dspark_vllm", True)
+
+
+# ============================================================================================
+# the ranks' Python: /usr/bin/python3 with Debian's SDK (python3-docker 5.x, requests 2.28), which
+# the simulator's ranks run and a real rank runs; the virtualenv above has the SDK from PyPI (7.x)
+# ============================================================================================
+RANK_PYTHON = "/usr/bin/python3"
+_ON_THE_RANK = r'''
+import json, sys, tempfile, threading
+sys.path[:0] = [sys.argv[1] + "/collections", sys.argv[1]]
+import docker
+from tests.support import fake_dockerd, synthetic_archive
+from ansible_collections.gb10.dspark.plugins.module_utils.engine._docker_engine import Engine, EngineError
+out = {"sdk": docker.__version__}
+tmp = tempfile.mkdtemp()
+with fake_dockerd.FakeDockerd(tmp + "/d.sock") as d:
+    made = synthetic_archive.write(tmp + "/a.tar", tag="dspark:v1", layer_bytes=3 << 20)
+    eng = Engine(d.docker_host, timeout=10)
+    out["loaded"] = eng.load(made["path"])
+    out["chunks"] = d.state.load_chunks
+    eng.tag(made["image_id"], "dspark", "prod")
+    out["tagged"] = eng.inspect_image("dspark:prod")["Id"] == made["image_id"]
+    out["missing"] = eng.inspect_image("nothing:here")
+    d.state.containers["old"] = {"Id": "2", "State": {"Running": False}, "Config": {"Labels": {"l": "p"}}}
+    out["labelled"] = [r["Names"] for r in eng.list_containers("l")]
+    eng.remove_image(made["image_id"], force=True)
+    out["images_after_remove"] = eng.list_images()
+state = fake_dockerd.exec_state()
+state.containers["c"] = {"Id": "c", "State": {"Running": True}}
+frame = lambda s, p: bytes([s, 0, 0, 0]) + len(p).to_bytes(4, "big") + p
+state.exec.update(output=frame(1, b"out\n") + frame(2, b"err\n") + frame(1, b"x" * 40), rc=7,
+                  logs=frame(1, b"INFO up\n") + frame(2, b"ERROR boom\n"))
+server = fake_dockerd._Server(tmp + "/e.sock", type("H", (fake_dockerd.ExecHandler,), {"state": state}))
+threading.Thread(target=server.serve_forever, daemon=True).start()
+eng = Engine("unix://" + tmp + "/e.sock", timeout=10)
+rc, so, se = eng.exec_run("c", ["true"], max_bytes=20)
+out["exec"] = [rc, so.decode(), se.decode()]
+try:
+    eng.exec_run("nothing", ["true"])
+except EngineError as exc:
+    out["exec_missing"] = [str(exc), exc.status]
+out["logs"] = [x.decode() for x in eng.logs("c", 5)]
+out["log_text"] = eng.log_text("c", 5).decode()
+server.shutdown()
+print(json.dumps(out))
+'''
+
+
+def test_the_ranks_python_runs_the_client_with_debians_sdk():
+    import subprocess
+    from pathlib import Path
+    repo = Path(__file__).resolve().parents[4]
+    done = subprocess.run([RANK_PYTHON, "-c", _ON_THE_RANK, str(repo)], capture_output=True, text=True, timeout=120,
+                          cwd=repo, env={"PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["sdk"].split(".")[0] == "5"  # Debian bookworm's python3-docker, not the virtualenv's
+    assert out["loaded"] == [{"stream": "Loaded image: dspark:v1\n"}]
+    assert len(out["chunks"]) >= 4 and max(out["chunks"]) <= CHUNK  # streamed in chunks there too
+    assert out["tagged"] is True and out["missing"] is None
+    assert out["labelled"] == [["/old"]] and out["images_after_remove"] == []
+    assert out["exec"] == [7, "out\n" + "x" * 12, "err\n\n[gb10.dspark: output cut at 20 bytes; 28 more bytes "
+                                                   "were not returned]\n"]
+    assert out["exec_missing"] == ["exec in container nothing: HTTP 404: No such container: nothing", 404]
+    assert out["logs"] == ["INFO up\n", "ERROR boom\n"] and out["log_text"] == "INFO up\nERROR boom\n"
+
+
+def test_auto_speaks_the_engines_own_api_version_asked_once_at_the_first_call(dockerd, tmp_path):
+    dockerd.state.engine_api_version = "1.43"
+    eng = Engine(dockerd.docker_host, api_version="auto")
+    assert dockerd.state.requests == []  # making one asks nothing
+    assert eng.inspect_container("nothing") is None and eng.list_images() == []
+    assert dockerd.state.requests == ["GET /version", "GET /containers/nothing/json", "GET /images/json"]
+    assert dockerd.state.api_versions == ["", "1.43", "1.43"]
+    Engine(dockerd.docker_host).list_images()
+    assert dockerd.state.api_versions[-1] == "1.41"  # the default: fixed, no /version asked
+    with pytest.raises(EngineError, match="cannot reach the Docker engine"):
+        Engine(f"unix://{tmp_path}/none.sock", api_version="auto").info()

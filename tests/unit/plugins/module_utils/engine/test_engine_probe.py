@@ -291,3 +291,57 @@ def test_requests_waiting_is_read_from_metrics_as_vllm_exports_it():
     m = ep.parse_metrics(text)
     assert ep.requests_waiting(m) == 4 and ep.requests_running(m) == 2
     assert ep.requests_waiting(ep.parse_metrics(_NoWaiting.metrics)) is None
+
+
+# ============================================================================================
+# what the evidence, the orphan sweep and the simulator's smoke test read through the probe
+# (the collection's one Docker client against a fake engine on a real socket)
+# ============================================================================================
+@pytest.fixture
+def dockerd(tmp_path):
+    from tests.support.fake_dockerd import FakeDockerd
+    with FakeDockerd(str(tmp_path / "docker.sock")) as d:
+        yield d
+
+
+def _engine(dockerd):
+    from ansible_collections.gb10.dspark.plugins.module_utils.engine._docker_engine import Engine
+    return Engine(dockerd.docker_host, timeout=10)
+
+
+def test_inspect_returns_the_whole_record_only_when_asked(dockerd):
+    record = {"Id": "c0ffee", "Image": "sha256:x", "State": RUNNING, "Path": "vllm", "Args": ["serve"],
+              "Config": {"Env": ["VLLM_API_KEY=sk-kept-for-the-pack"], "Labels": {"io.gb10.dspark.rank": "0"}}}
+    dockerd.state.containers["dspark_vllm"] = record
+    plain = ep.probe(_engine(dockerd), "dspark_vllm", "http://127.0.0.1:9", "m", log_lines=0, read_api=False)
+    assert "inspect" not in plain and "sk-kept" not in json.dumps(plain)
+    asked = ep.probe(_engine(dockerd), "dspark_vllm", "http://127.0.0.1:9", "m", log_lines=0, read_api=False,
+                     inspect=True)
+    assert asked["inspect"] == record and "record" not in asked["container"]
+    missing = ep.probe(_engine(dockerd), "nothing", "http://127.0.0.1:9", "m", log_lines=0, read_api=False,
+                       inspect=True)
+    assert missing["inspect"] is None and missing["container"]["status"] == "absent"
+
+
+def test_labelled_lists_the_other_labelled_containers_running_or_not(dockerd):
+    label = "io.gb10.dspark.pair"
+    dockerd.state.containers["dspark_vllm"] = {"Id": "1", "State": RUNNING, "Config": {"Labels": {label: "p0"}}}
+    dockerd.state.containers["dspark_vllm_old"] = {"Id": "2", "State": {"Running": False},
+                                                   "Config": {"Labels": {label: "p0"}}}
+    dockerd.state.containers["web/dspark_vllm_old"] = {"Id": "2", "State": {"Running": False},
+                                                       "Config": {"Labels": {label: "p0"}}}  # a link alias
+    dockerd.state.containers["theirs"] = {"Id": "3", "State": RUNNING, "Config": {"Labels": {}}}
+    out = ep.probe(_engine(dockerd), "dspark_vllm", "http://127.0.0.1:9", "m", log_lines=0, read_api=False,
+                   labelled=label)
+    assert out["labelled"] == ["dspark_vllm_old"]
+
+
+def test_engine_info_names_the_engine_and_an_unreachable_one_is_an_engine_error(dockerd, tmp_path):
+    from ansible_collections.gb10.dspark.plugins.module_utils.engine._docker_engine import Engine
+    out = ep.probe(_engine(dockerd), "dspark_vllm", "http://127.0.0.1:9", "m", log_lines=0, read_api=False,
+                   engine_info=True)
+    assert out["engine"] == {"id": "FAKE-ENGINE", "name": "fake-rank", "image_store": "classic"}
+    for kw in ({"engine_info": True}, {"labelled": "io.gb10.dspark.pair"}):
+        with pytest.raises(EngineError, match="cannot reach the Docker engine"):
+            ep.probe(Engine(f"unix://{tmp_path}/none.sock", timeout=5), "dspark_vllm", "http://127.0.0.1:9", "m",
+                     log_lines=0, read_api=False, **kw)
