@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.gb10.dspark.plugins.module_utils.fleet import _audit
+from ansible_collections.gb10.dspark.plugins.module_utils.fleet import _audit_verdict
 from ansible_collections.gb10.dspark.plugins.module_utils.identity._labels import PREFIX
 from ansible_collections.gb10.dspark.plugins.modules import rank_audit
 from tests.support import fake_dockerd
@@ -106,7 +106,7 @@ def test_head_audit_with_api_and_the_pair_verdict(run_module, docker, tmp_path):
     assert set(api.auth) == {f"Bearer {API_KEY}"}
     assert API_KEY not in json.dumps(head) and HF_TOKEN not in json.dumps(head)
     # the registered results feed the pair verdict directly
-    assert _audit.pair_verdict(PAIR, desired(), head, worker)["verdict"] == "OK"
+    assert _audit_verdict.pair_verdict(PAIR, desired(), head, worker)["verdict"] == "OK"
 
 
 def test_check_mode_and_diff_read_the_same_and_change_nothing(run_module, docker, tmp_path):
@@ -130,7 +130,7 @@ def test_dead_engine_does_not_fail_and_makes_the_pair_down(run_module, docker, t
     error = res["audit"]["docker"]["error"]
     assert res["audit"]["docker"]["reachable"] is False and error.startswith("cannot reach the Docker engine at ")
     assert res["audit"]["images"] == [] and res["audit"]["container"]["error"] == "docker engine unreachable"
-    verdict = _audit.pair_verdict(PAIR, desired(), head, res)
+    verdict = _audit_verdict.pair_verdict(PAIR, desired(), head, res)
     assert verdict["verdict"] == "DOWN"
     assert verdict["reasons"] == [f"rank {NAMES['worker']}: docker engine is unreachable, expected reachable ({error})"]
 

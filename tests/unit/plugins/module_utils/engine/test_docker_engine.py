@@ -341,7 +341,7 @@ print(json.dumps(out))
 def test_the_ranks_python_runs_the_client_with_debians_sdk():
     import subprocess
     from pathlib import Path
-    repo = Path(__file__).resolve().parents[4]
+    repo = Path(__file__).resolve().parents[5]
     done = subprocess.run([RANK_PYTHON, "-c", _ON_THE_RANK, str(repo)], capture_output=True, text=True, timeout=120,
                           cwd=repo, env={"PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
