@@ -65,16 +65,27 @@ def write_json_atomic(path: str, document: object, mode: int = 0o644, make_dirs:
 
 
 def write_text_atomic(path: str, text: str, mode: int = 0o644, make_dirs: bool = False) -> None:
-    """Write ``text`` so that ``path`` is either the old file or the complete new one: a temp file in
-    the same directory, fsync, rename, directory fsync. With ``make_dirs`` a missing directory is created."""
+    """Write ``text`` (UTF-8) with :func:`write_bytes_atomic`; bytes are refused (TypeError)."""
+    if not isinstance(text, str):
+        raise TypeError(f"text expected, got {type(text).__name__}")
+    write_bytes_atomic(path, text.encode("utf-8"), mode, make_dirs)
+
+
+def write_bytes_atomic(path: str, data: bytes, mode: int = 0o644, make_dirs: bool = False,
+                       owner: tuple[int, int] | None = None) -> None:
+    """Write ``data`` so that ``path`` is either the old file or the complete new one: a temp file in
+    the same directory (given ``owner``, uid and gid, before a byte is written), fsync, rename, directory
+    fsync. With ``make_dirs`` a missing directory is created."""
     directory = os.path.dirname(os.path.abspath(path))
     if make_dirs:
         os.makedirs(directory, exist_ok=True)
     fd, temp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        with os.fdopen(fd, "wb") as handle:
+            if owner is not None:
+                os.fchown(handle.fileno(), *owner)
             os.fchmod(handle.fileno(), mode)
-            handle.write(text)
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temp, path)

@@ -18,8 +18,9 @@ import base64
 import fnmatch
 import os
 import stat
-import tempfile
 from dataclasses import dataclass, field
+
+from ansible_collections.gb10.dspark.plugins.module_utils.common._files import write_bytes_atomic
 
 SECRET_DIFF = "(content not shown: the file holds secret-named values)\n"
 
@@ -94,25 +95,6 @@ def _read(path: str, st: os.stat_result) -> bytes:
         return handle.read()
 
 
-def _write(path: str, data: bytes, mode: int, uid: int, gid: int) -> None:
-    folder = os.path.dirname(path)
-    fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            os.fchown(handle.fileno(), uid, gid)
-            os.fchmod(handle.fileno(), mode)
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        try:
-            os.unlink(temp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
 def _text(data: bytes | None) -> str:
     if data is None:
         return ""
@@ -146,7 +128,7 @@ def _file(spec: dict, uid: int, gid: int, check_mode: bool, out: Outcome) -> Non
     if check_mode:
         return
     if st is None or old != data:
-        _write(path, data, mode, uid, gid)
+        write_bytes_atomic(path, data, mode, owner=(uid, gid))
     else:
         os.chown(path, uid, gid, follow_symlinks=False)
         os.chmod(path, mode)
