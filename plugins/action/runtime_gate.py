@@ -19,17 +19,7 @@ from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity imp
 
 display = Display()
 FACT = "dspark_evidence_run_files"
-SPEC = {
-    "pair": {"type": "str", "required": True},
-    "folder": {"type": "path", "required": True},
-    "config": {"type": "dict", "required": True},
-    "hosts": {"type": "dict", "default": {}},
-    "inventory": {"type": "str", "default": ""},
-    "suite": {"type": "path", "required": True},
-    "python": {"type": "path", "required": True},
-    "ansible_config": {"type": "str", "default": ""},
-    "collections_path": {"type": "str", "default": ""},
-}
+SPEC = _gate_run.ARGUMENT_SPEC
 
 
 class ActionModule(ActionBase):

@@ -157,20 +157,12 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gb10.dspark.plugins.module_utils.gate._gate_run import ARGUMENT_SPEC
+
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "pair": {"type": "str", "required": True},
-            "folder": {"type": "path", "required": True},
-            "config": {"type": "dict", "required": True},
-            "hosts": {"type": "dict", "default": {}},
-            "inventory": {"type": "str", "default": ""},
-            "suite": {"type": "path", "required": True},
-            "python": {"type": "path", "required": True},
-            "ansible_config": {"type": "str", "default": ""},
-            "collections_path": {"type": "str", "default": ""},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     module.fail_json(msg="gb10.dspark.runtime_gate runs through its action plugin; it cannot run as a plain module")

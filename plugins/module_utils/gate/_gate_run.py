@@ -28,6 +28,18 @@ KEY_FILE_ENV = "DSPARK_GATE_API_KEY_FILE"
 KEY_FOLDER_SUFFIX = ".dspark-gate"  # the suite deletes a key folder with this suffix as soon as it has read the key
 LAST_WORDS = 15  # lines of the suite's stdout and of its stderr shown when it wrote no result
 SCHEMA_VERSION = 3
+# The options of gb10.dspark.runtime_gate: the action validates them, the module's doc stub declares them.
+ARGUMENT_SPEC = {
+    "pair": {"type": "str", "required": True},
+    "folder": {"type": "path", "required": True},
+    "config": {"type": "dict", "required": True},
+    "hosts": {"type": "dict", "default": {}},
+    "inventory": {"type": "str", "default": ""},
+    "suite": {"type": "path", "required": True},
+    "python": {"type": "path", "required": True},
+    "ansible_config": {"type": "str", "default": ""},
+    "collections_path": {"type": "str", "default": ""},
+}
 
 
 def paths(folder: str) -> dict:
