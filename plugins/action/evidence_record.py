@@ -5,10 +5,7 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import CheckError, IdentityError, failure
-from ansible_collections.gb10.dspark.plugins.module_utils.evidence._evidence_run import record_run_files, write_run_contents
-
-FACT = "dspark_evidence_run_files"
+from ansible_collections.gb10.dspark.plugins.module_utils.evidence._evidence_run import RUN_FILES_FACT, record_result
 
 
 class ActionModule(ActionBase):
@@ -22,17 +19,11 @@ class ActionModule(ActionBase):
         if not isinstance(files, list):
             result.update(failed=True, msg=f"files must be a list, got {type(files).__name__}")
             return result
-        existing = self._templar.template(task_vars.get(FACT, []))
-        try:
-            run_files, recorded, missing = record_run_files(existing, write_run_contents(files))
-        except IdentityError as exc:
-            result.update(failed=True, **failure(exc.mismatches))
+        recorded = record_result(self._templar.template(task_vars.get(RUN_FILES_FACT, [])), files)
+        result.update(recorded)
+        if recorded.get("failed"):
             return result
-        except CheckError as exc:
-            result.update(failed=True, msg=str(exc))
-            return result
-        result.update(changed=False, recorded=recorded, missing=missing, mismatches=[],
-                      ansible_facts={FACT: run_files})
-        result["msg"] = (f"recorded {', '.join(r['name'] for r in recorded) or 'nothing'}"
-                         + (f"; not written by this run: {', '.join(missing)}" if missing else ""))
+        result["changed"] = False
+        result["msg"] = (f"recorded {', '.join(r['name'] for r in recorded['recorded']) or 'nothing'}"
+                         + (f"; not written by this run: {', '.join(recorded['missing'])}" if recorded["missing"] else ""))
         return result

@@ -14,11 +14,9 @@ from ansible.utils.display import Display
 
 from ansible_collections.gb10.dspark.plugins.module_utils.gate import _gate_run
 from ansible_collections.gb10.dspark.plugins.module_utils.common import _site
-from ansible_collections.gb10.dspark.plugins.module_utils.evidence._evidence_run import record_run_files
-from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import CheckError, IdentityError, failure
+from ansible_collections.gb10.dspark.plugins.module_utils.evidence._evidence_run import RUN_FILES_FACT, record_result
 
 display = Display()
-FACT = "dspark_evidence_run_files"
 SPEC = _gate_run.ARGUMENT_SPEC
 
 
@@ -48,19 +46,14 @@ class ActionModule(ActionBase):
                             api_key=api_key)
         files = [{"name": _gate_run.OUTPUT_FILE, "src": ran["output"], "kind": "gate"},
                  {"name": _gate_run.CONFIG_FILE, "src": ran["config_file"], "kind": "other"}]
-        try:
-            run_files, _recorded, _missing = record_run_files(self._templar.template(task_vars.get(FACT, [])), files)
-        except IdentityError as exc:
-            result.update(failed=True, **failure(exc.mismatches))
-            return result
-        except CheckError as exc:
-            result.update(failed=True, msg=str(exc))
+        recorded = record_result(self._templar.template(task_vars.get(RUN_FILES_FACT, [])), files)
+        if recorded.get("failed"):
+            result.update(recorded)
             return result
         document = ran["document"] or {}
         result.update(changed=False, failed=ran["failed"], passed=ran["passed"], msg=ran["msg"],
-                      status=document.get("status"),
-                      errors=list(document.get("errors") or []), output=ran["output"], rc=ran["rc"],
-                      ansible_facts={FACT: run_files})
-        if document:
-            display.display(f"[{task_vars.get('inventory_hostname', '?')}] {_gate_run.summary_line(args['pair'], document, ran['output'])}")
+                      status=document.get("status"), errors=list(document.get("errors") or []), output=ran["output"],
+                      rc=ran["rc"], ansible_facts=recorded["ansible_facts"])
+        if ran["line"]:
+            display.display(f"[{task_vars.get('inventory_hostname', '?')}] {ran['line']}")
         return result

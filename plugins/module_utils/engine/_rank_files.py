@@ -55,6 +55,10 @@ def _lstat(path: str) -> os.stat_result | None:
         return None
 
 
+def _kind(st: os.stat_result, expected: str) -> str:
+    return "a symbolic link" if stat.S_ISLNK(st.st_mode) else f"not {expected}"
+
+
 def _attrs(st: os.stat_result, mode: int, uid: int, gid: int) -> list[str]:
     out = []
     if stat.S_IMODE(st.st_mode) != mode:
@@ -68,8 +72,7 @@ def _directory(spec: dict, uid: int, gid: int, check_mode: bool, out: Outcome) -
     path, mode = spec["path"], _mode(spec.get("mode", "0755"), spec["path"])
     st = _lstat(path)
     if st is not None and not stat.S_ISDIR(st.st_mode):
-        kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a folder"
-        raise RankFilesError(f"{path}: is {kind}, expected a folder")
+        raise RankFilesError(f"{path}: is {_kind(st, 'a folder')}, expected a folder")
     todo = ["create"] if st is None else _attrs(st, mode, uid, gid)
     if not todo:
         return
@@ -88,8 +91,7 @@ def _directory(spec: dict, uid: int, gid: int, check_mode: bool, out: Outcome) -
 
 def _read(path: str, st: os.stat_result) -> bytes:
     if not stat.S_ISREG(st.st_mode):
-        kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
-        raise RankFilesError(f"{path}: is {kind}, expected a file")
+        raise RankFilesError(f"{path}: is {_kind(st, 'a regular file')}, expected a file")
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     with os.fdopen(fd, "rb") as handle:
         return handle.read()
@@ -105,16 +107,10 @@ def _text(data: bytes | None) -> str:
 
 
 def _file(spec: dict, uid: int, gid: int, check_mode: bool, out: Outcome) -> None:
+    """One file, checked by :func:`ensure` already. In check mode its folder may not exist yet (it is
+    listed, and would be made first): the file is then absent, and would be created."""
     path, mode = spec["path"], _mode(spec.get("mode", "0644"), spec["path"])
-    content = spec.get("content")
-    if not isinstance(content, str):
-        raise RankFilesError(f"{path}: content must be text, got {type(content).__name__}")
-    data, secret = content.encode("utf-8"), bool(spec.get("secret", False))
-    parent = os.path.dirname(path)
-    pst = _lstat(parent)
-    if pst is None or not stat.S_ISDIR(pst.st_mode):
-        raise RankFilesError(f"{path}: its folder {parent} is {'absent' if pst is None else 'not a folder'}, "
-                             "expected a folder (list it in directories)")
+    data, secret = spec["content"].encode("utf-8"), bool(spec.get("secret", False))
     st = _lstat(path)
     old = None if st is None else _read(path, st)
     todo = ["create"] if st is None else (["content"] if old != data else []) + _attrs(st, mode, uid, gid)
@@ -134,25 +130,33 @@ def _file(spec: dict, uid: int, gid: int, check_mode: bool, out: Outcome) -> Non
         os.chmod(path, mode)
 
 
+def _check(spec: object) -> None:
+    if not isinstance(spec, dict) or not isinstance(spec.get("path"), str):
+        raise RankFilesError(f"{spec!r}: each entry needs a path")
+    _lstat(spec["path"])
+    _mode(spec.get("mode", "0644"), spec["path"])
+
+
 def ensure(directories: list[dict], files: list[dict], check_mode: bool, uid: int = 0, gid: int = 0) -> Outcome:
     """Make each folder, then each file, what it should be; in check mode, say what would change.
     Every entry is checked before anything is written: a bad one changes nothing."""
-    for spec in [*directories, *files]:
-        if not isinstance(spec, dict) or not isinstance(spec.get("path"), str):
-            raise RankFilesError(f"{spec!r}: each entry needs a path")
-        _lstat(spec["path"])
-        _mode(spec.get("mode", "0644"), spec["path"])
+    for spec in directories:
+        _check(spec)
+    listed = {spec["path"] for spec in directories}
+    for spec in files:
+        _check(spec)
+        path, content = spec["path"], spec.get("content")
+        if not isinstance(content, str):
+            raise RankFilesError(f"{path}: content must be text, got {type(content).__name__}")
+        parent = os.path.dirname(path)
+        pst = _lstat(parent)
+        if parent not in listed and (pst is None or not stat.S_ISDIR(pst.st_mode)):
+            raise RankFilesError(f"{path}: its folder {parent} is {'absent' if pst is None else 'not a folder'}, "
+                                 "expected a folder (list it in directories)")
     out = Outcome()
     for spec in directories:
         _directory(spec, uid, gid, check_mode, out)
     for spec in files:
-        if check_mode and any(d["path"] == os.path.dirname(spec["path"]) for d in directories) \
-                and _lstat(os.path.dirname(spec["path"])) is None:
-            out.changed = True  # its folder would be made first: the file would be created in it
-            out.changes.append(f"file {spec['path']}: create")
-            out.diff.append({"before_header": spec["path"], "after_header": spec["path"], "before": "",
-                             "after": SECRET_DIFF if spec.get("secret") else str(spec.get("content", ""))})
-            continue
         _file(spec, uid, gid, check_mode, out)
     return out
 
@@ -171,8 +175,7 @@ def read_files(folders: list[dict]) -> list[dict]:
         if st is None:
             continue
         if not stat.S_ISDIR(st.st_mode):
-            raise RankFilesError(f"{folder}: is {'a symbolic link' if stat.S_ISLNK(st.st_mode) else 'not a folder'}, "
-                                 "expected a folder")
+            raise RankFilesError(f"{folder}: is {_kind(st, 'a folder')}, expected a folder")
         for name in sorted(os.listdir(folder)):
             path = os.path.join(folder, name)
             fst = os.lstat(path)

@@ -14,7 +14,7 @@ import re
 
 from ansible_collections.gb10.dspark.plugins.module_utils.common._digest import sha256_file
 from ansible_collections.gb10.dspark.plugins.module_utils.common._files import write_json_atomic
-from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import CheckError, IdentityError, Mismatch
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import CheckError, IdentityError, Mismatch, failure
 from ansible_collections.gb10.dspark.plugins.module_utils.evidence._evidence import (
     IMPLEMENTATIONS,
     KINDS,
@@ -112,24 +112,39 @@ def write_run_contents(files: list) -> list:
     :func:`record_run_files`: one step writes a result and records it. Entries without ``content`` name
     files written before, and pass unchanged. A bad entry (name, kind, a source that is not an absolute
     path) is refused before anything is written."""
-    out = []
+    specs, writes = [], []
     for item in files:
         if not isinstance(item, dict) or "content" not in item:
-            out.append(item)
+            specs.append(item)
             continue
         spec = {k: v for k, v in item.items() if k != "content"}
         problems = check_run_file(spec, recorded=False)
         if problems:
             raise IdentityError(problems)
-        out.append((spec, item["content"]))
-    for entry in out:
-        if isinstance(entry, tuple):
-            spec, content = entry
-            try:
-                write_json_atomic(spec["src"], content, make_dirs=True)
-            except (OSError, ValueError) as exc:
-                raise CheckError(RANK, f"run file {spec.get('name')}: cannot write {spec['src']}: {exc}") from exc
-    return [e[0] if isinstance(e, tuple) else e for e in out]
+        specs.append(spec)
+        writes.append((spec, item["content"]))
+    for spec, content in writes:
+        try:
+            write_json_atomic(spec["src"], content, make_dirs=True)
+        except (OSError, ValueError) as exc:
+            raise CheckError(RANK, f"run file {spec.get('name')}: cannot write {spec['src']}: {exc}") from exc
+    return specs
+
+
+RUN_FILES_FACT = "dspark_evidence_run_files"  # the host fact that holds the run's list
+
+
+def record_result(existing: object, files: list) -> dict:
+    """What an action returns for recording ``files`` (after :func:`write_run_contents`) into the run's list
+    ``existing``: the new list as the ``dspark_evidence_run_files`` fact with what was recorded and missing,
+    or ``failed`` with the reason (every bad entry named)."""
+    try:
+        run_files, recorded, missing = record_run_files(existing, write_run_contents(files))
+    except IdentityError as exc:
+        return {"failed": True, **failure(exc.mismatches)}
+    except CheckError as exc:
+        return {"failed": True, "msg": str(exc)}
+    return {"recorded": recorded, "missing": missing, "mismatches": [], "ansible_facts": {RUN_FILES_FACT: run_files}}
 
 
 def expand_folders(files: list) -> list:

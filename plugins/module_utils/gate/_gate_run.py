@@ -20,6 +20,7 @@ from typing import Callable
 
 from ansible_collections.gb10.dspark.plugins.module_utils.common._files import write_json_atomic, write_text_atomic
 from ansible_collections.gb10.dspark.plugins.module_utils.common._secrets import redact
+from ansible_collections.gb10.dspark.plugins.module_utils.gate import _runtime_gate
 
 CONFIG_FILE = "runtime-gate-config.json"
 OUTPUT_FILE = "runtime-gate.json"
@@ -27,7 +28,6 @@ INVENTORY_FILE = "runtime-gate-inventory.yml"
 KEY_FILE_ENV = "DSPARK_GATE_API_KEY_FILE"
 KEY_FOLDER_SUFFIX = ".dspark-gate"  # the suite deletes a key folder with this suffix as soon as it has read the key
 LAST_WORDS = 15  # lines of the suite's stdout and of its stderr shown when it wrote no result
-SCHEMA_VERSION = 3
 # The options of gb10.dspark.runtime_gate: the action validates them, the module's doc stub declares them.
 ARGUMENT_SPEC = {
     "pair": {"type": "str", "required": True},
@@ -61,17 +61,19 @@ def last_words(stdout: str, stderr: str) -> str:
 
 
 def summary_line(pair: str, document: dict, output: str) -> str:
-    return f"pair {pair}: RUNTIME_GATE status={document.get('status')} errors={len(document.get('errors') or [])} output={output}"
+    """The suite's own RUNTIME_GATE line, for the pair (a document missing its keys still gets one)."""
+    shown = {"status": document.get("status"), "errors": document.get("errors") or []}
+    return f"pair {pair}: {_runtime_gate.summary_line(shown, output)}"
 
 
 def passed(document: dict) -> bool:
-    return (document.get("schema_version") == SCHEMA_VERSION and document.get("status") == "PASS"
+    return (document.get("schema_version") == _runtime_gate.SCHEMA_VERSION and document.get("status") == "PASS"
             and not document.get("errors"))
 
 
 def run(pair: str, folder: str, config: dict, *, hosts: dict | None, inventory: str, python: str, suite: str,
         env: dict, api_key: str | None = None, runner: Callable | None = None) -> dict:
-    """Run the suite once and return ``{failed, passed, msg, document, output, config_file, rc}``: ``failed``
+    """Run the suite once and return ``{failed, passed, msg, line, document, output, config_file, rc}``: ``failed``
     when the suite wrote no readable result, else the verdict in ``passed`` (a FAIL is a result, which the
     evidence pack keeps, and the role fails the pair on it afterwards).
 
@@ -103,7 +105,7 @@ def run(pair: str, folder: str, config: dict, *, hosts: dict | None, inventory: 
         if key_dir:
             shutil.rmtree(key_dir, ignore_errors=True)
     secrets = [api_key] if api_key else []
-    base = {"output": where["output"], "config_file": where["config"], "rc": proc.returncode}
+    base = {"output": where["output"], "config_file": where["config"], "rc": proc.returncode, "line": None}
     try:
         with open(where["output"], encoding="utf-8") as handle:
             document = json.load(handle)
@@ -116,6 +118,7 @@ def run(pair: str, folder: str, config: dict, *, hosts: dict | None, inventory: 
                 "msg": f"pair {pair}: the runtime gate's result {where['output']} cannot be read: {exc}"}
     document = document if isinstance(document, dict) else {"status": "FAIL", "errors": ["the result is not a mapping"]}
     line = summary_line(pair, document, where["output"])
+    base["line"] = line
     if passed(document):
         return {**base, "failed": False, "passed": True, "document": document, "msg": line}
     errors = [str(e) for e in (document.get("errors") or [])] or [f"status {document.get('status')}"]

@@ -107,3 +107,11 @@ def test_read_returns_the_matching_regular_files_sorted_and_nothing_else(tmp_pat
     (tmp_path / "file").write_text("x")
     with pytest.raises(RankFilesError, match="expected a folder"):
         read_files([{"path": str(tmp_path / "file")}])
+
+
+def test_a_file_without_text_content_is_refused_before_any_folder_is_made(tmp_path):
+    dirs, files = layout(tmp_path)
+    files[1]["content"] = None
+    with pytest.raises(RankFilesError, match="content must be text, got NoneType"):
+        run(dirs, files)
+    assert not (tmp_path / "etc").exists()

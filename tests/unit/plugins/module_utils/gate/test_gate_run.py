@@ -110,3 +110,15 @@ def test_the_key_file_is_removed_when_the_suite_cannot_start(tmp_path):
     else:
         raise AssertionError("the runner's error was swallowed")
     assert not Path(seen["key_file"]).parent.exists()
+
+
+def test_the_suite_reads_the_key_where_the_action_puts_it():
+    """The suite reads the key before it has found the collection, so it spells the variable and the folder
+    suffix itself: they must be the action's."""
+    import importlib.util
+
+    suite = Path(__file__).resolve().parents[5] / "roles" / "gate" / "files" / "runtime_gate" / "conftest.py"
+    spec = importlib.util.spec_from_file_location("runtime_gate_suite_conftest_keys", suite)
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    assert (conftest.API_KEY_FILE_ENV, conftest.KEY_FOLDER_SUFFIX) == (G.KEY_FILE_ENV, G.KEY_FOLDER_SUFFIX)
