@@ -72,16 +72,15 @@ demo: sim-up
 	  echo "  .venv/bin/ansible -i inventories/sim all -m ansible.builtin.ping"; \
 	  echo "  make sim-status | make sim-down"
 
-# Phases run in this order: lint, unit tests, the real-vLLM lane, simulator integration tests, molecule; each
+# Phases run in this order: the checks (lint, unit tests and the real-vLLM lane side by side: each uses about
+# one core, and nothing of the simulator), simulator integration tests, molecule; each
 # one's time goes to artifacts/reports/TESTS.md (tools/test_report: standard library only, so the system python
 # runs it before the virtualenv exists), with the 15 slowest simulator tests.
 TIMED := python3 -m tools.test_report
 test:
 	@$(TIMED) begin
 	@$(TIMED) run deps -- $(MAKE) --no-print-directory deps
-	@$(TIMED) run lint -- $(MAKE) --no-print-directory lint
-	@$(TIMED) run unit -- $(MAKE) --no-print-directory test-unit
-	@$(TIMED) run vllm-lane -- $(MAKE) --no-print-directory test-vllm
+	@MAKE="$(MAKE)" $(TIMED) together checks lint=lint unit=test-unit vllm-lane=test-vllm
 	@$(TIMED) run integration -- $(MAKE) --no-print-directory test-integration
 	@$(TIMED) run molecule -- $(MAKE) --no-print-directory test-molecule
 	@$(TIMED) end

@@ -44,3 +44,34 @@ def test_run_records_the_phase_and_passes_its_exit_code_on(tmp_path, monkeypatch
     assert report.main(["run", "bad", "--", sys.executable, "-c", "raise SystemExit(3)"]) == 3
     text = (tmp_path / "TESTS.md").read_text()
     assert "| ok |" in text and "| bad | " in text and "FAILED in bad" in text
+
+
+def test_together_runs_the_members_side_by_side_and_counts_the_group_once(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(report, "ROOT", tmp_path)
+    monkeypatch.setattr(report, "REPORTS", tmp_path / "reports")
+    monkeypatch.setattr(report, "RECORD", tmp_path / "reports" / "r.json")
+    monkeypatch.setattr(report, "OUT", tmp_path / "reports" / "TESTS.md")
+    monkeypatch.setattr(report, "JUNIT", tmp_path / "none.xml")
+    # a stand-in for make: each target sleeps 1 s and says its name; "bad" fails
+    (tmp_path / "mk").write_text("import sys, time\ntime.sleep(1)\nprint('target', sys.argv[-1])\n"
+                                 "raise SystemExit(5 if sys.argv[-1] == 'bad' else 0)\n")
+    monkeypatch.setenv("MAKE", f"{sys.executable} {tmp_path / 'mk'}")
+    assert report.main(["begin"]) == 0
+    assert report.main(["run", "deps", "--", sys.executable, "-c", "pass"]) == 0
+    assert report.main(["together", "checks", "a=one", "b=two", "c=three"]) == 0
+    record = __import__("json").loads((tmp_path / "reports" / "r.json").read_text())
+    group = next(p for p in record["phases"] if p["name"] == "checks")
+    members = [p for p in record["phases"] if p.get("within") == "checks"]
+    assert [m["name"] for m in members] == ["a", "b", "c"] and all(m["seconds"] >= 1 for m in members)
+    assert group["seconds"] < 2.5  # side by side: not the 3 s of the three in a row
+    out = capsys.readouterr().out
+    assert "target one" in out and "target three" in out and (tmp_path / "reports" / "b.log").read_text() == "target two\n"
+    assert report.main(["together", "more", "x=bad", "y=fine"]) == 5
+    text = (tmp_path / "reports" / "TESTS.md").read_text()
+    assert "FAILED in more" in text and "| checks: a ‖ b ‖ c, side by side |" in text
+    assert "(in checks)" in text
+    record = __import__("json").loads((tmp_path / "reports" / "r.json").read_text())
+    counted = sum(p["seconds"] for p in record["phases"] if not p.get("within"))
+    assert counted < 4.5 < sum(p["seconds"] for p in record["phases"])  # the members are not counted again
+    assert f"total **{report._clock(counted)}**" in text
+    assert report.main(["together", "checks", "oops"]) == 64
