@@ -72,15 +72,16 @@ demo: sim-up
 	  echo "  .venv/bin/ansible -i inventories/sim all -m ansible.builtin.ping"; \
 	  echo "  make sim-status | make sim-down"
 
-# Phases run in this order: the checks (lint, unit tests and the real-vLLM lane side by side: each uses about
-# one core, and nothing of the simulator), simulator integration tests, molecule; each
+# Phases run in this order: the checks (lint, the unit tests in two halves and the real-vLLM lane side by side:
+# each uses about one core, and nothing of the simulator), simulator integration tests, molecule; each
 # one's time goes to artifacts/reports/TESTS.md (tools/test_report: standard library only, so the system python
 # runs it before the virtualenv exists), with the 15 slowest simulator tests.
 TIMED := python3 -m tools.test_report
 test:
 	@$(TIMED) begin
 	@$(TIMED) run deps -- $(MAKE) --no-print-directory deps
-	@MAKE="$(MAKE)" $(TIMED) together checks lint=lint unit=test-unit vllm-lane=test-vllm
+	@MAKE="$(MAKE)" $(TIMED) together checks lint=lint "unit-plugins=test-unit UNIT=tests/unit/plugins" \
+	  "unit-others=test-unit UNIT='tests/unit --ignore=tests/unit/plugins'" vllm-lane=test-vllm
 	@$(TIMED) run integration -- $(MAKE) --no-print-directory test-integration
 	@$(TIMED) run molecule -- $(MAKE) --no-print-directory test-molecule
 	@$(TIMED) end
@@ -91,8 +92,9 @@ lint: deps
 	@VENV=$(VENV) bash tools/lint/ansible_lint.sh
 	@$(PY) tools/sanity/run_sanity.py
 
+UNIT ?= tests/unit
 test-unit: deps
-	@$(PY) -m pytest tests/unit
+	@$(PY) -m pytest $(UNIT)
 
 # The collection's clients against a real vLLM (CPU build, tiny model made here) and the stand-in compared with it
 # (docs/vllm-lane.md). vLLM gets its own virtualenv in /var/cache/gb10-dspark-vllm, installed on first use only.

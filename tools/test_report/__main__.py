@@ -3,7 +3,9 @@
     python -m tools.test_report begin                 # a new record (artifacts/reports/test-phases.json)
     python -m tools.test_report run NAME -- CMD ...   # run CMD, record NAME's seconds and exit code
     python -m tools.test_report together GROUP NAME=TARGET ...
-                                                      # run `make TARGET` for each NAME side by side (each one's
+                                                      # run `make TARGET` (TARGET may add make variables,
+                                                      # "test-unit UNIT=tests/unit/plugins") for each NAME
+                                                      # side by side (each one's
                                                       # output in artifacts/reports/NAME.log, shown when it ends);
                                                       # record each NAME and GROUP's wall time
     python -m tools.test_report end                   # write TESTS.md: phases, total, the 15 slowest simulator tests
@@ -127,7 +129,7 @@ def together(group: str, pairs: list[str]) -> int:
     for name, target in members:
         log = REPORTS / f"{name}.log"
         with open(log, "wb") as handle:
-            proc = subprocess.Popen([*make, "--no-print-directory", target], stdout=handle, stderr=subprocess.STDOUT,
+            proc = subprocess.Popen([*make, "--no-print-directory", *shlex.split(target)], stdout=handle, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL)
         running[proc] = (name, log, time.monotonic())
         print(f"[test] {name}: started (make {target}) beside the others of {group}", flush=True)

@@ -117,14 +117,14 @@ def test_one_http_client_the_architecture_page_says_so():
 # file and task name, with its reason.
 HTTP_TASK_MODULES = ("ansible.builtin.uri", "ansible.builtin.get_url", "uri", "get_url")
 HTTP_TASKS_ALLOWED = {
-    ("roles/image/tasks/main.yml", "Image | Size of the archive on the site mirror, as the head sees it"):
+    ("roles/image/tasks/load.yml", "Image | Size of the archive on the site mirror, as the head sees it"):
         "a HEAD of the site's image mirror (the operator's server, with its own credentials), not a head's API",
-    ("roles/image/tasks/main.yml", "Image | Fetch the archive from the site mirror, checked against the pin's sha256"):
+    ("roles/image/tasks/load.yml", "Image | Fetch the archive from the site mirror, checked against the pin's sha256"):
         "the image archive from the site's mirror, checked against the pin's sha256, not a head's API",
-    ("roles/image/tasks/main.yml", "Image | Fetch the archive from the head over the pair's link, checked against the "
+    ("roles/image/tasks/load.yml", "Image | Fetch the archive from the head over the pair's link, checked against the "
                                    "pin's sha256"):
         "the worker's download from the head's archive relay (_archive_relay, a file server), not the engine's API",
-    ("roles/image/tasks/main.yml", "Image | Stop the head's relay, the worker's fetch being done or failed (frees the "
+    ("roles/image/tasks/load.yml", "Image | Stop the head's relay, the worker's fetch being done or failed (frees the "
                                    "port now)"):
         "the archive relay's stop request (its POST), not the engine's API",
 }

@@ -95,7 +95,7 @@ def test_no_task_shows_or_passes_the_mirror_credentials():
 @pytest.mark.parametrize("task_name", ["Image | Size of the archive on the site mirror, as the head sees it",
                                        "Image | Fetch the archive from the site mirror, checked against the pin's sha256"])
 def test_the_mirror_credentials_go_apart_as_url_username_and_url_password(task_name):
-    task = next(t for t in tasks(yaml.safe_load((ROLE / "tasks" / "main.yml").read_text())) if t["name"] == task_name)
+    task = next(t for t in tasks(yaml.safe_load((ROLE / "tasks" / "load.yml").read_text())) if t["name"] == task_name)
     args = task[module_of(task)]
     url, user, password = render([(variables(), args[k]) for k in ("url", *CREDENTIAL_KEYS)])
     assert (url, user, password) == (CLEAN, USER, PASSWORD)

@@ -58,14 +58,14 @@ def test_together_runs_the_members_side_by_side_and_counts_the_group_once(tmp_pa
     monkeypatch.setenv("MAKE", f"{sys.executable} {tmp_path / 'mk'}")
     assert report.main(["begin"]) == 0
     assert report.main(["run", "deps", "--", sys.executable, "-c", "pass"]) == 0
-    assert report.main(["together", "checks", "a=one", "b=two", "c=three"]) == 0
+    assert report.main(["together", "checks", "a=one", "b=two", "c=x Y='three'"]) == 0
     record = __import__("json").loads((tmp_path / "reports" / "r.json").read_text())
     group = next(p for p in record["phases"] if p["name"] == "checks")
     members = [p for p in record["phases"] if p.get("within") == "checks"]
     assert [m["name"] for m in members] == ["a", "b", "c"] and all(m["seconds"] >= 1 for m in members)
     assert group["seconds"] < 2.5  # side by side: not the 3 s of the three in a row
     out = capsys.readouterr().out
-    assert "target one" in out and "target three" in out and (tmp_path / "reports" / "b.log").read_text() == "target two\n"
+    assert "target one" in out and "target Y=three" in out and (tmp_path / "reports" / "b.log").read_text() == "target two\n"
     assert report.main(["together", "more", "x=bad", "y=fine"]) == 5
     text = (tmp_path / "reports" / "TESTS.md").read_text()
     assert "FAILED in more" in text and "| checks: a ‖ b ‖ c, side by side |" in text
