@@ -68,8 +68,8 @@ def test_an_engine_that_dies_after_n_requests_fails_the_guard(pair_b, clean_tree
     assert any("HTTP status is 500" in e or "transport" in e for e in doc["errors"])
 
 
-def test_slow_tokens_stop_at_the_bound(pair_b, clean_tree, host_vars):
-    pair = pair_b
+def test_slow_tokens_stop_at_the_bound(pair_a, clean_tree, host_vars):
+    pair = pair_a  # pair 1's lane: the lanes' times kept about even (docs/TESTS.md)
     # the guard's contract prompts are slow, the runtime gate's canaries at the provision are not
     serve_with(pair, clean_tree, host_vars, {"DSPARK_SIM_FAULT": "slow_tokens", "DSPARK_SIM_TOKEN_DELAY_S": "0.2",
                                              "DSPARK_SIM_TOKEN_DELAY_MATCH": "write a plain description"})
