@@ -81,3 +81,15 @@ def test_the_filter_reads_the_audit_roles_public_facts_never_its_internals():
     assert verdicts(pairs, hostvars) == []
     pairs, hostvars = play(host("sim01", 0, {"pair": "sim01", "verdict": "OK"}))
     assert verdicts(pairs, hostvars) == [{"pair": "sim01", "verdict": "OK"}]
+
+
+@pytest.mark.parametrize("name", ["fleet_verdicts", "fleet_expected_pairs"])
+def test_each_filter_has_documentation_that_parses_and_names_it(name):
+    """ansible-doc reads plugins/filter/<name>.yml: it must be YAML whose DOCUMENTATION names the filter."""
+    from pathlib import Path
+
+    import yaml
+
+    doc = yaml.safe_load((Path(__file__).resolve().parents[4] / "plugins" / "filter" / f"{name}.yml").read_text())
+    assert doc["DOCUMENTATION"]["name"] == name and "_input" in doc["DOCUMENTATION"]["options"]
+    assert name in FilterModule().filters()
