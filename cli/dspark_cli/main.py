@@ -513,8 +513,40 @@ def runner_envvars(environ: Mapping[str, str], cwd: str, executable: str | None 
     return envvars
 
 
+PAIR_MODULE = "ansible_collections.gb10.dspark.plugins.module_utils.fleet._pair"
+
+
+@functools.lru_cache(maxsize=None)
+def collection_pairing():
+    """The collection's ``_pair`` module (plugins/module_utils/fleet/_pair.py), whose ``host_records`` and
+    ``pairs_of`` group hosts into pairs as the topology does, or None when it cannot be found or loaded.
+
+    It imports the rest of the collection, so it is imported through ansible-core's collection loader, set up
+    as ansible-playbook sets it up (the configured collections paths, then ``sys.path``), unless the
+    collection is importable already."""
+    try:
+        try:
+            module = importlib.import_module(PAIR_MODULE)
+        except ImportError:
+            from ansible.plugins.loader import init_plugin_loader  # pylint: disable=import-outside-toplevel
+            from ansible.utils.collection_loader import AnsibleCollectionConfig  # pylint: disable=import-outside-toplevel
+
+            if AnsibleCollectionConfig.collection_finder is None:
+                init_plugin_loader()
+            module = importlib.import_module(PAIR_MODULE)
+    except Exception:  # no collection, or an ansible.cfg ansible-core cannot read: hosts are shown by name
+        return None
+    return module if callable(getattr(module, "pairs_of", None)) and callable(getattr(module, "host_records", None)) else None
+
+
 def load_pair_map(inventory: str, env: Mapping[str, str], cwd: str, err: TextIO) -> dict[str, str]:
-    """Host -> pair from ``ansible-inventory --list``; on any trouble warn and show hosts by name."""
+    """Host -> pair from ``ansible-inventory --list``, grouped by the collection's own ``_pair`` (the topology's
+    grouping); on any trouble warn and show hosts by name."""
+    pairing = collection_pairing()
+    if pairing is None:
+        print("dspark: warning: the collection's pairing (gb10.dspark _pair.py) could not be loaded; "
+              "hosts are shown without their pair", file=err)
+        return {}
     tool = shutil.which("ansible-inventory", path=env.get("PATH"))
     if tool is None:
         print("dspark: warning: ansible-inventory not found; hosts are shown without their pair", file=err)
@@ -530,7 +562,7 @@ def load_pair_map(inventory: str, env: Mapping[str, str], cwd: str, err: TextIO)
               "hosts are shown without their pair", file=err)
         return {}
     try:
-        return pair_map(json.loads(proc.stdout))
+        return pair_map(json.loads(proc.stdout), pairing)
     except (ValueError, AttributeError):
         print("dspark: warning: ansible-inventory printed no JSON; hosts are shown without their pair", file=err)
         return {}

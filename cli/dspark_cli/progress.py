@@ -20,15 +20,14 @@ WAIT_LINE = re.compile(r"^\[(?P<host>[^\]\s]+)\] (?P<text>(\d\d:\d\d:\d\d waited
 SHOWN_ACTIONS = frozenset({"ansible.builtin.debug", "debug", "gb10.dspark.runtime_gate"})
 
 
-def pair_map(inventory: Mapping | None) -> dict[str, str]:
-    """Host -> pair name from an ``ansible-inventory --list`` document (its ``_meta.hostvars``)."""
+def pair_map(inventory: Mapping | None, pairing=None) -> dict[str, str]:
+    """Host -> pair name from an ``ansible-inventory --list`` document (its ``_meta.hostvars``), grouped by
+    ``pairing``, the collection's ``_pair`` module (``main.collection_pairing``): the one grouping of hosts into
+    pairs that the topology makes, never a second one here. Without it, no host has a pair."""
     hostvars = ((inventory or {}).get("_meta") or {}).get("hostvars") or {}
-    mapping = {}
-    for host, hvars in hostvars.items():
-        pair = (hvars or {}).get("dspark_pair") if isinstance(hvars, Mapping) else None
-        if pair not in (None, ""):
-            mapping[str(host)] = str(pair)
-    return mapping
+    if pairing is None or not isinstance(hostvars, Mapping):
+        return {}
+    return pairing.pairs_of(pairing.host_records([str(host) for host in hostvars], hostvars))
 
 
 def pair_of(host: str, mapping: Mapping[str, str]) -> str:

@@ -1,25 +1,15 @@
 # Copyright (c) gb10.dspark contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The pair's topology, worked out once from the play's hosts: runs on the control node only. It also
+"""The pair's topology, worked out once per play from the play's hosts (its one caller is the topology role,
+which the roles that need it get as a dependency): runs on the control node only. It also
 refuses an API key that could not be sent as a header (a trailing newline), naming the variable, never the value."""
 from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import failure
-from ansible_collections.gb10.dspark.plugins.module_utils.fleet._pair import topology
+from ansible_collections.gb10.dspark.plugins.module_utils.fleet._pair import host_records, play_pairs, topology
 from ansible_collections.gb10.dspark.plugins.module_utils.common._secrets import api_key_problem
-
-# what each play host contributes, read once per host
-_HOST_KEYS = {"pair": "dspark_pair", "rank": "dspark_rank", "fabric_ip": "dspark_fabric_ip"}
-
-
-def _rank(value):
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return value
-
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
@@ -31,14 +21,7 @@ class ActionModule(ActionBase):
         partial_ok = bool(self._task.args.get("partial_ok", False))
         me = task_vars.get("inventory_hostname")
         hostvars = task_vars.get("hostvars") or {}
-        records = []
-        for name in task_vars.get("ansible_play_hosts_all") or [me]:
-            hv = hostvars[name]
-            record = {"name": name}
-            for key, var in _HOST_KEYS.items():
-                record[key] = hv.get(var)
-            record["rank"] = _rank(record["rank"])
-            records.append(record)
+        records = host_records(task_vars.get("ansible_play_hosts_all") or [me], hostvars)
         groups = task_vars.get("groups") or {}
         facts, problems = topology(records, {g: list(groups.get(g) or []) for g in ("dspark_heads", "dspark_workers")},
                                    partial_ok=partial_ok)
@@ -59,6 +42,7 @@ class ActionModule(ActionBase):
             "dspark_pair_worker": mine["worker"],
             "dspark_pair_members": mine["members"],
             "dspark_pair_head_fabric_ip": mine["head_fabric_ip"],
+            "dspark_play_pairs": play_pairs(facts),
         }
         result["msg"] = (f"pair {mine['pair']}: head {mine['head'] or 'not in the play'}, "
                          f"worker {mine['worker'] or 'not in the play'}")

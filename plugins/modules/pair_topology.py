@@ -18,8 +18,10 @@ description:
   - Every problem is listed at once, each naming the host, the expected and the actual value, and
     the task fails before anything changes.
   - On success it sets this host's facts C(dspark_pair_head), C(dspark_pair_worker),
-    C(dspark_pair_members) and C(dspark_pair_head_fabric_ip) - the only place in the collection
-    where the topology of a pair is worked out.
+    C(dspark_pair_members), C(dspark_pair_head_fabric_ip) and the play's one mapping of pairs,
+    C(dspark_play_pairs) - the only place in the collection where the topology of a pair is worked out.
+  - Its one caller is the role C(gb10.dspark.topology), which the roles that need the topology get as a
+    dependency (run once per play); a role does not call this action itself.
 extends_documentation_fragment:
   - gb10.dspark._attributes
   - gb10.dspark._attributes.action
@@ -82,6 +84,12 @@ ansible_facts:
       description: The head's C(dspark_fabric_ip), the rendezvous address of both ranks.
       type: str
       sample: 10.77.1.1
+    dspark_play_pairs:
+      description:
+        - The pairs of the play, sorted by name, each with its head and worker (null when not in the play,
+          I(partial_ok)); the same on every host. The fleet audit's report reads it.
+      type: dict
+      sample: {sim01: {head: sim01-head, worker: sim01-worker}}
 mismatches:
   description: Every problem found, each with rank, item, expected, actual and message.
   returned: always

@@ -271,24 +271,29 @@ def _pair_logs(ranks: dict) -> dict:
     return out
 
 
-def fleet_verdicts(ranks: list[dict]) -> list[dict]:
-    """The verdict documents of the play's pairs, for the fleet report: one per head in ``ranks``, in
-    their order. Each entry of ``ranks`` is ``{"pair", "rank" (0 head, 1 worker), "verdict" (the head's
-    judged document, or None), "failure" (why the rank could not be judged, or None)}``. A pair with a
-    rank that could not be judged is FAILED with every such rank's reason (the head's first), whatever
-    its head judged; a head with neither a verdict nor a failure gives nothing (the report names the
+def fleet_verdicts(pairs: dict, ranks: dict) -> list[dict]:
+    """The verdict documents of the play's pairs, for the fleet report: one per pair of ``pairs`` whose head is
+    in the play. ``pairs`` is the play's one mapping of pairs, ``{pair: {"head", "worker"}}`` (the topology's
+    ``dspark_play_pairs``, worked out by ``_pair.play_pairs``; an absent rank is None); ``ranks`` maps a host to
+    ``{"verdict" (the head's judged document, or None), "failure" (why the rank could not be judged, or None)}``.
+    A pair with a rank that could not be judged is FAILED with every such rank's reason (the head's first),
+    whatever its head judged; a head with neither a verdict nor a failure gives nothing (the report names the
     pair as missing)."""
-    failures: dict[str, list[tuple[int, str]]] = {}
-    for entry in ranks:
-        if entry.get("failure"):
-            failures.setdefault(str(entry.get("pair")), []).append((int(entry.get("rank") or 0), str(entry["failure"])))
     out = []
-    for entry in ranks:
-        if entry.get("rank") != 0:
+    for pair, members in pairs.items():
+        head, worker = members.get("head"), members.get("worker")
+        if not head:
             continue
-        pair = str(entry.get("pair"))
-        if pair in failures:
-            out.append({"pair": pair, "verdict": "FAILED", "reasons": [why for _rank, why in sorted(failures[pair])]})
-        elif entry.get("verdict") is not None:
-            out.append(entry["verdict"])
+        reasons = [str(why) for host in (head, worker) if host and (why := (ranks.get(host) or {}).get("failure"))]
+        verdict = (ranks.get(head) or {}).get("verdict")
+        if reasons:
+            out.append({"pair": str(pair), "verdict": "FAILED", "reasons": reasons})
+        elif verdict is not None:
+            out.append(verdict)
     return out
+
+
+def expected_pairs(pairs: dict) -> list[str]:
+    """The pairs of ``pairs`` (as :func:`fleet_verdicts` takes them) whose head is in the play: the ones the fleet
+    report must name, missing if no verdict came back."""
+    return [str(pair) for pair, members in pairs.items() if members.get("head")]

@@ -31,6 +31,20 @@ ROLE = {0: "head", 1: "worker"}
 def check_pairs(hosts: list[dict], expected_image_id: str | None = None,
                 check_images: bool = True) -> tuple[dict, list[Mismatch]]:
     """Return (pairs summary, mismatches). Every problem is listed, not just the first."""
+    by_pair, problems = _group(hosts)
+    summary = {}
+    for pair, members in sorted(by_pair.items()):
+        members = _unique(members)
+        summary[pair] = {ROLE.get(m.get("rank"), str(m.get("rank"))): m["name"] for m in members}
+        problems += _pairing(pair, members)
+        if check_images:
+            problems += _images(pair, members, expected_image_id)
+    return summary, problems
+
+
+def _group(hosts: list[dict]) -> tuple[dict[str, list[dict]], list[Mismatch]]:
+    """The one grouping of hosts into pairs: ``({pair: [record, ...]}, mismatches)``; a host without a
+    usable pair name, or named in two pairs, is listed as a mismatch and grouped nowhere."""
     problems: list[Mismatch] = []
     by_pair: dict[str, list[dict]] = defaultdict(list)
     seen: dict[str, str] = {}
@@ -49,15 +63,7 @@ def check_pairs(hosts: list[dict], expected_image_id: str | None = None,
             continue
         seen[name] = pair
         by_pair[str(pair)].append(host)
-
-    summary = {}
-    for pair, members in sorted(by_pair.items()):
-        members = _unique(members)
-        summary[pair] = {ROLE.get(m.get("rank"), str(m.get("rank"))): m["name"] for m in members}
-        problems += _pairing(pair, members)
-        if check_images:
-            problems += _images(pair, members, expected_image_id)
-    return summary, problems
+    return by_pair, problems
 
 
 def _unique(members: list[dict]) -> list[dict]:
@@ -105,6 +111,47 @@ def _images(pair: str, members: list[dict], expected: str | None) -> list[Mismat
         out.append(Mismatch(f"pair {pair}", "image store", "the same on both ranks", detail,
                             reason="image IDs from different stores are not comparable", expected_word="expected"))
     return out
+
+
+# What each host contributes to the pairing: the record's key and the host variable it is read from.
+HOST_VARIABLES = {"pair": "dspark_pair", "rank": "dspark_rank", "fabric_ip": "dspark_fabric_ip"}
+
+
+def _rank(value):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return value
+
+
+def host_records(names, hostvars) -> list[dict]:
+    """One record per host (``{"name", "pair", "rank", "fabric_ip"}``), read from each host's variables:
+    ``hostvars`` as a play gives it to an action, or ``_meta.hostvars`` of ``ansible-inventory --list``. A
+    host without variables contributes an empty record."""
+    records = []
+    for name in names:
+        hv = hostvars.get(name) if hasattr(hostvars, "get") else None
+        hv = hv if hasattr(hv, "get") else {}
+        record = {"name": name}
+        for key, var in HOST_VARIABLES.items():
+            record[key] = hv.get(var)
+        record["rank"] = _rank(record["rank"])
+        records.append(record)
+    return records
+
+
+def pairs_of(hosts: list[dict]) -> dict[str, str]:
+    """Host -> pair for every host that names a usable pair (the grouping :func:`topology` makes; a host
+    it would refuse is left out): what a report shows beside a host name, where nothing is refused."""
+    by_pair, _problems = _group(hosts)
+    return {str(member["name"]): pair for pair, members in by_pair.items() for member in members}
+
+
+def play_pairs(facts: dict) -> dict[str, dict]:
+    """``{pair: {"head": name or None, "worker": name or None}}`` from :func:`topology`'s facts, sorted by
+    pair: the one mapping of the play's pairs that every host gets (``dspark_play_pairs``)."""
+    return {f["pair"]: {"head": f["head"], "worker": f["worker"]}
+            for f in sorted(facts.values(), key=lambda f: f["pair"])}
 
 
 # The inventory groups the head-only and worker-only plays run on (guard, NIAH, systems, the

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "cli"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "collections"))
 
 from dspark_cli import main as cli  # noqa: E402
+from ansible_collections.gb10.dspark.plugins.module_utils.fleet import _pair  # noqa: E402
 from dspark_cli.progress import (  # noqa: E402
     Progress, decide_exit, failing_pairs, failing_pairs_line, host_counts, pair_map, pair_of)
 
@@ -91,11 +93,41 @@ def test_pair_map_from_inventory_list():
     doc = {"_meta": {"hostvars": {"a": {"dspark_pair": "p1", "x": 1}, "b": {"dspark_pair": "p1"},
                                   "c": {"other": 1}, "localhost": {}}},
            "all": {"children": ["ungrouped"]}}
-    mapping = pair_map(doc)
+    mapping = pair_map(doc, _pair)
     assert mapping == {"a": "p1", "b": "p1"}
     assert pair_of("c", mapping) == "c" and pair_of("localhost", mapping) == "control"
     assert pair_of("localhost", {"localhost": "p9"}) == "p9"
-    assert pair_map(None) == {} and pair_map({}) == {}
+    assert pair_map(None, _pair) == {} and pair_map({}, _pair) == {}
+
+
+def test_pair_map_groups_through_the_collections_pairing_only():
+    """The CLI keeps no grouping of its own: without the collection's _pair no host has a pair, and a host the
+    topology would refuse (a pair name that could leave a folder) is shown by its name, as the topology groups it."""
+    doc = {"_meta": {"hostvars": {"a": {"dspark_pair": "p1"}, "b": {"dspark_pair": "../p1"}}}}
+    assert pair_map(doc) == {}
+    assert pair_map(doc, _pair) == {"a": "p1"}
+    assert pair_map(doc, _pair) == _pair.pairs_of(_pair.host_records(["a", "b"], doc["_meta"]["hostvars"]))
+
+
+def test_the_cli_loads_the_collections_pairing_where_ansible_playbook_finds_the_collection(tmp_path):
+    """dspark is installed beside the collection: it imports _pair.py through ansible-core's collection loader from
+    the configured collections path, the file ansible-playbook's topology action runs."""
+    import os
+    import subprocess
+    repo = Path(__file__).resolve().parents[3]
+    code = ("from dspark_cli import main; m = main.collection_pairing(); "
+            "print(m.__file__ if m else None); print(main.pair_map({'_meta': {'hostvars': {'h': {'dspark_pair': 'p'}}}}, m))")
+    env = {**os.environ, "PYTHONPATH": str(repo / "cli"), "ANSIBLE_COLLECTIONS_PATH": str(repo / "collections")}
+    env.pop("ANSIBLE_CONFIG", None)
+    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    path, mapping = res.stdout.splitlines()
+    assert Path(path).resolve() == (repo / "plugins" / "module_utils" / "fleet" / "_pair.py").resolve()
+    assert mapping == "{'h': 'p'}"
+    env["ANSIBLE_COLLECTIONS_PATH"] = str(tmp_path)
+    env["ANSIBLE_COLLECTIONS_SCAN_SYS_PATH"] = "false"
+    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and res.stdout.splitlines() == ["None", "{}"], res.stdout + res.stderr
 
 
 def stats(**kw):

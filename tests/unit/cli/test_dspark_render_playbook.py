@@ -235,3 +235,36 @@ def test_playbook_prints_the_document_without_an_output_file(tmp_path, trapped_i
     assert "fleet03-head" in proc.stdout and "fleet03-worker" in proc.stdout
     assert "--gpu-memory-utilization" in proc.stdout and "VLLM_RPC_TIMEOUT" in proc.stdout
     assert MARKER not in proc.stdout + proc.stderr
+
+
+def test_a_play_works_the_topology_out_once_however_often_its_roles_are_entered(tmp_path, trapped_inventory):
+    """Topology once per play: the profile role entered four ways (import_role twice, include_role, and its
+    publish entry point), then the engine's render, run gb10.dspark.pair_topology once per host and record no
+    other result of it, not even a skip (Ansible runs the topology role, their dependency, once per play)."""
+    import ansible_runner
+
+    inv, trace = trapped_inventory
+    book = tmp_path / "book.yml"
+    book.write_text(yaml.safe_dump([{
+        "name": "Enter the roles that need the topology, several times", "hosts": "dspark_pairs", "gather_facts": False,
+        "tasks": [
+            {"name": "Resolve", "ansible.builtin.import_role": {"name": "gb10.dspark.profile", "tasks_from": "resolve"}},
+            {"name": "Resolve again", "ansible.builtin.include_role": {"name": "gb10.dspark.profile", "tasks_from": "resolve"}},
+            {"name": "Publish", "ansible.builtin.import_role": {"name": "gb10.dspark.profile", "tasks_from": "publish"}},
+            {"name": "Render", "ansible.builtin.import_role": {"name": "gb10.dspark.engine", "tasks_from": "render"}},
+        ]}]))
+    env = _env()
+    (tmp_path / "runner").mkdir()
+    run = ansible_runner.run(private_data_dir=str(tmp_path / "runner"), playbook=str(book), inventory=str(inv),
+                             envvars={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "PYTHONPATH": env["PYTHONPATH"],
+                                      "PATH": os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])},
+                             quiet=True, suppress_env_files=True)
+    assert run.rc == 0, run.stdout.read()[-3000:]
+    assert not trace.exists()
+    results = [(e["event"], e["event_data"]["host"]) for e in run.events
+               if e.get("event", "").startswith("runner_on_") and e["event"] != "runner_on_start"
+               and e.get("event_data", {}).get("task_action")
+               in ("gb10.dspark.pair_topology", "pair_topology")]
+    hosts = sorted(h for _event, h in results)
+    assert len(hosts) == 6 and hosts == sorted(set(hosts)), results  # three pairs, once per host
+    assert {event for event, _host in results} == {"runner_on_ok"}, results

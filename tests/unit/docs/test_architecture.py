@@ -725,3 +725,97 @@ def test_one_docker_client_community_docker_for_container_lifecycle_only():
 def test_one_docker_client_the_architecture_page_says_so():
     text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
     assert f"`{DOCKER_CLIENT}`" in text and "one Docker client" in text and "docker SDK" in text
+
+
+# ---- topology once: roles/topology/tasks/main.yml over _pair.py ----------------------------------------
+TOPOLOGY_TASK_FILE = "roles/topology/tasks/main.yml"
+TOPOLOGY_ACTIONS = ("gb10.dspark.pair_topology", "pair_topology")
+TOPOLOGY_MODULE = "plugins/module_utils/fleet/_pair.py"
+# The facts the one computation sets; a role whose tasks or vars read one of them gets the topology role.
+TOPOLOGY_FACTS = re.compile(r"\bdspark_(?:pair_head|pair_worker|pair_members|pair_head_fabric_ip|play_pairs)\b")
+# The host variables a pairing is made of: only _pair.py reads them by name (it builds the records from
+# hostvars for the action and for the CLI alike); any other module naming them would group hosts again.
+PAIRING_VARIABLES = {"dspark_pair", "dspark_rank"}
+# Jinja that groups or selects hosts by their pair or rank (map/selectattr/rejectattr/groupby/sort on the
+# variables a pairing is made of): the topology worked out again in a template.
+JINJA_PAIRING = re.compile(r"(?:map|selectattr|rejectattr|groupby|sort|unique)\(\s*(?:attribute\s*=\s*)?['\"]"
+                           r"(?:dspark_pair|dspark_rank)['\"]")
+
+
+def topology_calls(tasks) -> list[str]:
+    """``file: task name`` of every task among ``tasks`` ((file, task) pairs) that calls pair_topology."""
+    return [f"{rel}: {task.get('name')}" for rel, task in tasks if any(key in task for key in TOPOLOGY_ACTIONS)]
+
+
+def jinja_pairings(paths) -> list[str]:
+    return [f"{_rel(path)} line {n}" for path in paths for n, line in _yaml_code_lines(path) if JINJA_PAIRING.search(line)]
+
+
+def python_pairings(paths) -> list[str]:
+    return [f"{_rel(path)} line {n}: {text!r}" for path in paths if _rel(path) != TOPOLOGY_MODULE
+            for n, text in _python_code_strings(path) if text in PAIRING_VARIABLES]
+
+
+def _product_python() -> list[Path]:
+    return sorted(p for top in PRODUCT_DIRS for p in (REPO / top).rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def test_topology_once_one_task_file_calls_pair_topology():
+    """docs/architecture.md: the topology is worked out by one task, in the topology role, which every role that
+    needs it gets as a dependency (Ansible runs a dependency once per play)."""
+    calls = topology_calls(_product_tasks())
+    assert len(calls) == 1 and calls[0].startswith(TOPOLOGY_TASK_FILE + ":"), calls
+
+
+def test_topology_once_every_role_reading_it_gets_the_topology_role():
+    """A role whose tasks or vars read the topology's facts declares gb10.dspark.topology in meta/main.yml, or
+    (an entry point that runs where others do not need the topology) imports it itself: each entry point works
+    on its own."""
+    missing = []
+    for role in sorted(p for p in (REPO / "roles").iterdir() if p.is_dir() and p.name != "topology"):
+        yml = [p for p in role.rglob("*.yml") if "meta" not in p.relative_to(role).parts]
+        if not any(TOPOLOGY_FACTS.search(line) for p in yml for _n, line in _yaml_code_lines(p)):
+            continue
+        meta = yaml.safe_load((role / "meta" / "main.yml").read_text(encoding="utf-8")) if (role / "meta" / "main.yml").is_file() else {}
+        deps = [d.get("role") if isinstance(d, dict) else d for d in (meta or {}).get("dependencies") or []]
+        imports = [task for p in yml for task in _tasks(yaml.safe_load(p.read_text(encoding="utf-8")))
+                   for key in ("ansible.builtin.import_role", "ansible.builtin.include_role")
+                   if isinstance(task.get(key), dict) and task[key].get("name") == "gb10.dspark.topology"]
+        if "gb10.dspark.topology" not in deps and not imports:
+            missing.append(role.name)
+    assert missing == [], f"these roles read the topology's facts but never get the topology role: {missing}"
+
+
+def test_topology_once_no_jinja_groups_hosts_into_pairs():
+    """No template in roles/ or playbooks/ groups or selects hosts by dspark_pair or dspark_rank."""
+    found = jinja_pairings(_role_and_playbook_yaml())
+    assert found == [], f"read the topology's facts (dspark_play_pairs, dspark_pair_members, ...) instead: {found}"
+
+
+def test_topology_once_no_python_groups_hosts_into_pairs():
+    """No module of plugins/, cli/ or the roles' files but _pair.py reads a host's dspark_pair or dspark_rank: the
+    action, the audit's verdicts and the CLI's pair map all go through _pair.py's functions."""
+    files = _product_python()
+    assert REPO / TOPOLOGY_MODULE in files
+    found = python_pairings(files)
+    assert found == [], f"group hosts into pairs through {TOPOLOGY_MODULE} only: {found}"
+
+
+def test_topology_once_checks_catch_what_they_are_for():
+    task = {"name": "T", "gb10.dspark.pair_topology": None}
+    assert topology_calls([("roles/a/tasks/main.yml", task), ("roles/b/tasks/main.yml", {"name": "U", "debug": 1}),
+                           ("roles/c/tasks/x.yml", {"name": "V", "pair_topology": {"partial_ok": True}})]) == [
+        "roles/a/tasks/main.yml: T", "roles/c/tasks/x.yml: V"]
+    yml = _write(REPO / "roles" / "x" / "tasks" / "main.yml",
+                 "- x: \"{{ hosts | selectattr('dspark_rank', 'equalto', 0) | map(attribute='dspark_pair') }}\"\n"
+                 "- y: \"{{ hosts | groupby( 'dspark_pair') }}\"\n"
+                 "# map(attribute='dspark_pair') in a comment\n"
+                 "- z: \"{{ dspark_pair_members | map('extract', hostvars) }}\"\n")
+    assert jinja_pairings([yml]) == ["roles/x/tasks/main.yml line 1", "roles/x/tasks/main.yml line 2"]
+    py = _write(REPO / "cli" / "x.py", '"""Reads dspark_pair."""\nPAIR = "dspark_pair"\nh.get("dspark_rank")\nh.get("pair")\n')
+    assert python_pairings([py]) == ["cli/x.py line 2: 'dspark_pair'", "cli/x.py line 3: 'dspark_rank'"]
+
+
+def test_topology_once_the_architecture_page_says_so():
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    assert f"`{TOPOLOGY_TASK_FILE}`" in text and "`dspark_play_pairs`" in text and "`_pair.py`" in text

@@ -32,7 +32,20 @@ def test_each_rank_gets_its_pair(me):
     assert res["changed"] is False
     assert res["ansible_facts"] == {"dspark_pair_head": "b-head", "dspark_pair_worker": "b-worker",
                                     "dspark_pair_members": ["b-head", "b-worker"],
-                                    "dspark_pair_head_fabric_ip": "10.77.2.1"}
+                                    "dspark_pair_head_fabric_ip": "10.77.2.1",
+                                    "dspark_play_pairs": PLAY_PAIRS}
+
+
+PLAY_PAIRS = {"a": {"head": "a-head", "worker": "a-worker"}, "b": {"head": "b-head", "worker": "b-worker"}}
+
+
+def test_every_host_gets_the_same_one_mapping_of_the_plays_pairs():
+    """dspark_play_pairs: the pairs of the play, as the audit's report reads them; a pair with one rank outside a
+    limited play (partial_ok) names that rank null."""
+    assert {me: run(me)["ansible_facts"]["dspark_play_pairs"] for me in HOSTS} == {me: PLAY_PAIRS for me in HOSTS}
+    res = run("b-head", play=["a-head", "b-head", "b-worker"], partial_ok=True)
+    assert res["ansible_facts"]["dspark_play_pairs"] == {"a": {"head": "a-head", "worker": None},
+                                                          "b": {"head": "b-head", "worker": "b-worker"}}
 
 
 def test_head_missing_from_its_group_is_refused_naming_host_expected_actual():

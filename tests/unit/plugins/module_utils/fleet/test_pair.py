@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gb10.dspark.plugins.module_utils.fleet._pair import check_pairs
+from ansible_collections.gb10.dspark.plugins.module_utils.fleet._pair import (
+    check_pairs, host_records, pairs_of, play_pairs, topology)
 
 A = "sha256:" + "a" * 64
 B = "sha256:" + "b" * 64
@@ -77,3 +78,32 @@ def test_the_names_the_collection_uses_are_accepted():
     for good in ("sim01", "lab01", "fleet-03", "pair_a.b"):
         hosts = [{"name": "h", "pair": good, "rank": 0}, {"name": "w", "pair": good, "rank": 1}]
         assert check_pairs(hosts, check_images=False)[1] == []
+
+
+HOSTVARS = {"p-head": {"dspark_pair": "p", "dspark_rank": "0", "dspark_fabric_ip": "10.0.0.1", "other": 1},
+            "p-worker": {"dspark_pair": "p", "dspark_rank": 1},
+            "loose": {"x": 1}, "bad": {"dspark_pair": "../up", "dspark_rank": 0}, "novars": None}
+
+
+def test_host_records_read_each_hosts_variables_once_for_the_action_and_the_cli():
+    assert host_records(["p-head", "loose", "novars", "absent"], HOSTVARS) == [
+        {"name": "p-head", "pair": "p", "rank": 0, "fabric_ip": "10.0.0.1"},
+        {"name": "loose", "pair": None, "rank": None, "fabric_ip": None},
+        {"name": "novars", "pair": None, "rank": None, "fabric_ip": None},
+        {"name": "absent", "pair": None, "rank": None, "fabric_ip": None}]
+
+
+def test_pairs_of_maps_each_host_the_topology_would_group_and_leaves_out_a_refused_name():
+    records = host_records(list(HOSTVARS), HOSTVARS)
+    assert pairs_of(records) == {"p-head": "p", "p-worker": "p"}
+    assert pairs_of([]) == {}
+
+
+def test_play_pairs_is_the_one_mapping_of_pairs_to_head_and_worker():
+    groups = {"dspark_heads": ["p-head", "q-head"], "dspark_workers": ["p-worker"]}
+    records = host_records(["q-head", "p-head", "p-worker"],
+                           {**HOSTVARS, "q-head": {"dspark_pair": "q", "dspark_rank": 0, "dspark_fabric_ip": "10.0.1.1"}})
+    facts, problems = topology(records, groups, partial_ok=True)
+    assert problems == []
+    assert play_pairs(facts) == {"p": {"head": "p-head", "worker": "p-worker"}, "q": {"head": "q-head", "worker": None}}
+    assert list(play_pairs(facts)) == ["p", "q"]
