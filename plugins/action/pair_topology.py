@@ -11,6 +11,7 @@ from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity imp
 from ansible_collections.gb10.dspark.plugins.module_utils.fleet._pair import host_records, play_pairs, topology
 from ansible_collections.gb10.dspark.plugins.module_utils.common._secrets import api_key_problem
 
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("partial_ok",))
