@@ -72,8 +72,9 @@ demo: sim-up
 	  echo "  .venv/bin/ansible -i inventories/sim all -m ansible.builtin.ping"; \
 	  echo "  make sim-status | make sim-down"
 
-# Phases run in this order: the checks (lint, the unit tests in two halves and the real-vLLM lane side by side:
-# each uses about one core, and nothing of the simulator), simulator integration tests, molecule; each
+# Phases run in this order: the checks (lint and the unit tests in two halves, side by side: each uses about one
+# core, and nothing of the simulator), the real-vLLM lane (alone: it times a real server's requests in flight),
+# simulator integration tests, molecule; each
 # one's time goes to artifacts/reports/TESTS.md (tools/test_report: standard library only, so the system python
 # runs it before the virtualenv exists), with the 15 slowest simulator tests.
 TIMED := python3 -m tools.test_report
@@ -81,7 +82,8 @@ test:
 	@$(TIMED) begin
 	@$(TIMED) run deps -- $(MAKE) --no-print-directory deps
 	@MAKE="$(MAKE)" $(TIMED) together checks lint=lint "unit-plugins=test-unit UNIT=tests/unit/plugins" \
-	  "unit-others=test-unit UNIT='tests/unit --ignore=tests/unit/plugins'" vllm-lane=test-vllm
+	  "unit-others=test-unit UNIT='tests/unit --ignore=tests/unit/plugins'"
+	@$(TIMED) run vllm-lane -- $(MAKE) --no-print-directory test-vllm
 	@$(TIMED) run integration -- $(MAKE) --no-print-directory test-integration
 	@$(TIMED) run molecule -- $(MAKE) --no-print-directory test-molecule
 	@$(TIMED) end
