@@ -34,16 +34,16 @@ class ActionModule(ActionBase):
                               "engine, which check mode did not start)")
             return result
         # The key comes from the task's variables, never from an option, so that this task's verdict can be
-        # shown (an option holding it would need no_log); it reaches the suite through a 0600 file only.
+        # shown (an option holding it would need no_log); it reaches the suite in memory only.
         api_key = None
         if _site.has_api_key(task_vars, self._templar.template):
             api_key = str(self._templar.template(task_vars["dspark_api_key"]))
-        env = dict(os.environ)
-        env["ANSIBLE_CONFIG"] = args["ansible_config"]
-        env["ANSIBLE_COLLECTIONS_PATH"] = args["collections_path"]
+        # The suite runs in this worker process (forked for this task alone); its Ansible calls to the ranks
+        # inherit these two from here.
+        os.environ["ANSIBLE_CONFIG"] = args["ansible_config"]
+        os.environ["ANSIBLE_COLLECTIONS_PATH"] = args["collections_path"]
         ran = _gate_run.run(args["pair"], args["folder"], args["config"], hosts=args["hosts"],
-                            inventory=args["inventory"], python=args["python"], suite=args["suite"], env=env,
-                            api_key=api_key)
+                            inventory=args["inventory"], suite=args["suite"], api_key=api_key)
         files = [{"name": _gate_run.OUTPUT_FILE, "src": ran["output"], "kind": "gate"},
                  {"name": _gate_run.CONFIG_FILE, "src": ran["config_file"], "kind": "other"}]
         recorded = record_result(self._templar.template(task_vars.get(RUN_FILES_FACT, [])), files)

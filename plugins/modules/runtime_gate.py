@@ -9,22 +9,23 @@ module: runtime_gate
 short_description: Run the schema-3 runtime gate suite for one pair and return its verdict
 version_added: 0.1.0
 description:
-  - An action plugin; it runs on the control node. The pytest-testinfra suite it starts
-    (C(roles/gate/files/runtime_gate)) reads each rank of the pair once over the given connection
-    settings and the head's API; every decision about the pair is the suite's.
-  - Writes the gate config (C(runtime-gate-config.json)) and the suite's inventory
-    (C(runtime-gate-inventory.yml), connection settings only) into O(folder), removes the previous
-    C(runtime-gate.json) so that a stale PASS is never read, runs the suite, and returns the
-    document it wrote as this task's result.
+  - An action plugin; it runs on the control node. It runs the pytest-testinfra suite
+    (C(roles/gate/files/runtime_gate)) in its own process, handing it the gate config, each rank's
+    connection settings and the API key in memory; the suite reads each rank of the pair once
+    (one M(gb10.dspark.rank_audit) call per rank over those settings) and the head's API, and every
+    decision about the pair is the suite's.
+  - Writes the gate config (C(runtime-gate-config.json), the evidence of what was asked; no
+    connection settings, no key) into O(folder), removes the previous C(runtime-gate.json), runs the
+    suite, and returns the document the suite handed back as this task's result (the suite also
+    writes it to C(runtime-gate.json) for the evidence pack).
   - A FAIL verdict is a result (RV(passed) false), not a failed task, so that the document is
     recorded for M(gb10.dspark.evidence_pack) (Ansible drops a failed task's facts); fail the pair
-    on RV(passed) in the next task. The task fails when the suite wrote no readable result, with
+    on RV(passed) in the next task. The task fails when the suite gave no verdict, with
     the suite's last output lines.
   - The API key is read from C(dspark_api_key) in the task's variables when
     C(lookup('gb10.dspark.has_api_key')) is true, never taken as an option; it reaches the suite
-    only through a 0600 file in a private temporary folder, removed on every exit path (the suite
-    deletes it as soon as it has read it), whose path is in C(DSPARK_GATE_API_KEY_FILE). Results
-    and messages are redacted of it.
+    in memory only (no file, no argv, no environment variable). Results and messages are redacted
+    of it.
 extends_documentation_fragment:
   - gb10.dspark._attributes
   - gb10.dspark._attributes.action
@@ -45,19 +46,16 @@ options:
   hosts:
     description:
       - Each rank's connection settings (host name to C(ansible_host), C(ansible_user), ... ; never a
-        password), written as the suite's inventory. Ignored when O(inventory) is given.
+        password), which the suite gives its one call per rank as extra variables, the rank being that
+        call's one-host inventory. Ignored when O(inventory) is given.
     type: dict
     default: {}
   inventory:
-    description: An inventory the suite uses instead of one written from O(hosts).
+    description: An inventory of the operator's that the suite's rank calls use instead of O(hosts).
     type: str
     default: ""
   suite:
     description: The suite's folder.
-    type: path
-    required: true
-  python:
-    description: The Python that runs the suite (C(ansible_playbook_python)).
     type: path
     required: true
   ansible_config:
@@ -100,7 +98,6 @@ EXAMPLES = r"""
       sim01-head: {ansible_host: 10.231.0.11, ansible_user: dspark-ops}
       sim01-worker: {ansible_host: 10.231.0.12, ansible_user: dspark-ops}
     suite: "{{ role_path }}/files/runtime_gate"
-    python: "{{ ansible_playbook_python }}"
   delegate_to: localhost
   register: gate
 
@@ -117,16 +114,16 @@ changed:
   type: bool
 passed:
   description: The suite's document says schema 3, PASS, and no errors.
-  returned: when the suite wrote a result
+  returned: when the suite gave a verdict
   type: bool
 status:
   description: The document's status (C(PASS) or C(FAIL)).
-  returned: when the suite wrote a result
+  returned: when the suite gave a verdict
   type: str
   sample: PASS
 errors:
   description: The document's errors, one line each.
-  returned: when the suite wrote a result
+  returned: when the suite gave a verdict
   type: list
   elements: str
 output:
@@ -146,7 +143,7 @@ msg:
   type: str
 ansible_facts:
   description: This host's evidence list with C(runtime-gate.json) and C(runtime-gate-config.json) added.
-  returned: when the suite wrote a result
+  returned: when the suite gave a verdict
   type: complex
   contains:
     dspark_evidence_run_files:

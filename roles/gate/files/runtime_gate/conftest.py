@@ -2,21 +2,26 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """pytest-testinfra plumbing of the schema-3 runtime gate (docs/wrapper-reference.md §5).
 
-Run on the control node by the gate role, once per pair:
+The gate role's action (``gb10.dspark.runtime_gate``, ``plugins/module_utils/gate/_gate_run.py``) runs this suite
+in its own process, once per pair, handing it what the play knows as a plugin object (found by its
+``dspark_gate_input`` attribute): the gate config, each rank's connection settings and the API key, all in
+memory. The suite leaves its schema-3 document on that object, which is the task's verdict. An operator can also
+run it by hand against an inventory of their own:
 
     python -m pytest <this dir> -q -p no:cacheprovider --gate-config <pair>/runtime-gate-config.json
 
-This file only moves bytes: it reads each rank once, through testinfra's ansible backend (the
-inventory's own ssh settings) and the fleet audit's own collector (``gb10.dspark.rank_audit`` with
-its ``runtime`` section), the head's API through the collection's one HTTP client
-(``_http.fetch_client``: no proxy, no redirect followed), and hands both to ``_runtime_gate.Gate``,
-where every decision is made. The API key is read from the file that the
-environment variable ``DSPARK_GATE_API_KEY_FILE`` names (mode 0600, in a private folder the role
-removes afterwards), never from argv or the environment itself, whose values Ansible writes onto
-the suite's ``/bin/sh -c`` command line; it is sent only as ``Authorization: Bearer``.
+(the config names the inventory; the API key, if any, is read from the file that ``DSPARK_GATE_API_KEY_FILE``
+names, never from argv or the environment itself).
 
-At the end of the session the schema-3 document is written atomically to the config's
-``output`` and one line is printed: ``RUNTIME_GATE status=PASS|FAIL errors=N output=<path>``.
+This file only moves bytes: it reads each rank once, through testinfra's ansible backend and the fleet audit's
+own collector (``gb10.dspark.rank_audit`` with its ``runtime`` section) - over the play's connection settings,
+given to that one call as extra variables with the rank as its one-host inventory, or through the operator's
+inventory - the head's API through the collection's one HTTP client (``_http.fetch_client``: no proxy, no
+redirect followed), and hands both to ``_runtime_gate.Gate``, where every decision is made. The key is sent
+only as ``Authorization: Bearer``.
+
+At the end of the session the schema-3 document is written atomically to the config's ``output`` (the evidence
+file) and one line is printed: ``RUNTIME_GATE status=PASS|FAIL errors=N output=<path>``.
 """
 from __future__ import annotations
 
@@ -29,7 +34,8 @@ from pathlib import Path
 
 import pytest
 
-API_KEY_FILE_ENV = "DSPARK_GATE_API_KEY_FILE"
+API_KEY_FILE_ENV = "DSPARK_GATE_API_KEY_FILE"  # a run by hand only; the action hands the key in memory
+INPUT_PLUGIN = "dspark_gate_input"  # the attribute of the action's plugin object (_gate_run.INPUT_PLUGIN)
 MODULE = "ansible_collections.gb10.dspark.plugins.module_utils.gate._runtime_gate"
 HTTP_MODULE = "ansible_collections.gb10.dspark.plugins.module_utils.common._http"
 _STATE = pytest.StashKey()
@@ -54,6 +60,8 @@ def _collection_candidates(raw: dict) -> list[str]:
 
 
 def _import_gate_module(raw: dict):
+    if MODULE in sys.modules:  # run by the action: its process has the collection loaded already
+        return sys.modules[MODULE]
     for candidate in _collection_candidates(raw):
         module_file = Path(candidate, "ansible_collections", "gb10", "dspark", "plugins", "module_utils",
                            "gate",
@@ -75,20 +83,25 @@ def make_fetch(base_url: str, api_key: str | None):
     return importlib.import_module(HTTP_MODULE).fetch_client(base_url, api_key)
 
 
-def read_rank(hostname: str, inventory: str, config: dict, prefixes: list[str]) -> dict:
+def read_rank(hostname: str, inventory: str, config: dict, prefixes: list[str], connection: dict | None = None) -> dict:
     """One rank as the fleet audit reads it: one ``gb10.dspark.rank_audit`` call through testinfra's
-    ansible backend (the inventory's own ssh settings), with its ``runtime`` section - the engine
-    container, its image, the PID 1 entries of ``prefixes``, the manifest's sha256 inside the
-    container and the log tail. A call that fails is a record of that failure, never an exception."""
+    ansible backend, with its ``runtime`` section - the engine container, its image, the PID 1 entries of
+    ``prefixes``, the manifest's sha256 inside the container and the log tail. ``connection`` (the play's
+    connection settings for the rank) goes with the call as extra variables, the rank being its one-host
+    inventory; without it, ``inventory`` is the operator's. A call that fails is a record of that failure,
+    never an exception."""
     import testinfra
     from testinfra.modules.ansible import AnsibleException
 
-    spec = f"ansible://{hostname}?ansible_inventory={urllib.parse.quote(inventory, safe='/')}"
+    where = f"{hostname}," if connection is not None else inventory
+    spec = f"ansible://{hostname}?ansible_inventory={urllib.parse.quote(where, safe='/')}"
     args = {"rank": hostname, "container": config["container"], "manifest_path": config["manifest_path"],
             "runtime": {"log_tail": config["log_tail"], "env_prefixes": list(prefixes)}}
+    options = {"extra_vars": connection} if connection else {}
     try:
         # become: the engine's env file is root's (0600) and so is the Docker socket.
-        result = testinfra.get_host(spec).ansible("gb10.dspark.rank_audit", json.dumps(args), check=False, become=True)
+        result = testinfra.get_host(spec).ansible("gb10.dspark.rank_audit", json.dumps(args), check=False, become=True,
+                                                  **options)
     except AnsibleException as exc:
         result = exc.result if isinstance(exc.result, dict) else {"failed": True, "msg": str(exc)}
     except Exception as exc:  # the call itself broke (ansible missing, ssh refused): the rank is unread
@@ -100,7 +113,7 @@ def read_rank(hostname: str, inventory: str, config: dict, prefixes: list[str]) 
     return runtime
 
 
-def make_runners(rg, config: dict) -> dict:
+def make_runners(rg, config: dict, hosts: dict | None = None) -> dict:
     """``run(argv)`` per rank, answering the gate's reads from that rank's one-call record. The
     ranks are read at the first read of either (the gate reads them after its API canaries, so the
     log tail holds a graph replay), both at once in two threads, bounded by the command timeout."""
@@ -113,7 +126,9 @@ def make_runners(rg, config: dict) -> dict:
     def start() -> None:
         pool = ThreadPoolExecutor(max_workers=len(rg.RANKS))
         for name in rg.RANKS:
-            futures[name] = pool.submit(read_rank, config[name], config["inventory"], config, prefixes)
+            host = config[name]
+            connection = dict(hosts[host]) if hosts and host in hosts else None
+            futures[name] = pool.submit(read_rank, host, config["inventory"], config, prefixes, connection)
         pool.shutdown(wait=False)
 
     def runner(rank: str):
@@ -131,46 +146,39 @@ def make_runners(rg, config: dict) -> dict:
     return {rank: runner(rank) for rank in rg.RANKS}
 
 
-KEY_FOLDER_SUFFIX = ".dspark-gate"  # the private folder the gate role makes for the key (tempfile suffix)
-
-
 def read_api_key(path: str | None) -> str | None:
-    """The key in the file at ``path`` (one line), or None without a path or with an empty file. The file is
-    deleted as soon as it is read, and its private folder with it: the role's ``always`` cleanup does not run
-    when the operator presses Ctrl-C, and the key must not outlive the read."""
+    """For a run by hand: the key in the file at ``path`` (one line; the operator's file, left as it is), or None
+    without a path or with an empty file."""
     if not path:
         return None
-    key_file = Path(path)
     try:
-        text = key_file.read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise pytest.UsageError(f"cannot read the API key file {path} ({API_KEY_FILE_ENV}): {exc.strerror}") from None
-    try:
-        key_file.unlink()
-        if key_file.parent.name.endswith(KEY_FOLDER_SUFFIX):
-            key_file.parent.rmdir()
-    except OSError:  # the role removes it in its always: section as well
-        pass
     return text.strip() or None
 
 
 # ---- session state ----------------------------------------------------------------------------
 class GateState:
-    def __init__(self, path: str):
+    def __init__(self, path: str | None, given=None):
         self.path = path
+        self.given = given  # the action's plugin object, or None for a run by hand
         self.module = None
         self.gate = None
         self.config_errors: list[str] = []
         self.output: str | None = None
         self.raw: dict = {}
-        self.api_key = read_api_key(os.environ.get(API_KEY_FILE_ENV))
+        self.api_key = given.api_key if given is not None else read_api_key(os.environ.get(API_KEY_FILE_ENV))
         self.line: str | None = None
 
     def setup(self) -> None:
-        try:
-            text = Path(self.path).read_bytes()
-        except OSError as exc:
-            raise pytest.UsageError(f"cannot read --gate-config {self.path}: {exc}") from None
+        if self.given is not None:
+            text = json.dumps(self.given.config).encode()
+        else:
+            try:
+                text = Path(self.path).read_bytes()
+            except OSError as exc:
+                raise pytest.UsageError(f"cannot read --gate-config {self.path}: {exc}") from None
         try:
             raw = json.loads(text)
         except ValueError:
@@ -184,11 +192,12 @@ class GateState:
         except rg.ConfigError as exc:
             self.config_errors = [f"gate config: {problem}" for problem in exc.problems]
             return
-        # ansible-inventory must be the one of the interpreter running this suite
+        # the rank calls' ansible must be the one of the interpreter running this suite
         bindir = os.path.dirname(sys.executable)
-        if os.path.exists(os.path.join(bindir, "ansible-inventory")):
+        if os.path.exists(os.path.join(bindir, "ansible")):
             os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
-        self.gate = rg.Gate(config, make_runners(rg, config), make_fetch(config["base_url"], self.api_key),
+        hosts = self.given.hosts if self.given is not None else None
+        self.gate = rg.Gate(config, make_runners(rg, config, hosts), make_fetch(config["base_url"], self.api_key),
                             secrets=[self.api_key] if self.api_key else [])
 
     def document(self, exitstatus: int) -> dict:
@@ -203,11 +212,16 @@ class GateState:
         return document
 
 
+def _given(config):
+    return next((p for p in config.pluginmanager.get_plugins() if getattr(p, INPUT_PLUGIN, False) is True), None)
+
+
 def pytest_configure(config):
     path = config.getoption("--gate-config")
-    if not path:
+    given = _given(config)
+    if not path and given is None:
         raise pytest.UsageError("--gate-config <json> is required")
-    state = GateState(path)
+    state = GateState(path, given)
     config.stash[_STATE] = state
     state.setup()
 
@@ -248,6 +262,8 @@ def pytest_sessionfinish(session, exitstatus):
     else:
         note = "RUNTIME_GATE has no output path: nothing was written"
     state.line = state.module.summary_line(document, output) + (f"\n{note}" if note else "")
+    if state.given is not None:
+        state.given.document = document  # the verdict, handed to the action
     if document["status"] != "PASS":
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if not config.pluginmanager.hasplugin("terminalreporter"):

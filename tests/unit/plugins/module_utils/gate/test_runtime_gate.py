@@ -769,20 +769,19 @@ def test_suite_finds_the_collection(suite_conftest, monkeypatch, tmp_path):
 
 
 def test_suite_reads_the_key_from_a_file_never_from_the_environment(suite_conftest, tmp_path, monkeypatch):
+    """A run by hand reads the key from the operator's file (left as it is); the action's run gets it in memory."""
     key_file = tmp_path / "api-key"
     key_file.write_text(f"{SECRET}\n")
     assert suite_conftest.read_api_key(str(key_file)) == SECRET
-    assert not key_file.exists(), "the key outlived its read (Ctrl-C skips the role's cleanup)"
+    assert key_file.read_text() == f"{SECRET}\n"  # the operator's file is theirs
     assert suite_conftest.read_api_key(None) is None
     key_file.write_text("\n")
     assert suite_conftest.read_api_key(str(key_file)) is None
     with pytest.raises(pytest.UsageError, match="cannot read the API key file"):
         suite_conftest.read_api_key(str(tmp_path / "missing"))
-    private = tmp_path / "tmpab12cd.dspark-gate"  # the role's private folder goes with the key
-    private.mkdir()
-    (private / "api-key").write_text(f"{SECRET}\n")
-    assert suite_conftest.read_api_key(str(private / "api-key")) == SECRET
-    assert not private.exists()
     monkeypatch.setenv("DSPARK_GATE_API_KEY", SECRET)  # the old variable is not read any more
     monkeypatch.delenv("DSPARK_GATE_API_KEY_FILE", raising=False)
     assert suite_conftest.GateState(str(tmp_path / "cfg.json")).api_key is None
+    monkeypatch.setenv("DSPARK_GATE_API_KEY_FILE", str(key_file))
+    given = type("Given", (), {"api_key": "sk-in-memory-0123456789", "config": {}, "hosts": {}})()
+    assert suite_conftest.GateState(None, given).api_key == "sk-in-memory-0123456789"  # never the file's

@@ -106,8 +106,8 @@ class _FakeHost:
     def __init__(self, answer):
         self.answer, self.calls = answer, []
 
-    def ansible(self, module, args, check=True, become=False):
-        self.calls.append((module, json.loads(args), check, become))
+    def ansible(self, module, args, check=True, become=False, **options):
+        self.calls.append((module, json.loads(args), check, become, options))
         if isinstance(self.answer, Exception):
             raise self.answer
         return self.answer
@@ -125,12 +125,30 @@ def test_the_suite_reads_a_rank_with_one_rank_audit_call(monkeypatch):
     got = suite.read_rank("spark-b", "/tmp/inv.yml", cfg, [rg_identity.LEGACY_SELECTOR, rg_identity.MULTI_STREAM])
     assert got == runtime
     assert specs == ["ansible://spark-b?ansible_inventory=/tmp/inv.yml"]
-    module, args, check, become = host.calls[0]
+    module, args, check, become, options = host.calls[0]
     # become: the Docker socket and the 0600 env file are root's, and the ranks are reached as an
     # unprivileged user.
-    assert module == "gb10.dspark.rank_audit" and check is False and become is True
+    assert module == "gb10.dspark.rank_audit" and check is False and become is True and options == {}
     assert args == {"rank": "spark-b", "container": cfg["container"], "manifest_path": cfg["manifest_path"],
                     "runtime": {"log_tail": cfg["log_tail"], "env_prefixes": [rg_identity.LEGACY_SELECTOR, rg_identity.MULTI_STREAM]}}
+
+
+def test_the_suite_reaches_a_rank_over_the_plays_connection_settings_without_an_inventory(monkeypatch):
+    """What the play knows goes with the one call: the rank is its own one-host inventory (no file written) and
+    its connection settings are the call's extra variables."""
+    import testinfra
+
+    suite = _load_suite_conftest()
+    cfg = config()
+    host = _FakeHost({"changed": False, "audit": {"runtime": record_of(FakeRank(), cfg)}})
+    specs = []
+    monkeypatch.setattr(testinfra, "get_host", lambda spec: specs.append(spec) or host)
+    connection = {"ansible_host": "10.231.0.12", "ansible_user": "ops", "ansible_port": 2222}
+    suite.read_rank("spark-b", "", cfg, [], connection)
+    assert specs == ["ansible://spark-b?ansible_inventory=spark-b%2C"]
+    assert host.calls[0][4] == {"extra_vars": connection}
+    from testinfra.backend import parse_hostspec
+    assert parse_hostspec(specs[0]) == ("spark-b", {"connection": "ansible", "ansible_inventory": "spark-b,"})
 
 
 def test_a_failed_rank_audit_call_is_a_record_of_the_failure(monkeypatch):
@@ -155,12 +173,13 @@ def test_the_suite_reads_both_ranks_once_each(monkeypatch):
     head, worker = FakeRank(log_fixture("head-regular")), FakeRank(log_fixture("worker-regular"))
     reads = []
 
-    def read_rank(hostname, inventory, config_, prefixes):
-        reads.append(hostname)
+    def read_rank(hostname, inventory, config_, prefixes, connection=None):
+        reads.append((hostname, connection))
         return record_of(head if hostname == "spark-a" else worker, cfg)
     monkeypatch.setattr(suite, "read_rank", read_rank)
-    runners = suite.make_runners(rg, cfg)
+    hosts = {"spark-a": {"ansible_host": "10.0.0.1"}, "spark-b": {"ansible_host": "10.0.0.2"}}
+    runners = suite.make_runners(rg, cfg, hosts)
     for rank in ("head", "worker"):
         for _attempt in range(3):
             assert runners[rank](["docker", "container", "inspect", NAME])[0] == 0
-    assert sorted(reads) == ["spark-a", "spark-b"]
+    assert sorted(reads) == [("spark-a", hosts["spark-a"]), ("spark-b", hosts["spark-b"])]
