@@ -103,13 +103,16 @@ class ConfigError(ValueError):
 # configuration
 # ============================================================================================
 _CONFIG_TYPES: dict[str, tuple[type, ...]] = {
-    "pair": (str,), "head": (str,), "worker": (str,), "inventory": (str,), "container": (str,),
+    "pair": (str,), "head": (str,), "worker": (str,), "container": (str,),
     "base_url": (str,), "model": (str,), "pin": (dict,), "profile": (str,),
     "expected_cudagraph_implementation": (str,), "expected_cudagraph_mode": (str,),
     "expected_compilation_config": (dict,), "optimization_level": (int,), "performance_mode": (str,),
     "manifest_path": (str,), "manifest_sha256": (str,), "check_architecture": (bool,), "output": (str,),
 }
 _CONFIG_OPTIONAL: dict[str, object] = {
+    # The operator's inventory for the rank calls; empty when the action hands the suite the play's connection
+    # settings in memory (a run by hand must name one: the suite's conftest says so).
+    "inventory": "",
     "collections_path": None, "command_timeout": 60, "api_timeout": 300, "retrieval_timeout": 600,
     "log_tail": 20000,
     # Per rank ({"head": …, "worker": …}): the image ID the image role resolved for that rank's
@@ -140,6 +143,8 @@ def check_config(data: object) -> dict:
             problems.append(f"{key} must be a positive integer, not {value!r}")
     if data.get("collections_path") is not None and not isinstance(data["collections_path"], str):
         problems.append("collections_path must be a string")
+    if not isinstance(data.get("inventory", ""), str):
+        problems.append(f"inventory must be a str, not {data['inventory']!r}")
     unknown = sorted(set(data) - set(CONFIG_KEYS))
     if unknown:
         problems.append("unknown keys: " + ", ".join(unknown))

@@ -192,6 +192,10 @@ class GateState:
         except rg.ConfigError as exc:
             self.config_errors = [f"gate config: {problem}" for problem in exc.problems]
             return
+        if self.given is None and not config["inventory"]:
+            self.config_errors = ["gate config: inventory is empty (a run by hand names the inventory its rank "
+                                  "calls use)"]
+            return
         # the rank calls' ansible must be the one of the interpreter running this suite
         bindir = os.path.dirname(sys.executable)
         if os.path.exists(os.path.join(bindir, "ansible")):

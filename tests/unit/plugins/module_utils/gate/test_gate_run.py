@@ -123,3 +123,33 @@ def test_the_real_suite_runs_in_process_and_hands_its_document_back(tmp_path, ca
     assert res["rc"] != 0 and "RUNTIME_GATE status=FAIL" in res["msg"]
     assert capsys.readouterr().out == ""
     assert KEY not in json.dumps(res) and KEY not in json.dumps(written)
+
+
+def test_a_run_by_hand_must_name_an_inventory_and_the_actions_run_needs_none(tmp_path):
+    """The config may leave the inventory empty (the action hands the suite the play's connection settings);
+    the same config run by hand, with nothing handed over, is refused naming the inventory."""
+    import subprocess
+    import sys
+
+    res = G.run("sim01", str(tmp_path / "ev"), {"pair": "sim01"}, hosts=HOSTS, inventory="", suite=str(SUITE))
+    assert not any("inventory" in e for e in res["document"]["errors"]), res["document"]["errors"]
+    config = tmp_path / "ev" / "runtime-gate-config.json"
+    full = {**_valid_config(), "output": str(tmp_path / "by-hand.json"), "inventory": ""}
+    config.write_text(json.dumps(full))
+    collections = Path(__file__).resolve().parents[5] / "collections"
+    proc = subprocess.run([sys.executable, "-m", "pytest", str(SUITE), "-q", "-p", "no:cacheprovider",
+                           "--gate-config", str(config)], capture_output=True, text=True, check=False,
+                          env={"PATH": "/usr/bin:/bin", "ANSIBLE_COLLECTIONS_PATH": str(collections)})
+    doc = json.loads((tmp_path / "by-hand.json").read_text())
+    assert doc["status"] == "FAIL" and doc["errors"] == [
+        "gate config: inventory is empty (a run by hand names the inventory its rank calls use)"], proc.stdout[-2000:]
+
+
+def _valid_config() -> dict:
+    """A config the gate's checks accept (the unit tests' own, in test_runtime_gate.py)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gate_unit_config", Path(__file__).with_name("test_runtime_gate.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.raw_config()
