@@ -13,7 +13,7 @@ run it by hand against an inventory of their own:
 (the config names the inventory; the API key, if any, is read from the file that ``DSPARK_GATE_API_KEY_FILE``
 names, never from argv or the environment itself).
 
-This file only moves bytes: it reads each rank once, through testinfra's ansible backend and the fleet audit's
+This file only moves bytes: it reads each rank once, through testinfra's Ansible runner and the fleet audit's
 own collector (``gb10.dspark.rank_audit`` with its ``runtime`` section) - over the play's connection settings,
 given to that one call as extra variables with the rank as its one-host inventory, or through the operator's
 inventory - the head's API through the collection's one HTTP client (``_http.fetch_client``: no proxy, no
@@ -29,7 +29,6 @@ import importlib
 import json
 import os
 import sys
-import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -85,30 +84,28 @@ def make_fetch(base_url: str, api_key: str | None):
 
 def read_rank(hostname: str, inventory: str, config: dict, prefixes: list[str], connection: dict | None = None) -> dict:
     """One rank as the fleet audit reads it: one ``gb10.dspark.rank_audit`` call through testinfra's
-    ansible backend, with its ``runtime`` section - the engine container, its image, the PID 1 entries of
+    Ansible runner, with its ``runtime`` section - the engine container, its image, the PID 1 entries of
     ``prefixes``, the manifest's sha256 inside the container and the log tail. ``connection`` (the play's
     connection settings for the rank) goes with the call as extra variables, the rank being its one-host
-    inventory; without it, ``inventory`` is the operator's. A call that fails is a record of that failure,
-    never an exception."""
-    import testinfra
-    from testinfra.modules.ansible import AnsibleException
+    inventory; without it, ``inventory`` is the operator's. The answer is read as UTF-8, which is how Ansible
+    writes it on this machine (testinfra would otherwise ask the rank for its locale over a connection of its
+    own). A call that fails is a record of that failure, never an exception."""
+    from testinfra.utils.ansible_runner import AnsibleRunner
 
     where = f"{hostname}," if connection is not None else inventory
-    spec = f"ansible://{hostname}?ansible_inventory={urllib.parse.quote(where, safe='/')}"
     args = {"rank": hostname, "container": config["container"], "manifest_path": config["manifest_path"],
             "runtime": {"log_tail": config["log_tail"], "env_prefixes": list(prefixes)}}
     options = {"extra_vars": connection} if connection else {}
     try:
         # become: the engine's env file is root's (0600) and so is the Docker socket.
-        result = testinfra.get_host(spec).ansible("gb10.dspark.rank_audit", json.dumps(args), check=False, become=True,
-                                                  **options)
-    except AnsibleException as exc:
-        result = exc.result if isinstance(exc.result, dict) else {"failed": True, "msg": str(exc)}
+        result = AnsibleRunner.get_runner(where).run_module(hostname, "gb10.dspark.rank_audit", json.dumps(args),
+                                                            get_encoding=lambda: "utf-8", check=False, become=True,
+                                                            **options)
     except Exception as exc:  # the call itself broke (ansible missing, ssh refused): the rank is unread
         result = {"failed": True, "msg": f"{type(exc).__name__}: {exc}"}
     runtime = (result.get("audit") or {}).get("runtime") if isinstance(result, dict) else None
-    if result.get("failed") or not isinstance(runtime, dict):
-        why = str(result.get("msg") or "no runtime section in the answer").strip()
+    if not isinstance(result, dict) or result.get("failed") or not isinstance(runtime, dict):
+        why = str((result.get("msg") if isinstance(result, dict) else None) or "no runtime section in the answer").strip()
         return {"errors": {"call": f"gb10.dspark.rank_audit on {hostname} failed: {why}"}}
     return runtime
 

@@ -4,6 +4,7 @@ answered them, and a rank that could not be read fails every check with the reas
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from ansible_collections.gb10.dspark.plugins.module_utils.gate import _runtime_gate as rg
 from ansible_collections.gb10.dspark.plugins.module_utils.gate import _runtime_gate_logs as rg_logs
@@ -102,65 +103,83 @@ def _load_suite_conftest():
     return module
 
 
-class _FakeHost:
+class _FakeRunner:
+    """testinfra's AnsibleRunner as the suite uses it: one run_module call per rank."""
+    made: list = []
+
     def __init__(self, answer):
         self.answer, self.calls = answer, []
 
-    def ansible(self, module, args, check=True, become=False, **options):
-        self.calls.append((module, json.loads(args), check, become, options))
+    def run_module(self, host, module, args, get_encoding=None, **options):
+        self.calls.append((host, module, json.loads(args), get_encoding, options))
         if isinstance(self.answer, Exception):
             raise self.answer
         return self.answer
 
 
-def test_the_suite_reads_a_rank_with_one_rank_audit_call(monkeypatch):
-    import testinfra
+def _runner(monkeypatch, answer) -> tuple[_FakeRunner, list]:
+    from testinfra.utils.ansible_runner import AnsibleRunner
 
+    runner, inventories = _FakeRunner(answer), []
+    monkeypatch.setattr(AnsibleRunner, "get_runner", classmethod(lambda cls, inv: inventories.append(inv) or runner))
+    return runner, inventories
+
+
+def test_the_suite_reads_a_rank_with_one_rank_audit_call(monkeypatch):
     suite = _load_suite_conftest()
     cfg = config()
     runtime = record_of(FakeRank(), cfg)
-    host = _FakeHost({"changed": False, "audit": {"runtime": runtime}})
-    specs = []
-    monkeypatch.setattr(testinfra, "get_host", lambda spec: specs.append(spec) or host)
+    runner, inventories = _runner(monkeypatch, {"changed": False, "audit": {"runtime": runtime}})
     got = suite.read_rank("spark-b", "/tmp/inv.yml", cfg, [rg_identity.LEGACY_SELECTOR, rg_identity.MULTI_STREAM])
     assert got == runtime
-    assert specs == ["ansible://spark-b?ansible_inventory=/tmp/inv.yml"]
-    module, args, check, become, options = host.calls[0]
+    assert inventories == ["/tmp/inv.yml"] and len(runner.calls) == 1
+    host, module, args, get_encoding, options = runner.calls[0]
     # become: the Docker socket and the 0600 env file are root's, and the ranks are reached as an
     # unprivileged user.
-    assert module == "gb10.dspark.rank_audit" and check is False and become is True and options == {}
+    assert host == "spark-b" and module == "gb10.dspark.rank_audit"
+    assert options == {"check": False, "become": True}
     assert args == {"rank": "spark-b", "container": cfg["container"], "manifest_path": cfg["manifest_path"],
                     "runtime": {"log_tail": cfg["log_tail"], "env_prefixes": [rg_identity.LEGACY_SELECTOR, rg_identity.MULTI_STREAM]}}
+    # Ansible writes the answer in UTF-8 here; testinfra must not ask the rank (a second connection) for its locale
+    assert get_encoding() == "utf-8"
 
 
 def test_the_suite_reaches_a_rank_over_the_plays_connection_settings_without_an_inventory(monkeypatch):
     """What the play knows goes with the one call: the rank is its own one-host inventory (no file written) and
     its connection settings are the call's extra variables."""
-    import testinfra
-
     suite = _load_suite_conftest()
     cfg = config()
-    host = _FakeHost({"changed": False, "audit": {"runtime": record_of(FakeRank(), cfg)}})
-    specs = []
-    monkeypatch.setattr(testinfra, "get_host", lambda spec: specs.append(spec) or host)
+    runner, inventories = _runner(monkeypatch, {"changed": False, "audit": {"runtime": record_of(FakeRank(), cfg)}})
     connection = {"ansible_host": "10.231.0.12", "ansible_user": "ops", "ansible_port": 2222}
     suite.read_rank("spark-b", "", cfg, [], connection)
-    assert specs == ["ansible://spark-b?ansible_inventory=spark-b%2C"]
-    assert host.calls[0][4] == {"extra_vars": connection}
-    from testinfra.backend import parse_hostspec
-    assert parse_hostspec(specs[0]) == ("spark-b", {"connection": "ansible", "ansible_inventory": "spark-b,"})
+    assert inventories == ["spark-b,"]
+    assert runner.calls[0][4] == {"check": False, "become": True, "extra_vars": connection}
+
+
+def test_the_answer_is_read_as_utf8_whatever_the_ranks_locale(tmp_path, monkeypatch):
+    """testinfra's own runner, given a tree file holding non-ASCII text (a log tail with an ellipsis), reads it
+    with the encoding the suite gives: no connection to the rank is made for it."""
+    from testinfra.utils import ansible_runner
+
+    answer = {"changed": False, "audit": {"runtime": {"log_tail": "loading … done"}}}
+
+    def fake_run_expect(codes, cmd, *args):
+        folder = args[0]
+        Path(folder, args[-1]).write_text(json.dumps(answer, ensure_ascii=False), encoding="utf-8")
+        return type("Out", (), {"stdout": ""})()
+    monkeypatch.setattr(ansible_runner.local, "run_expect", fake_run_expect)
+    suite = _load_suite_conftest()
+    got = suite.read_rank("spark-b", "", config(), [], {"ansible_host": "10.0.0.2"})
+    assert got == {"log_tail": "loading … done"}
 
 
 def test_a_failed_rank_audit_call_is_a_record_of_the_failure(monkeypatch):
-    import testinfra
-    from testinfra.modules.ansible import AnsibleException
-
     suite = _load_suite_conftest()
     cfg = config()
-    for answer in (AnsibleException({"failed": True, "msg": "docker socket refused"}),
-                   {"failed": True, "msg": "docker socket refused"},
-                   RuntimeError("docker socket refused")):
-        monkeypatch.setattr(testinfra, "get_host", lambda spec, a=answer: _FakeHost(a))
+    for answer in ({"failed": True, "msg": "docker socket refused"},
+                   RuntimeError("docker socket refused"),
+                   {"changed": False, "msg": "docker socket refused"}):
+        _runner(monkeypatch, answer)
         got = suite.read_rank("spark-b", "/tmp/inv.yml", cfg, [])
         assert "docker socket refused" in got["errors"]["call"] and "spark-b" in got["errors"]["call"]
         rc, _out, err = rg.recorded_run(got, NAME)(["docker", "container", "inspect", NAME])
