@@ -100,6 +100,15 @@ def render(record: dict, commit: str, slow: list[tuple[str, float, str]]) -> str
     return "\n".join(lines) + "\n"
 
 
+def _record(entries: list[dict], code: int) -> None:
+    """Add ``entries`` to the record; a failing phase writes TESTS.md at once (``make test`` stops after it)."""
+    record = _load()
+    record["phases"] += entries
+    _save(record)
+    if code != 0:
+        OUT.write_text(render(record, _commit(), slowest_tests()))
+
+
 def _phase_name(phase: dict) -> str:
     if phase.get("within"):
         return f"&nbsp;&nbsp;{phase['name']} (in {phase['within']})"
@@ -144,14 +153,10 @@ def together(group: str, pairs: list[str]) -> int:
             _show(name, proc.returncode, results[name][1], log)
     codes = [results[name][0] for name, _t in members]
     code = next((c for c in codes if c != 0), 0)
-    record = _load()
-    record["phases"].append({"name": group, "seconds": round(time.monotonic() - started, 1), "code": code,
-                             "members": [name for name, _t in members]})
-    record["phases"] += [{"name": name, "seconds": results[name][1], "code": results[name][0], "within": group}
-                         for name, _t in members]
-    _save(record)
-    if code != 0:
-        OUT.write_text(render(record, _commit(), slowest_tests()))
+    _record([{"name": group, "seconds": round(time.monotonic() - started, 1), "code": code,
+              "members": [name for name, _t in members]}]
+            + [{"name": name, "seconds": results[name][1], "code": results[name][0], "within": group}
+               for name, _t in members], code)
     return code
 
 
@@ -162,11 +167,7 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["run"] and len(argv) >= 4 and argv[2] == "--":
         started = time.monotonic()
         code = subprocess.call(argv[3:])
-        record = _load()
-        record["phases"].append({"name": argv[1], "seconds": round(time.monotonic() - started, 1), "code": code})
-        _save(record)
-        if code != 0:
-            OUT.write_text(render(record, _commit(), slowest_tests()))
+        _record([{"name": argv[1], "seconds": round(time.monotonic() - started, 1), "code": code}], code)
         return code
     if argv[:1] == ["together"] and len(argv) >= 3:
         return together(argv[1], argv[2:])

@@ -7,7 +7,7 @@ the API key); this file writes the config into the pair's evidence folder (the p
 asked), forgets the previous result, and runs the pytest-testinfra suite (roles/gate/files/runtime_gate) in this
 process, handing it the config, the connection settings and the key as a pytest plugin object
 (:class:`GateInput`): no second inventory, no key file, no second Python. The suite reaches each rank once
-(testinfra's Ansible backend, one ``gb10.dspark.rank_audit`` per rank, over the play's connection settings) and
+(testinfra's Ansible runner, one ``gb10.dspark.rank_audit`` per rank, over the play's connection settings) and
 the head's API, writes ``runtime-gate.json`` for the evidence pack, and leaves its schema-3 document on the plugin
 object, which is the verdict returned here. Every decision about the pair is the suite's
 (``_runtime_gate.Gate``); nothing here judges a rank.
