@@ -52,26 +52,48 @@ def test_together_runs_the_members_side_by_side_and_counts_the_group_once(tmp_pa
     monkeypatch.setattr(report, "RECORD", tmp_path / "reports" / "r.json")
     monkeypatch.setattr(report, "OUT", tmp_path / "reports" / "TESTS.md")
     monkeypatch.setattr(report, "JUNIT", tmp_path / "none.xml")
-    # a stand-in for make: each target sleeps 1 s and says its name; "bad" fails
-    (tmp_path / "mk").write_text("import sys, time\ntime.sleep(1)\nprint('target', sys.argv[-1])\n"
-                                 "raise SystemExit(5 if sys.argv[-1] == 'bad' else 0)\n")
+    # A stand-in for make: each target says it started, then waits until all three have started (so they can
+    # only end if they run side by side; one at a time, the first gives up and fails), and says its name; "bad"
+    # fails at once.
+    started = tmp_path / "started"
+    (tmp_path / "mk").write_text(
+        "import sys, time, pathlib\n"
+        f"log = pathlib.Path({str(started)!r})\n"
+        "if sys.argv[-1] == 'bad': raise SystemExit(5)\n"
+        "if sys.argv[-1] != 'fine':\n"
+        "    with open(log, 'a') as f: f.write(sys.argv[-1] + '\\n')\n"
+        "    deadline = time.monotonic() + 60\n"
+        "    while len(log.read_text().split()) < 3:\n"
+        "        if time.monotonic() > deadline: raise SystemExit(9)\n"
+        "        time.sleep(0.05)\n"
+        "print('target', sys.argv[-1])\n")
     monkeypatch.setenv("MAKE", f"{sys.executable} {tmp_path / 'mk'}")
     assert report.main(["begin"]) == 0
     assert report.main(["run", "deps", "--", sys.executable, "-c", "pass"]) == 0
     assert report.main(["together", "checks", "a=one", "b=two", "c=x Y='three'"]) == 0
+    assert sorted(started.read_text().split()) == ["Y=three", "one", "two"]
     record = __import__("json").loads((tmp_path / "reports" / "r.json").read_text())
     group = next(p for p in record["phases"] if p["name"] == "checks")
     members = [p for p in record["phases"] if p.get("within") == "checks"]
-    assert [m["name"] for m in members] == ["a", "b", "c"] and all(m["seconds"] >= 1 for m in members)
-    assert group["seconds"] < 2.5  # side by side: not the 3 s of the three in a row
+    assert group["members"] == ["a", "b", "c"] and group["code"] == 0
+    assert [(m["name"], m["code"]) for m in members] == [("a", 0), ("b", 0), ("c", 0)]
     out = capsys.readouterr().out
     assert "target one" in out and "target Y=three" in out and (tmp_path / "reports" / "b.log").read_text() == "target two\n"
     assert report.main(["together", "more", "x=bad", "y=fine"]) == 5
     text = (tmp_path / "reports" / "TESTS.md").read_text()
     assert "FAILED in more" in text and "| checks: a ‖ b ‖ c, side by side |" in text
-    assert "(in checks)" in text
-    record = __import__("json").loads((tmp_path / "reports" / "r.json").read_text())
-    counted = sum(p["seconds"] for p in record["phases"] if not p.get("within"))
-    assert counted < 4.5 < sum(p["seconds"] for p in record["phases"])  # the members are not counted again
-    assert f"total **{report._clock(counted)}**" in text
+    assert "| &nbsp;&nbsp;x (in more) | " in text and "| &nbsp;&nbsp;y (in more) | " in text
     assert report.main(["together", "checks", "oops"]) == 64
+
+
+def test_a_group_counts_once_in_the_total_and_its_members_are_listed_under_it():
+    record = {"started": 0, "phases": [
+        {"name": "deps", "seconds": 20.0, "code": 0},
+        {"name": "checks", "seconds": 120.0, "code": 3, "members": ["lint", "unit"]},
+        {"name": "lint", "seconds": 80.0, "code": 0, "within": "checks"},
+        {"name": "unit", "seconds": 119.0, "code": 3, "within": "checks"}]}
+    text = report.render(record, "abc1234", [])
+    # 20 + 120: the members' 199 s are not counted again, and the failure is named once, by its group
+    assert "- total **2 min 20 s** (FAILED in checks)" in text
+    assert "| checks: lint ‖ unit, side by side | 2 min 00 s | 3 |" in text
+    assert "| &nbsp;&nbsp;unit (in checks) | 1 min 59 s | 3 |" in text
