@@ -33,16 +33,18 @@ description:
   - C(FAIL) and C(ERROR) depths are results, returned in C(summary); the module only fails on setup
     problems (engine unreachable, model not served, marker not found, I(output_dir) holding another
     run or in use, invalid options).
-  - I(state=status) only reads I(output_dir) and sends nothing.
+  - I(state=status) only reads I(output_dir) and sends nothing. I(state=busy) only reads I(work_dir): it returns
+    the run folders under it whose ladder runs now (what a caller checks before it changes the pair).
 extends_documentation_fragment:
   - gb10.dspark._attributes
   - gb10.dspark._rank
 options:
   state:
     description:
-      - C(run) runs (or resumes) the ladder; C(status) reports on I(output_dir) without any request.
+      - C(run) runs (or resumes) the ladder; C(status) reports on I(output_dir) without any request; C(busy)
+        lists the run folders under I(work_dir) that a running ladder holds.
     type: str
-    choices: [run, status]
+    choices: [run, status, busy]
     default: run
   base_url:
     description: The engine's OpenAI-compatible API, seen from the head.
@@ -57,9 +59,13 @@ options:
   output_dir:
     description:
       - Directory for the rows, the progress file, the summary and the lock; created with mode C(0750)
-        when missing.
+        when missing. Required with I(state=run) and I(state=status).
     type: path
-    required: true
+  work_dir:
+    description:
+      - The head's NIAH work folder, holding one run folder per ladder (C(dspark_niah_work_dir)). Required
+        with I(state=busy); a missing folder holds no running ladder.
+    type: path
   run_key:
     description:
       - Names the run. Rows are reused only within the same key; a directory holding rows or a summary
@@ -118,7 +124,8 @@ notes:
   - C(prompt_sha256) is the sha256 of the prompt's token ids written in decimal and joined by C(,).
   - "The template is rendered with C(chat_template_kwargs={\"thinking\": false}) so that the reserve goes
     to the answer."
-  - I(state=status) reports C(running) from the lock, so it is true only while a run holds it.
+  - I(state=status) reports C(running) from the lock, so it is true only while a run holds it; so does
+    I(state=busy) for each run folder.
   - Runs with the stdlib only on the head; the C(tokenizers) library is optional.
 author:
   - gb10.dspark contributors (!UNKNOWN)
@@ -145,6 +152,12 @@ EXAMPLES = r"""
     state: status
     output_dir: /var/lib/dspark/niah/long-1m-20260803
   register: __dspark_niah_status
+
+- name: Is any ladder running on this head? (before a change to the pair)
+  gb10.dspark.niah:
+    state: busy
+    work_dir: /var/lib/dspark/niah
+  register: __dspark_niah_busy
 
 - name: Show where the run is
   ansible.builtin.debug:
@@ -234,6 +247,12 @@ progress:
   sample: {"pid": 4242, "state": "running", "run_key": "long-1m-20260803", "depth": 943660, "index": 3,
            "total": 3, "started": 1785715200.0, "updated": 1785738000.0, "rows_done": 2,
            "current_started": 1785736000.0}
+running_dirs:
+  description: The run folders under I(work_dir) whose ladder holds its lock now, sorted.
+  returned: when I(state=busy)
+  type: list
+  elements: str
+  sample: [/var/lib/dspark/niah/long-1m-20260803]
 rows_done:
   description: The depths that have a row file in I(output_dir).
   returned: when I(state=status)
@@ -260,11 +279,12 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "rank": {"type": "str"},
-            "state": {"type": "str", "choices": ["run", "status"], "default": "run"},
+            "state": {"type": "str", "choices": ["run", "status", "busy"], "default": "run"},
             "base_url": {"type": "str", "default": local_api_url()},
             "model": {"type": "str"},
             "api_key": {"type": "str", "no_log": True},
-            "output_dir": {"type": "path", "required": True},
+            "output_dir": {"type": "path"},
+            "work_dir": {"type": "path"},
             "run_key": {"type": "str", "no_log": False},
             "fractions": {"type": "list", "elements": "float", "default": list(_niah.DEFAULT_FRACTIONS)},
             "reserve": {"type": "int", "default": _niah.DEFAULT_RESERVE},
@@ -275,11 +295,14 @@ def main() -> None:
             "tokenizer_file": {"type": "path"},
             "stop_on_infra_error": {"type": "bool", "default": True},
         },
-        required_if=[("state", "run", ["model", "run_key"])],
+        required_if=[("state", "run", ["model", "run_key", "output_dir"]), ("state", "status", ["output_dir"]),
+                     ("state", "busy", ["work_dir"])],
         supports_check_mode=True,
     )
     p = module.params
     rank = rank_name(p["rank"])
+    if p["state"] == "busy":
+        module.exit_json(**guarded(module, lambda: _niah.busy(p["work_dir"])))
     if p["state"] == "status":
         module.exit_json(**guarded(module, lambda: _niah.status(p["output_dir"], rank)))
     settings = _niah.Settings(

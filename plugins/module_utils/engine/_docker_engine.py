@@ -21,12 +21,41 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
+import warnings
 from typing import Callable, Iterator
 from urllib.parse import quote
 
 from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import Mismatch
 
+
+def _stdlib_distutils() -> None:
+    """The one workaround of the SDK's import (called once, below): Debian 12's ``python3-docker`` (5.0.3) imports
+    ``distutils``, and setuptools' shim (``distutils-precedence.pth``) answers that import with setuptools' own
+    copy, importing setuptools and ``pkg_resources`` on the way: 0.1 s of CPU of the 0.2 s that importing the SDK
+    costs, in every module run on a rank that reads its engine. Where the standard library still has
+    ``distutils`` (Python < 3.12) it is imported first, past the shim, so the SDK finds it loaded. Newer SDKs
+    import no ``distutils``; on any error the import is left to the shim, as before."""
+    if sys.version_info >= (3, 12) or "distutils" in sys.modules:
+        return
+    shims = [f for f in sys.meta_path if type(f).__module__ == "_distutils_hack"]
+    if not shims:
+        return
+    for shim in shims:
+        sys.meta_path.remove(shim)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            import distutils.spawn  # noqa: F401  pylint: disable=deprecated-module
+            import distutils.version  # noqa: F401  pylint: disable=deprecated-module
+    except ImportError:
+        pass
+    finally:
+        sys.meta_path[0:0] = shims
+
+
+_stdlib_distutils()
 try:
     import docker
     from docker import errors as _docker_errors

@@ -541,6 +541,17 @@ def run(call: Call, s: Settings, load_library: Callable[[], object] = tokenizers
             "diff": _diff(old, {row["depth"]: row["status"] for row in rows})}
 
 
+def busy(work_dir: str) -> dict:
+    """Read-only scan of the head's NIAH work folder, in one module run: the run folders under it (each holding a
+    progress file) whose ladder holds its lock now, sorted. A missing folder holds none."""
+    running = []
+    if os.path.isdir(work_dir):
+        for folder, _subdirs, files in os.walk(work_dir):
+            if PROGRESS_FILE in files and lock_held(folder):
+                running.append(folder)
+    return {"changed": False, "running_dirs": sorted(running)}
+
+
 def status(output_dir: str, rank: str) -> dict:
     """Read-only view of a directory: is a run holding it, its progress, its summary, its rows."""
     return {

@@ -108,3 +108,14 @@ def test_api_key_is_never_returned_or_written(run_module, tmp_path):
     assert result["failed"] is False and result["summary"]["status"] == "PASS"
     assert "sk-never-shown" not in json.dumps(result)
     assert all("sk-never-shown" not in p.read_text() for p in (tmp_path / "niah").iterdir())
+
+
+def test_busy_reads_the_work_folder_in_check_mode_too_and_needs_it(run_module, engine, tmp_path):
+    run_module(niah, args(engine, tmp_path))  # a finished run under the work folder: not busy
+    for check in (False, True):
+        result = run_module(niah, {"state": "busy", "work_dir": str(tmp_path)}, check_mode=check)
+        assert result["failed"] is False and result["changed"] is False and result["running_dirs"] == []
+    missing = run_module(niah, {"state": "busy"})
+    assert missing["failed"] is True and "work_dir" in missing["msg"]
+    no_dir = run_module(niah, {"state": "status"})
+    assert no_dir["failed"] is True and "output_dir" in no_dir["msg"]

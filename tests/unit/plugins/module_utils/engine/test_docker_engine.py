@@ -152,6 +152,50 @@ def test_missing_sdk_names_the_debian_packages(monkeypatch):
     assert _docker_engine.missing_sdk() == ["python3-docker", "python3-requests"]
 
 
+_SHIMMED_IMPORT = """
+import sys
+class DistutilsMetaFinder:  # stands in for setuptools' shim: answering distutils would import setuptools
+    asked = []
+    def find_spec(self, fullname, path, target=None):
+        self.asked.append(fullname)
+        return None
+DistutilsMetaFinder.__module__ = "_distutils_hack"
+shim = DistutilsMetaFinder()
+sys.meta_path.insert(0, shim)
+from ansible_collections.gb10.dspark.plugins.module_utils.engine import _docker_engine
+print(repr((shim.asked, sys.meta_path.index(shim), _docker_engine.docker is not None,
+            sys.modules["distutils"].__file__ if "distutils" in sys.modules else None)))
+"""
+
+
+def test_the_sdk_import_takes_the_standard_librarys_distutils_past_setuptools_shim(tmp_path):
+    """Where setuptools' distutils shim is installed (Debian's python3 with python3-setuptools), the module
+    imports the standard library's distutils past it (Python < 3.12), so the SDK's import costs no setuptools;
+    the shim is put back where it was. Run in a fresh interpreter: this one has imported the module already."""
+    import ast
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[5]
+    env = {"PYTHONPATH": f"{root / 'collections'}:{root}", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", _SHIMMED_IMPORT], env=env, capture_output=True, text=True, check=True)
+    asked, position, sdk, distutils_file = ast.literal_eval(out.stdout.strip())
+    assert position == 0 and sdk
+    if sys.version_info < (3, 12):
+        assert "distutils" not in asked and not any(a.startswith("distutils.") for a in asked), asked
+        assert distutils_file.startswith(sys.base_prefix) or "/lib/python3" in distutils_file, distutils_file
+        assert "site-packages" not in distutils_file and "setuptools" not in distutils_file, distutils_file
+    # The simulated ranks' own Python (Debian's, with python3-docker from tools/deps/apt.sh): the SDK imports,
+    # and setuptools is never imported on the way (it is, through the shim, when python3-setuptools is installed
+    # and the module does not step past it).
+    rank = subprocess.run(["/usr/bin/python3", "-c", "import sys\n"
+                           "from ansible_collections.gb10.dspark.plugins.module_utils.engine import _docker_engine\n"
+                           "print(_docker_engine.docker is not None, 'setuptools' in sys.modules)"],
+                          env=env, capture_output=True, text=True, check=True)
+    assert rank.stdout.split() == ["True", "False"], rank.stdout + rank.stderr
+
+
 def test_unreachable_engine(tmp_path):
     with pytest.raises(EngineError, match="cannot reach the Docker engine"):
         Engine(f"unix://{tmp_path}/none.sock").info()

@@ -472,6 +472,29 @@ def test_held_lock_refuses_a_second_run(tmp_path, engine):
     assert _niah.status(str(out), "spark-01")["running"] is False
 
 
+def test_busy_lists_only_the_run_folders_whose_ladder_holds_its_lock(tmp_path, engine):
+    work = tmp_path / "work"
+    assert _niah.busy(str(work)) == {"changed": False, "running_dirs": []}  # no work folder: nothing runs
+    _niah.run(client(engine), settings(tmp_path))  # a finished run: progress.json, lock free
+    work.mkdir()
+    (tmp_path / "niah").rename(work / "finished")
+    running = work / "nested" / "long-1m"
+    running.mkdir(parents=True)
+    (running / _niah.PROGRESS_FILE).write_text(json.dumps({"state": "running"}))
+    (work / "stray").mkdir()  # a lock held, but no progress file: not a run folder
+    held = [os.open(running / ".lock", os.O_RDWR | os.O_CREAT), os.open(work / "stray" / ".lock", os.O_RDWR | os.O_CREAT)]
+    for fd in held:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    seen = len(engine.seen)
+    try:
+        assert _niah.busy(str(work)) == {"changed": False, "running_dirs": [str(running)]}
+    finally:
+        for fd in held:
+            os.close(fd)
+    assert _niah.busy(str(work))["running_dirs"] == []  # the ladder ended: its folder is free again
+    assert len(engine.seen) == seen  # no HTTP
+
+
 def test_status_reports_a_directory(tmp_path, engine):
     missing = _niah.status(str(tmp_path / "nothing"), "spark-01")
     assert missing == {"changed": False, "running": False, "progress": None, "summary": None, "rows_done": []}
