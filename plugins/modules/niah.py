@@ -33,7 +33,7 @@ description:
   - C(FAIL) and C(ERROR) depths are results, returned in C(summary); the module only fails on setup
     problems (engine unreachable, model not served, marker not found, I(output_dir) holding another
     run or in use, invalid options).
-  - I(state=status) only reads I(output_dir) and sends nothing. I(state=busy) only reads I(work_dir): it returns
+  - I(state=status) only reads I(output_dir) and sends nothing. I(state=busy) only reads I(work_dir) and returns
     the run folders under it whose ladder runs now (what a caller checks before it changes the pair).
 extends_documentation_fragment:
   - gb10.dspark._attributes

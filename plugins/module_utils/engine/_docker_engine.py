@@ -31,8 +31,8 @@ from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity imp
 
 
 def _stdlib_distutils() -> None:
-    """The one workaround of the SDK's import (called once, below): Debian 12's ``python3-docker`` (5.0.3) imports
-    ``distutils``, and setuptools' shim (``distutils-precedence.pth``) answers that import with setuptools' own
+    """The one workaround of the SDK's import (called before it is imported): Debian 12's ``python3-docker``
+    (5.0.3) imports ``distutils``, and setuptools' shim (``distutils-precedence.pth``) answers that import with setuptools' own
     copy, importing setuptools and ``pkg_resources`` on the way: 0.1 s of CPU of the 0.2 s that importing the SDK
     costs, in every module run on a rank that reads its engine. Where the standard library still has
     ``distutils`` (Python < 3.12) it is imported first, past the shim, so the SDK finds it loaded. Newer SDKs
@@ -55,16 +55,29 @@ def _stdlib_distutils() -> None:
         sys.meta_path[0:0] = shims
 
 
-_stdlib_distutils()
-try:
-    import docker
-    from docker import errors as _docker_errors
-    from requests import exceptions as _requests_errors
-except ImportError as _exc:  # reported by Engine() and by preflight (missing_sdk), never at import
-    docker = None
-    _IMPORT_ERROR: ImportError | None = _exc
-else:
-    _IMPORT_ERROR = None
+# The SDK, imported by the first Engine: a module that imports this file but never reaches an engine (the NIAH
+# ladder, the serving guard) never pays the 0.1 s of CPU the import costs on a rank.
+docker = None
+_docker_errors = None
+_requests_errors = None
+_IMPORT_ERROR: ImportError | None = None  # reported by Engine() and by preflight (missing_sdk), never at import
+
+
+def _load_sdk() -> None:
+    """Import the SDK once (the first Engine() does)."""
+    global docker, _docker_errors, _requests_errors, _IMPORT_ERROR  # pylint: disable=global-statement
+    if docker is not None or _IMPORT_ERROR is not None:
+        return
+    _stdlib_distutils()
+    try:
+        import docker as sdk  # pylint: disable=import-outside-toplevel
+        from docker import errors as docker_errors  # pylint: disable=import-outside-toplevel
+        from requests import exceptions as requests_errors  # pylint: disable=import-outside-toplevel
+    except ImportError as exc:
+        _IMPORT_ERROR = exc
+        return
+    docker, _docker_errors, _requests_errors = sdk, docker_errors, requests_errors
+
 
 CHUNK = 1 << 20  # bytes per read and per send
 # Docker 20.10's, as the collection's client spoke before the SDK; a fixed version costs no /version
@@ -89,6 +102,7 @@ def missing_sdk() -> list[str]:
     """The Debian packages this Python lacks for the docker SDK (``python3-docker``,
     ``python3-requests``); empty when ``import docker`` works."""
     missing = []
+    _stdlib_distutils()
     for name, package in SDK_PACKAGES.items():
         try:
             __import__(name)
@@ -132,6 +146,7 @@ class Engine:
         self.api_version = api_version
         self._info: dict | None = None
         self._client = None
+        _load_sdk()
         if docker is None:
             raise EngineError(f"the docker SDK for Python is missing on this rank ({_IMPORT_ERROR}): install "
                               f"{' and '.join(missing_sdk()) or 'python3-docker'} for the rank's Python")

@@ -135,6 +135,7 @@ def test_remove_image_by_id_with_force_takes_every_tag_and_refuses_one_in_use(do
 
 def test_without_the_sdk_the_engine_names_the_package_to_install(monkeypatch, tmp_path):
     monkeypatch.setattr(_docker_engine, "docker", None)
+    monkeypatch.setattr(_docker_engine, "_IMPORT_ERROR", ImportError("No module named 'docker'"))
     with pytest.raises(EngineError, match="docker SDK for Python is missing on this rank.*install python3-docker"):
         Engine(f"unix://{tmp_path}/docker.sock")
 
@@ -163,15 +164,17 @@ DistutilsMetaFinder.__module__ = "_distutils_hack"
 shim = DistutilsMetaFinder()
 sys.meta_path.insert(0, shim)
 from ansible_collections.gb10.dspark.plugins.module_utils.engine import _docker_engine
-print(repr((shim.asked, sys.meta_path.index(shim), _docker_engine.docker is not None,
+imported_at_import = "docker" in sys.modules
+_docker_engine.Engine("unix:///nonexistent/docker.sock")  # the first Engine imports the SDK
+print(repr((imported_at_import, shim.asked, sys.meta_path.index(shim), _docker_engine.docker is not None,
             sys.modules["distutils"].__file__ if "distutils" in sys.modules else None)))
 """
 
 
-def test_the_sdk_import_takes_the_standard_librarys_distutils_past_setuptools_shim(tmp_path):
-    """Where setuptools' distutils shim is installed (Debian's python3 with python3-setuptools), the module
-    imports the standard library's distutils past it (Python < 3.12), so the SDK's import costs no setuptools;
-    the shim is put back where it was. Run in a fresh interpreter: this one has imported the module already."""
+def test_the_first_engine_imports_the_sdk_past_setuptools_distutils_shim(tmp_path):
+    """Importing the module imports no SDK; the first Engine does. Where setuptools' distutils shim is installed
+    (Debian's python3 with python3-setuptools), it imports the standard library's distutils past the shim first
+    (Python < 3.12), so the SDK's import costs no setuptools; the shim is put back where it was. Run in a fresh interpreter: this one has imported the module already."""
     import ast
     import subprocess
     import sys
@@ -180,7 +183,8 @@ def test_the_sdk_import_takes_the_standard_librarys_distutils_past_setuptools_sh
     root = Path(__file__).resolve().parents[5]
     env = {"PYTHONPATH": f"{root / 'collections'}:{root}", "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-c", _SHIMMED_IMPORT], env=env, capture_output=True, text=True, check=True)
-    asked, position, sdk, distutils_file = ast.literal_eval(out.stdout.strip())
+    imported_at_import, asked, position, sdk, distutils_file = ast.literal_eval(out.stdout.strip())
+    assert not imported_at_import  # a module that never reaches an engine never pays for the SDK
     assert position == 0 and sdk
     if sys.version_info < (3, 12):
         assert "distutils" not in asked and not any(a.startswith("distutils.") for a in asked), asked
@@ -191,6 +195,7 @@ def test_the_sdk_import_takes_the_standard_librarys_distutils_past_setuptools_sh
     # and the module does not step past it).
     rank = subprocess.run(["/usr/bin/python3", "-c", "import sys\n"
                            "from ansible_collections.gb10.dspark.plugins.module_utils.engine import _docker_engine\n"
+                           "_docker_engine.Engine('unix:///nonexistent/docker.sock')\n"
                            "print(_docker_engine.docker is not None, 'setuptools' in sys.modules)"],
                           env=env, capture_output=True, text=True, check=True)
     assert rank.stdout.split() == ["True", "False"], rank.stdout + rank.stderr
