@@ -57,7 +57,8 @@ def test_probe_reports_the_head_ready(real):
 def _stream_in_background(real, stop: threading.Event, first_chunk: threading.Event) -> threading.Thread:
     """Streams one long completion after another until stop is set, so that a request is in flight whenever the
     test looks, however fast the machine generates (a fast host finishes 3500 tokens of the tiny model in well
-    under a second, quicker than one metrics read under load)."""
+    under a second, quicker than one metrics read under load). A request that fails is kept in the thread's
+    ``errors`` (the test shows them) and another is started: the thread never dies unseen."""
     body = {"model": real.model, "prompt": "Describe the harbor ledger at length.", "max_tokens": 3500,
             "ignore_eos": True, "temperature": 0, "stream": True}
 
@@ -77,9 +78,15 @@ def _stream_in_background(real, stop: threading.Event, first_chunk: threading.Ev
 
     def reader():
         while not stop.is_set():
-            one_request()
+            try:
+                one_request()
+            except Exception as exc:  # noqa: BLE001 - a failed request is kept for the test's message, and retried
+                errors.append(f"{type(exc).__name__}: {exc}")
+                stop.wait(0.2)
 
+    errors: list[str] = []
     thread = threading.Thread(target=reader, daemon=True)
+    thread.errors = errors
     thread.start()
     return thread
 
@@ -100,9 +107,9 @@ def test_a_request_in_flight_blocks_a_replace(real, note):
     stop, first = threading.Event(), threading.Event()
     thread = _stream_in_background(real, stop, first)
     try:
-        assert first.wait(60), "the streamed request never sent a chunk"
+        assert first.wait(60), f"the streamed request never sent a chunk; its errors: {thread.errors[-3:]}"
         busy = _poll_running(real, 1, 30)
-        assert busy["num_requests_running"] == 1
+        assert busy["num_requests_running"] == 1, (busy, thread.is_alive(), thread.errors[-3:])
         message = P.busy_message({"container": {"running": True}, "api": busy}, "head")
         assert message is not None and "(running 1, waiting " in message and "expected 0" in message
     finally:
