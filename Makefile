@@ -73,8 +73,8 @@ demo: sim-up
 	  echo "  make sim-status | make sim-down"
 
 # Phases run in this order: the checks (lint and the unit tests in two halves, side by side: each uses about one
-# core, and nothing of the simulator), the real-vLLM lane (alone: it times a real server's requests in flight),
-# simulator integration tests, molecule; each
+# core, and nothing of the simulator), the simulator integration tests, then molecule and the real-vLLM lane side
+# by side (molecule's one pair waits on its cold start much of the time; the lane needs no simulator); each
 # one's time goes to artifacts/reports/TESTS.md (tools/test_report: standard library only, so the system python
 # runs it before the virtualenv exists), with the 15 slowest simulator tests.
 TIMED := python3 -m tools.test_report
@@ -83,9 +83,8 @@ test:
 	@$(TIMED) run deps -- $(MAKE) --no-print-directory deps
 	@MAKE="$(MAKE)" $(TIMED) together checks lint=lint "unit-plugins=test-unit UNIT=tests/unit/plugins" \
 	  "unit-others=test-unit UNIT='tests/unit --ignore=tests/unit/plugins'"
-	@$(TIMED) run vllm-lane -- $(MAKE) --no-print-directory test-vllm
 	@$(TIMED) run integration -- $(MAKE) --no-print-directory test-integration
-	@$(TIMED) run molecule -- $(MAKE) --no-print-directory test-molecule
+	@MAKE="$(MAKE)" $(TIMED) together tail molecule=test-molecule vllm-lane=test-vllm
 	@$(TIMED) end
 
 lint: deps

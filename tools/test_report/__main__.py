@@ -14,8 +14,9 @@ The simulator tests' own times come from the JUnit XML that `make test-integrati
 (artifacts/reports/integration-junit.xml). A phase that fails still has its time recorded and TESTS.md
 written; `run` then exits with the phase's code, so `make test` stops as before.
 
-`together` is for the phases that use one core each and share nothing (lint and the two halves of the unit tests):
-on a 2-core machine they take the wall time of the longest instead of the sum. The total counts the group's
+`together` is for the phases that share nothing and leave each other room (lint and the two halves of the unit
+tests; molecule, which waits on its pair's cold start, and the real-vLLM lane): on a 2-core machine they take the
+wall time of the longest instead of the sum. The total counts the group's
 wall time once; its members' own times are listed under it.
 """
 from __future__ import annotations
