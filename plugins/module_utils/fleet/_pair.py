@@ -208,3 +208,61 @@ def _groups_agree(hosts: list[dict], groups: dict[str, list[str]]) -> list[Misma
                                 reason=f"plays on {GROUP_OF_RANK[0]} and {GROUP_OF_RANK[1]} would skip or misuse this rank",
                                 expected_word="expected"))
     return out
+
+
+# ---- a fleet is a set of independent pairs: gb10.dspark.pair_barrier ------------------------------------------
+# The plays run without any_errors_fatal: a rank that fails leaves the play at once (Ansible drops it from
+# ansible_play_hosts), and its pair's other rank stops at the next barrier, before anything changes. No other pair
+# is affected. A pair budget stops the batches not yet started.
+
+def barrier(me: str, task_vars, before: str) -> tuple[str, str | None]:
+    """``(pair, why me must stop before `before`)``: a rank of its pair (the topology's ``dspark_pair_members``)
+    is no longer among the play's hosts (``ansible_play_hosts``: it failed or was unreachable). The reason is
+    None when the pair is whole."""
+    task_vars = task_vars if hasattr(task_vars, "get") else {}
+    pair = str(task_vars.get(HOST_VARIABLES["pair"]))
+    left = set(map(str, task_vars.get("ansible_play_hosts") or []))
+    gone = [str(m) for m in (task_vars.get("dspark_pair_members") or []) if str(m) != me and str(m) not in left]
+    if not gone:
+        return pair, None
+    return pair, (f"rank {me}: pair {pair} stops before {before}: rank {', '.join(gone)} of the pair failed or was "
+                  f"unreachable, expected both ranks in the run (no other pair is affected)")
+
+
+def failure_budget(value) -> tuple[int | None, float | None]:
+    """``dspark_fleet_max_failed_pairs``: a count of pairs (``2``) or a percentage of the run's pairs (``'25%'``);
+    empty or None means no budget. Returns ``(count, percent)``, one of them set. Anything else raises ValueError."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None, None
+    wrong = ValueError(f"dspark_fleet_max_failed_pairs is {value!r}, expected a count of pairs (0 or more) "
+                       f"or a percentage ('25%')")
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise wrong
+    text = str(value).strip()
+    try:
+        number = float(text[:-1]) if text.endswith("%") else int(text)
+    except ValueError:
+        raise wrong from None
+    if number < 0 or (text.endswith("%") and number > 100):
+        raise wrong
+    return (None, float(number)) if text.endswith("%") else (int(number), None)
+
+
+def budget_problem(play_hosts_all, play_hosts, batch, hostvars, value) -> str | None:
+    """Why the ranks of this batch must not start: the pairs that failed so far in the play (a rank in
+    ``play_hosts_all`` but no longer in ``play_hosts``) exceed the budget ``value`` (:func:`failure_budget`)
+    over all the play's pairs. None when the batch may start."""
+    count, percent = failure_budget(value)
+    if count is None and percent is None:
+        return None
+    everyone = [str(h) for h in play_hosts_all or []]
+    left = set(map(str, play_hosts or []))
+    pair_of = pairs_of(host_records(everyone, hostvars))
+    failed = sorted({pair_of.get(h, h) for h in everyone if h not in left})
+    total = len(set(pair_of.values())) or len(everyone)
+    over = len(failed) > count if count is not None else bool(total) and len(failed) * 100.0 / total > percent
+    if not over:
+        return None
+    waiting = sorted({pair_of.get(str(h), str(h)) for h in batch or []})
+    return (f"pair {', '.join(waiting)} not started: {len(failed)} of {total} pairs failed ({', '.join(failed)}), "
+            f"expected at most {value} (dspark_fleet_max_failed_pairs)")
