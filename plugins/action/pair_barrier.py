@@ -27,10 +27,12 @@ class ActionModule(ActionBase):
         except ValueError as exc:  # a budget that is neither a count nor a percentage: refused on every rank
             result.update(failed=True, msg=f"rank {me}: {exc}")
             return result
+        if problem:  # the budget: this batch does not start (the run's pair summary says NOT STARTED)
+            result.update(failed=True, msg=problem, not_started=True)
+            return result
         pair, split = barrier(me, task_vars, before)
-        problem = problem or split
-        if problem:
-            result.update(failed=True, msg=problem)
+        if split:
+            result.update(failed=True, msg=split)
         else:
             result["msg"] = f"pair {pair}: both ranks go on to {before}"
         return result

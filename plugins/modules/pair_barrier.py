@@ -65,6 +65,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+not_started:
+  description: True when the failure budget keeps this rank's batch from starting.
+  returned: when the budget is exceeded
+  type: bool
+  sample: true
 msg:
   description: Why the rank stops, or that both ranks go on.
   returned: always

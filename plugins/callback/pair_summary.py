@@ -1,0 +1,108 @@
+# Copyright (c) gb10.dspark contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+name: pair_summary
+type: aggregate
+short_description: The end of a run, per pair - the phase reached, the verdict and the reason
+version_added: 0.1.0
+description:
+  - A fleet is a set of independent pairs; a run goes on for every pair whose ranks did not fail. At the end of
+    the run this callback prints one line per pair (C(PASS), C(FAILED), C(UNREACHABLE), or C(NOT STARTED) when the
+    failure budget kept a batch from starting), with the phase reached and, for a pair that did not pass, the
+    reason given by the rank that failed first (never the other rank, which its pair's barrier then stopped).
+  - It writes the same as JSON into the evidence folder of the run (C(<dspark_evidence_dir>/runs/), one file per
+    run), except in check mode, which writes nothing.
+  - The pairs are the topology's (C(dspark_play_pairs)); the phases are the prefixes of the collection's task names.
+  - A message of a task marked C(no_log) is never shown or written.
+requirements:
+  - enable it in ansible.cfg (C(callbacks_enabled = gb10.dspark.pair_summary)); the repository's ansible.cfg and
+    C(dspark) do.
+author:
+  - gb10.dspark contributors (!UNKNOWN)
+"""
+
+import json
+import os
+import time
+
+from ansible import context
+from ansible.plugins.callback import CallbackBase
+
+from ansible_collections.gb10.dspark.plugins.module_utils.fleet import _run_summary as S
+
+EVIDENCE_VAR = "dspark_evidence_dir"
+
+
+def _flag(value) -> bool:
+    """A task keyword's value as the strategy took it (a bool, or the string Ansible templated)."""
+    return value is True or str(value).strip().lower() in ("true", "yes", "1")
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "gb10.dspark.pair_summary"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._recorder = S.Recorder()
+        self._playbook = ""
+        self._evidence_dir = None
+        self._started = time.gmtime()
+        self._play_hosts = []
+
+    def v2_playbook_on_start(self, playbook):
+        self._playbook = os.path.basename(getattr(playbook, "_file_name", "") or "")
+
+    def v2_playbook_on_play_start(self, play):
+        manager = play.get_variable_manager()
+        inventory = getattr(manager, "_inventory", None)
+        hosts = inventory.get_hosts(play.hosts) if inventory is not None else []
+        self._play_hosts = [h.get_name() for h in hosts]
+        # where the run's summary goes: the evidence folder the inventory names (read once, from the play's first host)
+        if hosts and not self._evidence_dir:
+            value = manager.get_vars(play=play, host=hosts[0]).get(EVIDENCE_VAR)
+            if isinstance(value, str) and value and "{" not in value:
+                self._evidence_dir = value
+
+    def v2_runner_on_ok(self, result):
+        facts = result._result.get("ansible_facts") if isinstance(result._result, dict) else None
+        self._recorder.ran(result._host.get_name(), result._task.get_name(), facts)
+
+    def v2_runner_on_failed(self, result, ignore_errors=False):
+        if ignore_errors:
+            return
+        data = result._result if isinstance(result._result, dict) else {}
+        self._recorder.failed(result._host.get_name(), result._task.get_name(), S.result_message(data),
+                              not_started=bool(data.get("not_started")))
+        if _flag(result._task.run_once) or _flag(result._task.any_errors_fatal):  # Ansible ends every host with it
+            self._recorder.failed_everywhere(self._play_hosts, result._task.get_name(), S.result_message(data))
+
+    def v2_runner_on_unreachable(self, result):
+        self._recorder.unreachable(result._host.get_name(), result._task.get_name(),
+                                   S.result_message(result._result if isinstance(result._result, dict) else {}))
+
+    def v2_playbook_on_stats(self, stats):
+        failed = [h for h in stats.processed if stats.failures.get(h)]
+        unreachable = [h for h in stats.processed if stats.dark.get(h)]
+        summary = S.rows(self._recorder, failed, unreachable)
+        if not summary:
+            return
+        self._display.display(S.table(summary, self._playbook))
+        if context.CLIARGS.get("check") or not self._evidence_dir:
+            return
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", self._started)
+        name = f"{stamp}-{os.path.splitext(self._playbook)[0] or 'run'}-{os.getpid()}.json"
+        folder = os.path.join(self._evidence_dir, "runs")
+        try:
+            os.makedirs(folder, mode=0o750, exist_ok=True)
+            tmp = os.path.join(folder, f".{name}.tmp")
+            with open(tmp, "w", encoding="utf-8") as out:
+                json.dump({"playbook": self._playbook, "started": stamp, "pairs": summary}, out, indent=1)
+            os.replace(tmp, os.path.join(folder, name))
+        except OSError as exc:
+            self._display.warning(f"the run's pair summary could not be written to {folder}: {exc}")
