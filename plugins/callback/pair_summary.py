@@ -17,6 +17,8 @@ description:
     run), except in check mode, which writes nothing.
   - The pairs are the topology's (C(dspark_play_pairs)); the phases are the prefixes of the collection's task names.
   - A message of a task marked C(no_log) is never shown or written.
+  - A run in which a play sets C(dspark_pair_summary=false) (the fleet audit, whose report is its per-pair verdict;
+    or C(-e dspark_pair_summary=false)) prints and writes no summary.
 requirements:
   - enable it in ansible.cfg (C(callbacks_enabled = gb10.dspark.pair_summary)); the repository's ansible.cfg and
     C(dspark) do.
@@ -34,6 +36,7 @@ from ansible.plugins.callback import CallbackBase
 from ansible_collections.gb10.dspark.plugins.module_utils.fleet import _run_summary as S
 
 EVIDENCE_VAR = "dspark_evidence_dir"
+SWITCH_VAR = "dspark_pair_summary"  # false in a play's vars (or -e): no summary for the run
 
 
 def _flag(value) -> bool:
@@ -54,12 +57,15 @@ class CallbackModule(CallbackBase):
         self._evidence_dir = None
         self._started = time.gmtime()
         self._play_hosts = []
+        self._off = False
 
     def v2_playbook_on_start(self, playbook):
         self._playbook = os.path.basename(getattr(playbook, "_file_name", "") or "")
 
     def v2_playbook_on_play_start(self, play):
         manager = play.get_variable_manager()
+        if str(manager.get_vars(play=play).get(SWITCH_VAR, True)).strip().lower() in ("false", "no", "0"):
+            self._off = True  # the fleet audit: its report is the per-pair verdict
         inventory = getattr(manager, "_inventory", None)
         hosts = inventory.get_hosts(play.hosts) if inventory is not None else []
         self._play_hosts = [h.get_name() for h in hosts]
@@ -90,7 +96,7 @@ class CallbackModule(CallbackBase):
         failed = [h for h in stats.processed if stats.failures.get(h)]
         unreachable = [h for h in stats.processed if stats.dark.get(h)]
         summary = S.rows(self._recorder, failed, unreachable)
-        if not summary:
+        if not summary or self._off:
             return
         self._display.display(S.table(summary, self._playbook))
         if context.CLIARGS.get("check") or not self._evidence_dir:

@@ -30,8 +30,8 @@ options:
   max_failed_pairs:
     description:
       - The failure budget (C(dspark_fleet_max_failed_pairs)), a count of pairs (C(1)) or a percentage of the
-        play's pairs (C('25%')); once more pairs have failed, the batches not yet started are not started. Empty:
-        no budget.
+        play's pairs (C('25%')); once more pairs have failed, the batches not yet started are not started. Unset or
+        empty, there is no budget.
     type: raw
 attributes:
   check_mode:
@@ -65,6 +65,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+changed:
+  description: Always false; nothing is changed.
+  returned: always
+  type: bool
+  sample: false
 not_started:
   description: True when the failure budget keeps this rank's batch from starting.
   returned: when the budget is exceeded

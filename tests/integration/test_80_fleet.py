@@ -59,11 +59,68 @@ def gate(pair: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def fleet(sim, clean_tree):
-    """Four converged pairs (the session's simulator is resized; the next module's tests bring it down)."""
+def fleet_runs(sim, clean_tree, tmp_path_factory):
+    """Four pairs (the session's simulator is resized; the next module's tests bring it down), provisioned as an
+    operator meets a fleet: a run refused as a whole (the checkout is dirty: nothing may change anywhere); a run in
+    which sim03's worker has its fabric link down (sim03 is refused, the three others are provisioned and gated);
+    then sim03 alone, its link back. What each run did is kept for the tests that judge it."""
     sim_cli("up", "--pairs", str(PAIRS))
-    playbook("provision.yml", clean_tree, timeout=1800)
-    return layout.pairs(PAIRS)
+    pairs = layout.pairs(PAIRS)
+    ranks = [r for p in pairs for r in p.ranks]
+    seen: dict = {"pairs": pairs}
+    dirty = tmp_path_factory.mktemp("dirty") / "tree"
+    subprocess.run(["git", "clone", "--quiet", "--local", str(clean_tree), str(dirty)], check=True)
+    (dirty / "roles" / "README.md").write_text("edited on the control node\n")
+    seen["before_run_wide"] = {r.name: snapshot(r) for r in ranks}
+    seen["run_wide"] = playbook("provision.yml", dirty, check=False, timeout=900)
+    seen["after_run_wide"] = {r.name: snapshot(r) for r in ranks}
+    refused = pairs[2]
+    netdev = refused.worker.port["netdev"]
+    on_rank(refused.worker, ["ip", "link", "set", netdev, "down"])
+    try:
+        seen["before_isolation"] = snapshot(refused.worker), snapshot(refused.head)
+        seen["isolation"] = playbook("provision.yml", clean_tree, check=False, timeout=1800)
+        seen["after_isolation"] = snapshot(refused.worker), snapshot(refused.head)
+        seen["gates"] = {p.name: gate(p.name) for p in pairs if p is not refused}
+    finally:
+        on_rank(refused.worker, ["ip", "link", "set", netdev, "up"])
+    playbook("provision.yml", clean_tree, "--limit", refused.group, timeout=1800)
+    return seen
+
+
+@pytest.fixture(scope="module")
+def fleet(fleet_runs):
+    """Four converged pairs."""
+    return fleet_runs["pairs"]
+
+
+@pytest.mark.fault("run-wide-refusal")
+def test_a_run_wide_refusal_touches_no_pair(fleet_runs):
+    res = fleet_runs["run_wide"]
+    out = " ".join((res.stdout + res.stderr).split())
+    assert res.returncode == 2, out[-4000:]
+    assert "is dirty (1 path: M roles/README.md), expected clean" in out
+    assert fleet_runs["after_run_wide"] == fleet_runs["before_run_wide"], "a run refused as a whole changed a rank"
+    assert "PAIR SUMMARY provision.yml: 0 of 4 pairs PASS" in out, out[-3000:]
+
+
+@pytest.mark.fault("pair-isolation-preflight")
+def test_a_pair_refused_at_preflight_leaves_the_other_pairs_provisioned(fleet_runs):
+    pairs, res = fleet_runs["pairs"], fleet_runs["isolation"]
+    refused = pairs[2]
+    out = " ".join((res.stdout + res.stderr).split())
+    assert res.returncode == 2, out[-4000:]
+    assert fleet_runs["after_isolation"] == fleet_runs["before_isolation"], "the refused pair was changed"
+    assert {name: doc["status"] for name, doc in fleet_runs["gates"].items()} == {
+        p.name: "PASS" for p in pairs if p is not refused}
+    assert "PAIR SUMMARY provision.yml: 3 of 4 pairs PASS" in out, out[-3000:]
+    # the isolation run's summary: the last run of all four pairs in which sim01 passed and the refused pair did not
+    files = sorted((Path(site()["dspark_evidence_dir"]) / "runs").glob("*-provision-*.json"), key=lambda f: f.stat().st_mtime_ns)
+    rows = [{r["pair"]: r for r in json.loads(f.read_text())["pairs"]} for f in files]
+    row = next(r[refused.name] for r in reversed(rows) if len(r) == 4 and r[refused.name]["verdict"] == "FAILED"
+               and r[pairs[0].name]["verdict"] == "PASS")
+    assert (row["phase"], row["rank"]) == ("Preflight", refused.worker.name), row
+    assert f"rank {refused.worker.name}: netdev {refused.worker.port['netdev']} link is Down, expected Up" in row["reason"]
 
 
 def test_converged_fleet_is_ok_and_a_second_audit_rewrites_nothing(fleet, clean_tree):

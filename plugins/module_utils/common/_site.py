@@ -33,9 +33,6 @@ SITE_DEFAULTS: dict[str, Any] = {
     "served_model_name": "deepseek-v4-flash-dspark",
     # the serving profile a pair runs when its inventory names none (a key of the profile catalog)
     "profile": "production",
-    # the fleet's failure budget: once more pairs than this (a count, or a percentage of the run's pairs: '25%')
-    # have failed, a run's batches not yet started are not started (gb10.dspark.pair_barrier); '' is no budget
-    "fleet_max_failed_pairs": "",
 }
 
 # term -> the inventory variable that overrides its default

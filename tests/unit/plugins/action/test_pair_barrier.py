@@ -176,3 +176,11 @@ def test_summary_hides_a_no_log_message():
     assert S.result_message({"censored": "the output has been hidden", "msg": "sk-secret"}) == S.NO_LOG
     assert S.result_message({"_ansible_no_log": True, "msg": "sk-secret"}) == S.NO_LOG
     assert S.phase_of("gb10.dspark.image : Image | Load the archive") == "Image"
+
+
+def test_a_play_that_switches_the_summary_off_gets_none(tmp_path):
+    (tmp_path / "did").mkdir()
+    res = _play(tmp_path, [{"name": "Pair | barrier", "gb10.dspark.pair_barrier": {"before": "the load"}}], None,
+                "-e", "dspark_pair_summary=false")
+    assert res.returncode == 0
+    assert "PAIR SUMMARY" not in res.stdout and not (tmp_path / "evidence").exists()
