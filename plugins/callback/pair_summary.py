@@ -19,6 +19,17 @@ description:
   - A message of a task marked C(no_log) is never shown or written.
   - A run in which a play sets C(dspark_pair_summary=false) (the fleet audit, whose report is its per-pair verdict;
     or C(-e dspark_pair_summary=false)) prints and writes no summary.
+options:
+  summary_file:
+    description:
+      - Also write the summary (the same JSON) to this file, in check mode too; C(dspark) sets it to its run
+        folder's C(pairs.json) and prints it with C(--json).
+    type: path
+    env:
+      - name: DSPARK_PAIR_SUMMARY_FILE
+    ini:
+      - section: callback_pair_summary
+        key: summary_file
 requirements:
   - enable it in ansible.cfg (C(callbacks_enabled = gb10.dspark.pair_summary)); the repository's ansible.cfg and
     C(dspark) do.
@@ -99,16 +110,24 @@ class CallbackModule(CallbackBase):
         if not summary or self._off:
             return
         self._display.display(S.table(summary, self._playbook))
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", self._started)
+        doc = {"playbook": self._playbook, "started": stamp, "check": bool(context.CLIARGS.get("check")),
+               "pairs": summary}
+        wanted = self.get_option("summary_file")
+        if wanted:
+            self._write(os.path.abspath(wanted), doc)
         if context.CLIARGS.get("check") or not self._evidence_dir:
             return
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", self._started)
         name = f"{stamp}-{os.path.splitext(self._playbook)[0] or 'run'}-{os.getpid()}.json"
-        folder = os.path.join(self._evidence_dir, "runs")
+        self._write(os.path.join(self._evidence_dir, "runs", name), doc)
+
+    def _write(self, path: str, doc: dict) -> None:
+        folder = os.path.dirname(path)
         try:
             os.makedirs(folder, mode=0o750, exist_ok=True)
-            tmp = os.path.join(folder, f".{name}.tmp")
+            tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp")
             with open(tmp, "w", encoding="utf-8") as out:
-                json.dump({"playbook": self._playbook, "started": stamp, "pairs": summary}, out, indent=1)
-            os.replace(tmp, os.path.join(folder, name))
+                json.dump(doc, out, indent=1)
+            os.replace(tmp, path)
         except OSError as exc:
-            self._display.warning(f"the run's pair summary could not be written to {folder}: {exc}")
+            self._display.warning(f"the run's pair summary could not be written to {path}: {exc}")

@@ -39,7 +39,7 @@ def _inventory(tmp_path: Path) -> Path:
     return path
 
 
-def _play(tmp_path: Path, tasks: list, serial=None, *extra: str) -> subprocess.CompletedProcess:
+def _play(tmp_path: Path, tasks: list, serial=None, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
     (tmp_path / "ansible.cfg").write_text("[defaults]\nstdout_callback = ansible.builtin.default\n"
                                           "callbacks_enabled = gb10.dspark.pair_summary\n")
     play = {"name": "pairs", "hosts": "dspark_pairs", "gather_facts": False,
@@ -49,7 +49,7 @@ def _play(tmp_path: Path, tasks: list, serial=None, *extra: str) -> subprocess.C
     book = tmp_path / "play.yml"
     book.write_text(yaml.safe_dump([play]))
     env = dict(os.environ, ANSIBLE_CONFIG=str(tmp_path / "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=str(ROOT / "collections"),
-               ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
+               ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1", **(env or {}))
     return subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(_inventory(tmp_path)),
                            str(book), *extra], cwd=tmp_path, env=env, text=True, capture_output=True, timeout=300)
 
@@ -184,3 +184,13 @@ def test_a_play_that_switches_the_summary_off_gets_none(tmp_path):
                 "-e", "dspark_pair_summary=false")
     assert res.returncode == 0
     assert "PAIR SUMMARY" not in res.stdout and not (tmp_path / "evidence").exists()
+
+
+def test_the_summary_file_option_gets_the_rows_in_check_mode_too(tmp_path):
+    target = tmp_path / "run" / "pairs.json"
+    env_res = _play(tmp_path, [{"name": "Pair | barrier", "gb10.dspark.pair_barrier": {"before": "the load"}}], None,
+                    "--check", env={"DSPARK_PAIR_SUMMARY_FILE": str(target)})
+    assert env_res.returncode == 0, (env_res.stdout + env_res.stderr)[-2000:]
+    doc = json.loads(target.read_text())
+    assert doc["check"] is True and {r["pair"]: r["verdict"] for r in doc["pairs"]} == {p: S.PASS for p in PAIRS}
+    assert not (tmp_path / "evidence").exists()  # check mode writes nothing into the evidence folder
