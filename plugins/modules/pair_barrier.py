@@ -79,7 +79,9 @@ msg:
   description: Why the rank stops, or that both ranks go on.
   returned: always
   type: str
-  sample: "rank sim02-head: pair sim02 stops before the image load: rank sim02-worker of the pair failed or was unreachable, expected both ranks in the run (no other pair is affected)"
+  sample: >-
+    rank sim02-head: pair sim02 stops before the image load: rank sim02-worker of the pair failed or was
+    unreachable, expected both ranks in the run (no other pair is affected)
 """
 
 from ansible.module_utils.basic import AnsibleModule
