@@ -109,8 +109,13 @@ class Pair:
         object.__setattr__(self, "ranks", (Rank(self.index, 0), Rank(self.index, 1)))
 
     @property
+    def name(self) -> str:
+        """The pair's name, as the inventory's dspark_pair gives it (sim01)."""
+        return f"sim{self.index:02d}"
+
+    @property
     def group(self) -> str:
-        return f"pair_sim{self.index:02d}"
+        return f"pair_{self.name}"
 
     @property
     def head(self) -> Rank:
