@@ -33,7 +33,7 @@ def hosts(count: int) -> dict:
                 "dspark_ib_hca": r.port["hca"],
                 "dspark_ib_hca_twin": r.port["twin_hca"],
             }
-        pair_groups[pair.group] = {"hosts": pair_hosts, "vars": {"dspark_pair": f"sim{pair.index:02d}"}}
+        pair_groups[pair.group] = {"hosts": pair_hosts, "vars": {"dspark_pair": pair.name}}
     return {
         "all": {
             "children": {
