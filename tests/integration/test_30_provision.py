@@ -105,7 +105,9 @@ def test_a_slice_of_a_sliced_awx_job_is_refused_on_every_host_before_anything_ch
         assert (f"rank head of pair sim{pair.index:02d}: head (dspark_rank 0) is absent from the run's inventory, "
                 f"expected in it beside its worker {pair.worker.name}") in text, text[-4000:]
         assert f"half pairs is 1 (sim{pair.index:02d} without its head)" in text and "job_slice_count 1" in text
-        assert "ok=0" in recap(res) and "changed=0" in recap(res), recap(res)
+        assert "changed=0" in recap(res) and "failed=1" in recap(res), recap(res)
+        tasks = re.findall(r"^TASK \[([^\]]*)\]", res.stdout, re.M)
+        assert tasks and all(t.startswith("gb10.dspark.topology : ") for t in tasks), tasks  # its first and only task
     assert not report_dir.exists(), "a refused audit wrote a report"
     assert {r.name: snapshot(r) for r in pair.ranks} == before, "a refused slice changed a rank"
 
