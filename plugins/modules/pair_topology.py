@@ -19,7 +19,7 @@ description:
     inventory holds the other rank outside the play (a C(--limit)), the problem names that host, and
     I(partial_ok) accepts it. When the inventory does not hold it at all, the run's inventory is a
     slice of a sliced AWX/AAP job (AWX gives each slice every Nth host sorted by name, so heads and
-    workers land in different slices) or lacks the rank: every host fails, whatever I(partial_ok) says,
+    workers land in different slices) or lacks the rank, and every host fails, whatever I(partial_ok) says,
     with one line per half pair (the rank missing, the rank present) and one naming all of them and the
     fix (docs/fleet-scale.md, "Job slicing"). Only then are the variables of the hosts outside the play read.
   - Every problem is listed at once, each naming the host, the expected and the actual value, and
