@@ -8,7 +8,7 @@ from __future__ import annotations
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import failure
-from ansible_collections.gb10.dspark.plugins.module_utils.fleet._pair import host_records, play_pairs, topology
+from ansible_collections.gb10.dspark.plugins.module_utils.fleet._pair import half_pairs, host_records, play_pairs, topology
 from ansible_collections.gb10.dspark.plugins.module_utils.common._secrets import api_key_problem
 
 
@@ -22,10 +22,17 @@ class ActionModule(ActionBase):
         partial_ok = bool(self._task.args.get("partial_ok", False))
         me = task_vars.get("inventory_hostname")
         hostvars = task_vars.get("hostvars") or {}
-        records = host_records(task_vars.get("ansible_play_hosts_all") or [me], hostvars)
+        play = task_vars.get("ansible_play_hosts_all") or [me]
+        records = host_records(play, hostvars)
         groups = task_vars.get("groups") or {}
+        # A pair with one rank in the play: is the other in the inventory (a --limit) or not at all (a slice
+        # of a sliced AWX job)? Only then are the other hosts' variables read (a whole fleet's play reads none).
+        outside = None
+        if half_pairs(records):
+            in_play = set(play)
+            outside = host_records([h for h in groups.get("all") or [] if h not in in_play], hostvars)
         facts, problems = topology(records, {g: list(groups.get(g) or []) for g in ("dspark_heads", "dspark_workers")},
-                                   partial_ok=partial_ok)
+                                   partial_ok=partial_ok, outside=outside)
         result["changed"] = False
         result["mismatches"] = [m.as_dict() for m in problems]
         if problems:

@@ -15,6 +15,13 @@ description:
     head is in the inventory group C(dspark_heads) and every worker in C(dspark_workers), and in
     no other of the two. The plays of the guard, NIAH, the systems lanes and the fleet report run
     on those groups, so a rank placed wrongly would be skipped without a word.
+  - A pair of which only one rank is in the play is told apart by the rest of the inventory. When the
+    inventory holds the other rank outside the play (a C(--limit)), the problem names that host, and
+    I(partial_ok) accepts it. When the inventory does not hold it at all, the run's inventory is a
+    slice of a sliced AWX/AAP job (AWX gives each slice every Nth host sorted by name, so heads and
+    workers land in different slices) or lacks the rank, and every host fails, whatever I(partial_ok) says,
+    with one line per half pair (the rank missing, the rank present) and one naming all of them and the
+    fix (docs/fleet-scale.md, "Job slicing"). Only then are the variables of the hosts outside the play read.
   - Every problem is listed at once, each naming the host, the expected and the actual value, and
     the task fails before anything changes.
   - On success it sets this host's facts C(dspark_pair_head), C(dspark_pair_worker),
@@ -28,8 +35,9 @@ extends_documentation_fragment:
 options:
   partial_ok:
     description:
-      - Accept a pair of which only one rank is in the play (the read-only fleet audit of a
-        limited play); the absent rank is then C(null). Roles that change a pair never set it.
+      - Accept a pair of which only one rank is in the play while the inventory holds the other (the
+        read-only fleet audit of a limited play); the absent rank is then C(null). A rank the inventory
+        lacks (a sliced job's half pair) is refused all the same. Roles that change a pair never set it.
     type: bool
     default: false
 attributes:

@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -15,8 +16,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 
-from simhelpers import INVENTORY, ROOT, container_state, on_rank, playbook, site, snapshot
+from simhelpers import INVENTORY, PAIRS, ROOT, container_state, on_rank, playbook, site, snapshot
 
 
 def provision(pair, clean_tree, *extra: str, check: bool = False):
@@ -64,6 +66,50 @@ def test_a_limit_that_splits_a_pair_is_refused(pair_a, clean_tree):
     res = playbook("provision.yml", clean_tree, "--limit", pair.head.name, check=False)
     assert res.returncode != 0
     assert "worker hosts is 0 (none), expected exactly one" in flat(res)
+
+
+@pytest.mark.fault("sliced-half-pair")
+def test_a_slice_of_a_sliced_awx_job_is_refused_on_every_host_before_anything_changes(pair_a, clean_tree, tmp_path):
+    """The inventory AWX hands slice 2 of a job_slice_count 3 job over the simulator's fleet (its four hosts
+    sorted by name, every third from the second: sim01-worker alone), made as AWX makes it: every group kept,
+    only the slice's hosts in them, the site's group_vars beside. Provision and the read-only audit are both
+    refused by the topology, their first task, naming the half pair, the rank it lacks and the fix."""
+    from dspark_sim import drive, layout
+
+    from tests.support.awx_slicing import slice_hosts
+
+    pair = pair_a
+    inventory = [r.name for p in layout.pairs(PAIRS) for r in p.ranks]
+    keep = slice_hosts(inventory, 2, 3)
+    assert keep == [pair.worker.name], keep
+    sliced = tmp_path / "slice"
+    shutil.copytree(INVENTORY / "group_vars", sliced / "group_vars")
+    doc = yaml.safe_load((INVENTORY / "hosts.yml").read_text())
+
+    def prune(group):
+        if group.get("hosts"):
+            group["hosts"] = {h: v for h, v in group["hosts"].items() if h in keep}
+        for child in (group.get("children") or {}).values():
+            prune(child)
+
+    prune(doc["all"])
+    (sliced / "hosts.yml").write_text(yaml.safe_dump(doc))
+    before = {r.name: snapshot(r) for r in pair.ranks}
+    report_dir = tmp_path / "fleet"
+    for name, extra in (("provision.yml", ()), ("audit.yml", ("-e", f"dspark_audit_report_dir={report_dir}"))):
+        res = subprocess.run([drive.tool("ansible-playbook"), "-i", str(sliced), f"playbooks/{name}",
+                              "-e", f"dspark_preflight_wrapper_path={clean_tree}", *extra],
+                             cwd=ROOT, env=drive.ansible_env(), text=True, capture_output=True, timeout=600, check=False)
+        text = flat(res)
+        assert res.returncode != 0, text[-4000:]
+        assert (f"rank head of pair sim{pair.index:02d}: head (dspark_rank 0) is absent from the run's inventory, "
+                f"expected in it beside its worker {pair.worker.name}") in text, text[-4000:]
+        assert f"half pairs is 1 (sim{pair.index:02d} without its head)" in text and "job_slice_count 1" in text
+        assert "changed=0" in recap(res) and "failed=1" in recap(res), recap(res)
+        tasks = re.findall(r"^TASK \[([^\]]*)\]", res.stdout, re.M)
+        assert tasks and all(t.startswith("gb10.dspark.topology : ") for t in tasks), tasks  # its first and only task
+    assert not report_dir.exists(), "a refused audit wrote a report"
+    assert {r.name: snapshot(r) for r in pair.ranks} == before, "a refused slice changed a rank"
 
 
 @pytest.mark.fault("inventory-pairs")

@@ -159,18 +159,23 @@ def play_pairs(facts: dict) -> dict[str, dict]:
 GROUP_OF_RANK = {0: "dspark_heads", 1: "dspark_workers"}
 
 
-def topology(hosts: list[dict], groups: dict[str, list[str]], partial_ok: bool = False) -> tuple[dict, list[Mismatch]]:
+def topology(hosts: list[dict], groups: dict[str, list[str]], partial_ok: bool = False,
+             outside: list[dict] | None = None) -> tuple[dict, list[Mismatch]]:
     """The pairs of the play, worked out once: ``({host: facts}, mismatches)``.
 
     ``hosts``: one record per play host, ``{"name", "pair", "rank", "fabric_ip"}``; ``groups``:
-    the inventory's groups (only ``dspark_heads`` and ``dspark_workers`` are read). Each host's
-    facts name its pair, the pair's head and worker (None when absent from the play and
-    ``partial_ok``), both members in rank order and the head's fabric address (the rendezvous
-    address of both ranks). Every problem is listed: the pairing (exactly one head and one
-    worker per pair, unless ``partial_ok`` lets a pair miss one of them) and a rank that the
-    groups place elsewhere.
+    the inventory's groups (only ``dspark_heads`` and ``dspark_workers`` are read); ``outside``:
+    one record per host of the inventory that is not in the play (None when not known; see
+    :func:`half_pairs`). Each host's facts name its pair, the pair's head and worker (None when
+    absent from the play and ``partial_ok``), both members in rank order and the head's fabric
+    address (the rendezvous address of both ranks). Every problem is listed: the pairing (exactly
+    one head and one worker per pair, unless ``partial_ok`` lets a pair miss one of them that the
+    inventory holds outside the play), a rank that the groups place elsewhere, and a pair whose
+    other rank the inventory does not hold at all - a sliced job's half pair, refused even with
+    ``partial_ok``.
     """
     summary, problems = check_pairs(hosts, check_images=False)
+    problems = _half_pairs_named(problems, half_pairs(hosts), outside)
     if partial_ok:
         problems = [m for m in problems if not (m.item.endswith(" hosts") and str(m.actual).startswith("0 "))]
     problems += _groups_agree(hosts, groups)
@@ -266,3 +271,68 @@ def budget_problem(play_hosts_all, play_hosts, batch, hostvars, value) -> str | 
     waiting = sorted({pair_of.get(str(h), str(h)) for h in batch or []})
     return (f"pair {', '.join(waiting)} not started: {len(failed)} of {total} pairs failed ({', '.join(failed)}), "
             f"expected at most {value} (dspark_fleet_max_failed_pairs)")
+
+
+# AWX/AAP job slicing (docs/fleet-scale.md, "Job slicing"): a job template with job_slice_count N above 1
+# runs N jobs, and slice k's inventory holds only the hosts at k-1, k-1+N, k-1+2N, ... of the inventory's
+# enabled hosts sorted by name (AWX's Inventory.get_sliced_hosts over get_script_data's host list); every
+# group is kept, with only that slice's hosts in it. A pair's head and worker sort next to each other
+# under the usual names, so every slice then holds half pairs, and a play cannot tell a slice from an
+# inventory that lacks a rank: either way the other rank is in no group and has no variables here.
+SLICING_FIX = ("a sliced AWX/AAP job (job_slice_count above 1) gives each slice every Nth host of the inventory "
+               "sorted by name, so heads and workers land in different slices: launch the job template with "
+               "job_slice_count 1 and spread the fleet with forks and rollout waves, or name the hosts so that "
+               "every slice holds whole pairs (docs/fleet-scale.md, Job slicing); otherwise add the missing rank "
+               "to the inventory")
+
+
+def half_pairs(hosts: list[dict]) -> list[tuple[str, int, str]]:
+    """``[(pair, missing rank, the rank present), ...]`` for every pair of ``hosts`` that has one of
+    its two ranks only, sorted by pair: what :func:`topology` asks the rest of the inventory about."""
+    by_pair, _problems = _group(hosts)
+    out = []
+    for pair, members in sorted(by_pair.items()):
+        members = _unique(members)
+        for rank in RANKS:
+            present = [m["name"] for m in members if m.get("rank") == 1 - rank]
+            if present and not any(m.get("rank") == rank for m in members):
+                out.append((pair, rank, present[0]))
+    return out
+
+
+def _half_pairs_named(problems: list[Mismatch], halves: list[tuple[str, int, str]],
+                      outside: list[dict] | None) -> list[Mismatch]:
+    """The pairing's "0 (none)" for each half pair, told apart (when the rest of the inventory is
+    known): the missing rank is in the inventory outside the play (a --limit: its name is added), or
+    absent from the inventory (a slice of a sliced job: a problem of its own, with the fix, that
+    ``partial_ok`` does not lift)."""
+    if outside is None or not halves:
+        return problems
+    by_pair_rank: dict[tuple[str, object], list[str]] = defaultdict(list)
+    for host in outside:
+        by_pair_rank[(host.get("pair"), _rank(host.get("rank")))].append(str(host.get("name")))
+    absent, limited = [], {}
+    for pair, rank, present in halves:
+        names = by_pair_rank.get((pair, rank))
+        if names:
+            limited[f"{ROLE[rank]} of pair {pair}"] = names
+        else:
+            absent.append((pair, rank, present))
+    out = []
+    for m in problems:
+        if m.rank in limited and m.item.endswith(" hosts"):
+            m = Mismatch(m.rank, m.item, m.expected, m.actual, expected_word=m.expected_word,
+                         reason=f"{', '.join(limited[m.rank])} is in the inventory but not in this play: "
+                                "a --limit or the play's hosts leave it out")
+        elif any(m.rank == f"{ROLE[r]} of pair {p}" and m.item == f"{ROLE[r]} hosts" for p, r, _h in absent):
+            continue  # said below, with what is missing and the fix
+        out.append(m)
+    for pair, rank, present in absent:
+        out.append(Mismatch(f"{ROLE[rank]} of pair {pair}", f"{ROLE[rank]} (dspark_rank {rank})",
+                            f"in it beside its {ROLE[1 - rank]} {present}", "absent from the run's inventory",
+                            expected_word="expected"))
+    if absent:
+        out.append(Mismatch("inventory", "half pairs", "none (every pair whole)",
+                            f"{len(absent)} ({', '.join(f'{p} without its {ROLE[r]}' for p, r, _h in absent)})",
+                            reason=SLICING_FIX, expected_word="expected"))
+    return out

@@ -20,7 +20,9 @@ GROUPS = {"dspark_heads": ["a-head", "b-head"], "dspark_workers": ["a-worker", "
 def run(me, hosts=None, groups=None, play=None, **args):
     hosts = HOSTS if hosts is None else hosts
     plugin = make_plugin(action.ActionModule, "gb10.dspark.pair_topology", args)
-    task_vars = {"inventory_hostname": me, "hostvars": hosts, "groups": GROUPS if groups is None else groups,
+    groups = dict(GROUPS if groups is None else groups)
+    groups.setdefault("all", list(hosts))  # the inventory's hosts, as Ansible's magic variable lists them
+    task_vars = {"inventory_hostname": me, "hostvars": hosts, "groups": groups,
                  "ansible_play_hosts_all": list(hosts) if play is None else play}
     return plugin.run(task_vars=task_vars)
 
@@ -123,3 +125,99 @@ def test_an_api_key_that_cannot_be_a_header_is_refused_naming_the_variable_never
 def test_a_printable_key_passes():
     hosts = {name: dict(values, dspark_api_key="sk-abcdef0123456789") for name, values in HOSTS.items()}
     assert not run("b-head", hosts=hosts).get("failed")
+
+
+# ---- a sliced AWX/AAP job (tests/support/awx_slicing.py makes each slice's inventory by AWX's rule) ----------
+def slice_inventories(data, count):
+    from tests.support.awx_slicing import effective_count, load, sliced
+
+    for number in range(1, effective_count(len(data["hostvars"]), count) + 1):
+        yield number, load(sliced(data, number, count))
+
+
+def run_play(inventory, hostvars, **args):
+    """The topology task on every host of a `hosts: dspark_pairs` play over ``inventory``."""
+    play = [h.name for h in inventory.get_hosts("dspark_pairs")]
+    plugin = make_plugin(action.ActionModule, "gb10.dspark.pair_topology", args)
+    return {me: plugin.run(task_vars={"inventory_hostname": me, "hostvars": hostvars, "ansible_play_hosts_all": play,
+                                      "groups": inventory.get_groups_dict()}) for me in play}
+
+
+def sample_fleet():
+    from tests.support.awx_slicing import from_sources
+    from tests.support.lanes import ROOT
+
+    return from_sources(str(ROOT / "inventories" / "sample"))  # hosts.yml and fleet.yml: lab01, fleet01 to fleet03
+
+
+def sim_fleet(tmp_path, pairs):
+    """The simulator's inventory of ``pairs`` pairs, as `make sim-up` writes it (sim/dspark_sim/inventory.py)."""
+    import sys
+
+    import yaml
+
+    from tests.support.awx_slicing import from_sources
+    from tests.support.lanes import ROOT
+
+    if str(ROOT / "sim") not in sys.path:
+        sys.path.insert(0, str(ROOT / "sim"))
+    from dspark_sim import inventory as sim_inventory
+
+    path = tmp_path / "hosts.yml"
+    path.write_text(yaml.safe_dump(sim_inventory.hosts(pairs)))
+    return from_sources(str(path))
+
+
+@pytest.mark.parametrize("count", [2, 3, 4, 8])
+@pytest.mark.parametrize("fleet", ["sample", "sim2", "sim3"])
+def test_each_slice_of_a_sliced_job_is_refused_on_every_host_naming_its_half_pairs(fleet, count, tmp_path):
+    """AWX's slices of the sample fleet (8 hosts) and the simulator's fleets: every slice holds half pairs, and
+    every host of the slice fails the topology task, audit included, with one line per half pair and the fix."""
+    data = sample_fleet() if fleet == "sample" else sim_fleet(tmp_path, int(fleet[-1]))
+    for number, (inventory, hostvars) in slice_inventories(data, count):
+        play = [h.name for h in inventory.get_hosts("dspark_pairs")]
+        pairs = sorted({hostvars[h]["dspark_pair"] for h in play})
+        for partial_ok in (False, True):
+            results = run_play(inventory, hostvars, partial_ok=partial_ok)
+            assert all(r.get("failed") is True and "ansible_facts" not in r for r in results.values()), (number, results)
+            msg = next(iter(results.values()))["msg"]
+            assert all(r["msg"] == msg for r in results.values())
+            for host in play:
+                pair, rank = hostvars[host]["dspark_pair"], int(hostvars[host]["dspark_rank"])
+                missing = "worker" if rank == 0 else "head"
+                assert (f"rank {missing} of pair {pair}: {missing} (dspark_rank {1 - rank}) is absent from the run's "
+                        f"inventory, expected in it beside its {'head' if rank == 0 else 'worker'} {host}") in msg, msg
+            assert f"rank inventory: half pairs is {len(pairs)} (" in msg and "job_slice_count 1" in msg
+
+
+def test_the_sample_fleet_sliced_in_two_puts_every_head_in_slice_one_and_every_worker_in_slice_two():
+    """The host lists AWX makes for the sample fleet at job_slice_count 2, and what slice 1's refusal says."""
+    data = sample_fleet()
+    (_n1, (first, first_vars)), (_n2, (second, _vars)) = slice_inventories(data, 2)
+    assert [h.name for h in first.get_hosts("dspark_pairs")] == ["fleet01-head", "fleet02-head", "fleet03-head",
+                                                                 "lab01-head"]
+    assert sorted(h.name for h in second.get_hosts("dspark_pairs")) == ["fleet01-worker", "fleet02-worker",
+                                                                        "fleet03-worker", "lab01-worker"]
+    msg = run_play(first, first_vars)["fleet02-head"]["msg"]
+    assert ("rank inventory: half pairs is 4 (fleet01 without its worker, fleet02 without its worker, fleet03 without "
+            "its worker, lab01 without its worker), expected none (every pair whole) (a sliced AWX/AAP job") in msg
+
+
+def test_one_slice_is_the_whole_inventory_and_runs():
+    data = sample_fleet()
+    [(_number, (inventory, hostvars))] = list(slice_inventories(data, 1))
+    results = run_play(inventory, hostvars)
+    assert not any(r.get("failed") for r in results.values()), results
+    assert results["lab01-worker"]["ansible_facts"]["dspark_pair_head"] == "lab01-head"
+
+
+def test_a_limit_to_one_head_of_the_sample_names_the_worker_left_out_and_the_audit_goes_on():
+    from tests.support.awx_slicing import load
+
+    inventory, hostvars = load(sample_fleet())
+    inventory.subset("fleet02-head")
+    res = run_play(inventory, hostvars)["fleet02-head"]
+    assert res["failed"] is True
+    assert ("rank worker of pair fleet02: worker hosts is 0 (none), expected exactly one (fleet02-worker is in the "
+            "inventory but not in this play") in res["msg"]
+    assert not run_play(inventory, hostvars, partial_ok=True)["fleet02-head"].get("failed")
