@@ -24,13 +24,15 @@ import hashlib
 import json
 import os
 import re
+import time
 from typing import NamedTuple
 
 from ansible_collections.gb10.dspark.plugins.module_utils.common._files import read_limited, write_json_atomic
 from ansible_collections.gb10.dspark.plugins.module_utils.engine._startup import Phase, progress_bar
 
 __all__ = ["HEAD", "WORKER", "Verdict", "folder_for", "make_report", "write_report", "read_report",
-           "head_verdict", "worker_verdict", "progress_line", "logs_text", "Progress", "stalled_message"]
+           "head_verdict", "worker_verdict", "progress_line", "logs_text", "Progress", "stalled_message",
+           "progress_record", "record_text", "RECORD_KIND"]
 
 HEAD, WORKER = "head", "worker"
 READY, FAILED, LEFT = "ready", "failed", "left"
@@ -196,3 +198,24 @@ def progress_line(elapsed: float, budget: float, head: dict, worker: dict | None
 def phase_key(rep: dict | None) -> str:
     """What must change for the operator to get a new line: the phase or its count."""
     return "" if rep is None else str(rep.get("phase_text"))
+
+
+RECORD_KIND = "pair_wait"
+# What of a rank's report the progress line shows (never its log lines: the record goes into the task's result).
+_RECORD_FIELDS = ("phase_text", "done", "total", "final", "log_error")
+
+
+def progress_record(elapsed: float, budget: float, head: dict, worker: dict | None, now: float) -> dict:
+    """The head's progress report as data, for the gb10.dspark.progress callback to print with
+    :func:`record_text` (engine/_progress.py): the time, the time waited, each rank's phase."""
+    def slim(rep: dict | None) -> dict | None:
+        return None if rep is None else {key: rep.get(key) for key in _RECORD_FIELDS}
+    return {"kind": RECORD_KIND, "t": now, "elapsed": elapsed, "budget": budget,
+            HEAD: slim(head), WORKER: slim(worker)}
+
+
+def record_text(record: dict, show_bar: bool = False) -> str:
+    """``12:34:56 waited 5/600 s; head ...; worker ...``: the one format of a progress report (the
+    clock is the control node's local time of the probe)."""
+    clock = time.strftime("%H:%M:%S", time.localtime(float(record["t"])))
+    return f"{clock} {progress_line(float(record['elapsed']), float(record['budget']), record[HEAD], record[WORKER], show_bar)}"
