@@ -13,9 +13,10 @@ CONTROL = "control"
 CONTROL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 MSG_LIMIT = 300
 NO_LOG_MSG = "(output hidden: no_log)"
-# Lines a long wait still prints itself (gb10.dspark.niah_wait's progress): ansible-runner hands them on
-# as ``verbose`` events. gb10.dspark.pair_ready's start-up phases and READY line come in its results
-# instead, printed by the gb10.dspark.progress callback's own function (``texts``).
+# Lines a long wait still prints itself (gb10.dspark.niah_wait's progress, unless its task runs it with
+# progress_results): ansible-runner hands them on as ``verbose`` events. gb10.dspark.pair_ready's start-up
+# phases and READY line come in its results instead, printed by the gb10.dspark.progress callback's own
+# function (``texts``).
 WAIT_LINE = re.compile(r"^\[(?P<host>[^\]\s]+)\] (?P<text>NIAH .*)$")
 # Tasks whose result message is the point of the task: the gate's verdict, a summary.
 SHOWN_ACTIONS = frozenset({"ansible.builtin.debug", "debug", "gb10.dspark.runtime_gate"})
@@ -75,6 +76,7 @@ class Progress:
         self.mapping = dict(mapping or {})
         self.out = out
         self.texts = texts
+        self.from_results: set[str] = set()  # hosts whose wait hands its lines over as results
 
     def _print(self, line: str) -> None:
         out = self.out if self.out is not None else sys.stdout
@@ -89,6 +91,8 @@ class Progress:
             host = str(data.get("host") or "?")
             shown = [f"[{pair_of(host, self.mapping)}] {host} {one_line(text)}"
                      for text in self.texts(data.get("res") or {})]
+            if shown:
+                self.from_results.add(host)
         own = self.line(event)
         return shown + ([own] if own is not None else [])
 
@@ -105,6 +109,8 @@ class Progress:
             if not match:
                 return None
             host = match["host"]
+            if host in self.from_results:  # the progress callback's own copy of a line shown from its result
+                return None
             return f"[{pair_of(host, self.mapping)}] {host} {one_line(match['text'])}"
         if kind not in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable"):
             return None  # runner_on_start, runner_on_skipped, items, stats, verbose output...

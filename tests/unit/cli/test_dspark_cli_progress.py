@@ -283,3 +283,16 @@ def test_the_gate_verdict_of_a_debug_summary_is_printed():
                       res={"msg": "not shown"}))
     assert got == ["[sim01] sim01-head ok Gate | Summary -- pair sim01: RUNTIME_GATE status=PASS errors=0 "
                    "output=/e/runtime-gate.json", "[sim01] sim01-head ok Engine | Start"]
+
+
+def test_a_line_shown_from_a_result_is_not_shown_again_from_the_callbacks_own_output():
+    """A wait run with progress_results: dspark prints its line from the retry, and the progress callback's
+    own copy of it (a verbose event, as the callback prints beside the stdout callback) is not printed twice;
+    a wait that still prints its lines itself is shown from its verbose lines."""
+    niah = "NIAH running: depth 0.5 (2/3), 1 row(s) written; waited 60 s"
+    got = lines(event("runner_retry", host="sim02-head", task="Niah | Wait",
+                      res={"waiting": True, "dspark_progress": {"kind": "line", "text": niah}}),
+                {"event": "verbose", "stdout": f"[sim02-head] {niah}"},
+                {"event": "verbose", "stdout": f"[sim01-head] {niah}"},
+                texts=progress_callback.texts)
+    assert got == [f"[sim02] sim02-head {niah}", f"[sim01] sim01-head {niah}"]
