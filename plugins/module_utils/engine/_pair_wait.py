@@ -35,6 +35,7 @@ __all__ = ["HEAD", "WORKER", "Verdict", "folder_for", "make_report", "write_repo
            "progress_record", "record_text", "RECORD_KIND"]
 
 HEAD, WORKER = "head", "worker"
+ERROR_SHOWN = 120  # characters of a rank's last error line in the progress line
 READY, FAILED, LEFT = "ready", "failed", "left"
 
 
@@ -186,7 +187,7 @@ def _rank_text(role: str, rep: dict | None, show_bar: bool) -> str:
     if rep.get("final") == LEFT:
         text += " (its wait went on alone)"
     if rep.get("log_error"):
-        text += f"; last error line: {rep['log_error'][:120]}"
+        text += f"; last error line: {rep['log_error'][:ERROR_SHOWN]}"
     return text
 
 
@@ -209,7 +210,11 @@ def progress_record(elapsed: float, budget: float, head: dict, worker: dict | No
     """The head's progress report as data, for the gb10.dspark.progress callback to print with
     :func:`record_text` (engine/_progress.py): the time, the time waited, each rank's phase."""
     def slim(rep: dict | None) -> dict | None:
-        return None if rep is None else {key: rep.get(key) for key in _RECORD_FIELDS}
+        if rep is None:
+            return None
+        out = {key: rep.get(key) for key in _RECORD_FIELDS}
+        out["log_error"] = out["log_error"][:ERROR_SHOWN] if out["log_error"] else out["log_error"]
+        return out
     return {"kind": RECORD_KIND, "t": now, "elapsed": elapsed, "budget": budget,
             HEAD: slim(head), WORKER: slim(worker)}
 

@@ -92,3 +92,10 @@ def test_one_format_for_the_callback_and_dspark():
     assert plugin.texts(res) == ["12:34:56 waited 5/600 s; head loading weights 3/48; worker process group formed"]
     assert plugin.lines(HOST, res) == [f"[{HOST}] {plugin.texts(res)[0]}"]
     assert "[" in plugin.texts(res, show_bar=True)[0]  # a bar on a terminal
+
+
+def test_a_report_carries_what_the_line_shows_and_no_log_lines():
+    long_error = "NCCL WARN " + "x" * 500
+    rec = W.progress_record(1, 10, dict(report("launched", log_error=long_error), logs=["a log line"]), None, T)
+    assert set(rec[W.HEAD]) == {"phase_text", "done", "total", "final", "log_error"}
+    assert rec[W.HEAD]["log_error"] == long_error[:W.ERROR_SHOWN] and rec[W.WORKER] is None
