@@ -138,7 +138,7 @@ def test_provision_serves_every_pair_and_is_idempotent(sim, clean_tree):
         # Plain ansible-playbook shows each pair's cold start: the gb10.dspark.progress callback (enabled in
         # ansible.cfg) prints the head's phase lines from the wait's retries, then its READY line.
         head = re.escape(pair.head.name)
-        phase = re.search(rf"^\[{head}\] \d\d:\d\d:\d\d waited \d+/3600 s; head \S.*; worker \S", res.stdout, re.M)
+        phase = re.search(rf"^\[{head}\] \d\d:\d\d:\d\d waited \d+/3600 s; head \S.*; worker\b", res.stdout, re.M)
         ready = re.search(rf"^\[{head}\] READY served=deepseek-v4-flash-dspark kv_cache_size_tokens=\d+ after \d+ s$",
                           res.stdout, re.M)
         assert phase and ready and phase.start() < ready.start(), res.stdout[-6000:]
