@@ -142,6 +142,10 @@ def test_provision_serves_every_pair_and_is_idempotent(sim, clean_tree):
         ready = re.search(rf"^\[{head}\] READY served=deepseek-v4-flash-dspark kv_cache_size_tokens=\d+ after \d+ s$",
                           res.stdout, re.M)
         assert phase and ready and phase.start() < ready.start(), res.stdout[-6000:]
+        # one line per retry of the wait's task: printed from the retry events, not by the wait itself
+        retries = re.findall(rf"^FAILED - RETRYING: \[{head}\]: Engine \| Wait until the pair serves", res.stdout, re.M)
+        phases = re.findall(rf"^\[{head}\] \d\d:\d\d:\d\d waited ", res.stdout, re.M)
+        assert len(retries) == len(phases) >= 1, (retries, phases)
         status, body = http_get(f"http://{pair.head.mgmt_ip}:8888/v1/models")
         assert status == 200, body
         card = json.loads(body)["data"][0]
