@@ -514,29 +514,43 @@ def runner_envvars(environ: Mapping[str, str], cwd: str, executable: str | None 
 
 
 PAIR_MODULE = "ansible_collections.gb10.dspark.plugins.module_utils.fleet._pair"
+PROGRESS_PLUGIN = "ansible_collections.gb10.dspark.plugins.callback.progress"
 
 
-@functools.lru_cache(maxsize=None)
-def collection_pairing():
-    """The collection's ``_pair`` module (plugins/module_utils/fleet/_pair.py), whose ``host_records`` and
-    ``pairs_of`` group hosts into pairs as the topology does, or None when it cannot be found or loaded.
-
-    It imports the rest of the collection, so it is imported through ansible-core's collection loader, set up
-    as ansible-playbook sets it up (the configured collections paths, then ``sys.path``), unless the
-    collection is importable already."""
+def _collection_module(name: str):
+    """A module of the collection, imported through ansible-core's collection loader, set up as
+    ansible-playbook sets it up (the configured collections paths, then ``sys.path``), unless the
+    collection is importable already; None when it cannot be found or loaded."""
     try:
         try:
-            module = importlib.import_module(PAIR_MODULE)
+            return importlib.import_module(name)
         except ImportError:
             from ansible.plugins.loader import init_plugin_loader  # pylint: disable=import-outside-toplevel
             from ansible.utils.collection_loader import AnsibleCollectionConfig  # pylint: disable=import-outside-toplevel
 
             if AnsibleCollectionConfig.collection_finder is None:
                 init_plugin_loader()
-            module = importlib.import_module(PAIR_MODULE)
-    except Exception:  # no collection, or an ansible.cfg ansible-core cannot read: hosts are shown by name
+            return importlib.import_module(name)
+    except Exception:  # no collection, or an ansible.cfg ansible-core cannot read
         return None
+
+
+@functools.lru_cache(maxsize=None)
+def collection_pairing():
+    """The collection's ``_pair`` module (plugins/module_utils/fleet/_pair.py), whose ``host_records`` and
+    ``pairs_of`` group hosts into pairs as the topology does, or None when it cannot be found or loaded
+    (hosts are then shown by name)."""
+    module = _collection_module(PAIR_MODULE)
     return module if callable(getattr(module, "pairs_of", None)) and callable(getattr(module, "host_records", None)) else None
+
+
+@functools.lru_cache(maxsize=None)
+def collection_progress():
+    """The ``texts`` function of the collection's gb10.dspark.progress callback (plugins/callback/progress.py):
+    a task result's progress lines (a pair's start-up phases, its READY line) in the one format that
+    ansible-playbook, ansible-navigator and AWX show; None when the collection cannot be loaded."""
+    texts = getattr(_collection_module(PROGRESS_PLUGIN), "texts", None)
+    return texts if callable(texts) else None
 
 
 def load_pair_map(inventory: str, env: Mapping[str, str], cwd: str, err: TextIO) -> dict[str, str]:
@@ -940,6 +954,10 @@ def run(argv: list[str] | None = None, *, playbook: str | None = None, environ: 
           + (" --all" if args.all else "") + (" --check" if args.check else ""), file=info)
     print(f"run folder: {run_dir}", file=info, flush=True)
     mapping = load_pair_map(inventory, {**environ, **envvars}, cwd, err)
+    progress_texts = collection_progress()
+    if progress_texts is None:
+        print("dspark: warning: the collection's progress callback (gb10.dspark.progress) could not be loaded; "
+              "the pairs' start-up progress is not shown", file=err)
 
     # -e items that may hold secrets (dspark_api_key) and dspark's own variables go to ansible-playbook
     # through private files outside the run folder, removed after the run: never into the run folder or argv.
@@ -965,7 +983,7 @@ def run(argv: list[str] | None = None, *, playbook: str | None = None, environ: 
                 verbosity=args.verbose or None,
                 suppress_env_files=True,
                 quiet=True,
-                event_handler=Progress(mapping, info),
+                event_handler=Progress(mapping, info, texts=progress_texts),
                 cancel_callback=cancel.is_set,
             )
         except ansible_runner.AnsibleRunnerException as exc:

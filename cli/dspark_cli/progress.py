@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Mapping, TextIO
+from typing import Callable, Mapping, TextIO
 
 CONTROL = "control"
 CONTROL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 MSG_LIMIT = 300
 NO_LOG_MSG = "(output hidden: no_log)"
-# Lines the collection's long waits print themselves (gb10.dspark.pair_ready's start-up phases and
-# READY line, gb10.dspark.niah_wait's progress): ansible-runner hands them on as ``verbose`` events.
-WAIT_LINE = re.compile(r"^\[(?P<host>[^\]\s]+)\] (?P<text>(\d\d:\d\d:\d\d waited |READY |NIAH ).*)$")
+# Lines a long wait still prints itself (gb10.dspark.niah_wait's progress, unless its task runs it with
+# progress_results): ansible-runner hands them on as ``verbose`` events. gb10.dspark.pair_ready's start-up
+# phases and READY line come in its results instead, printed by the gb10.dspark.progress callback's own
+# function (``texts``).
+WAIT_LINE = re.compile(r"^\[(?P<host>[^\]\s]+)\] (?P<text>NIAH .*)$")
 # Tasks whose result message is the point of the task: the gate's verdict, a summary.
 SHOWN_ACTIONS = frozenset({"ansible.builtin.debug", "debug", "gb10.dspark.runtime_gate"})
 
@@ -63,18 +65,39 @@ class Progress:
 
     Returns True for every event so that ansible-runner still writes it to ``job_events`` (the run's
     stats are read back from there).
+
+    ``texts`` is the gb10.dspark.progress callback's function from a task result to its progress lines
+    (``main.collection_progress``): the start-up phases and READY line of a pair's wait, which come as
+    retries (``runner_retry``) and in the wait's last result. Without it they are not shown.
     """
 
-    def __init__(self, mapping: Mapping[str, str] | None = None, out: TextIO | None = None):
+    def __init__(self, mapping: Mapping[str, str] | None = None, out: TextIO | None = None,
+                 texts: Callable[[object], list] | None = None):
         self.mapping = dict(mapping or {})
         self.out = out
+        self.texts = texts
+        self.from_results: set[str] = set()  # hosts whose wait hands its lines over as results
 
     def _print(self, line: str) -> None:
         out = self.out if self.out is not None else sys.stdout
         print(line, file=out, flush=True)
 
+    def lines(self, event: Mapping) -> list[str]:
+        """The lines an event prints: a wait's progress lines (from the callback's ``texts``), then the
+        event's own line."""
+        shown = []
+        data = event.get("event_data") or {}
+        if self.texts is not None and event.get("event") in ("runner_retry", "runner_on_ok"):
+            host = str(data.get("host") or "?")
+            shown = [f"[{pair_of(host, self.mapping)}] {host} {one_line(text)}"
+                     for text in self.texts(data.get("res") or {})]
+            if shown:
+                self.from_results.add(host)
+        own = self.line(event)
+        return shown + ([own] if own is not None else [])
+
     def line(self, event: Mapping) -> str | None:
-        """The line an event prints, or None."""
+        """The event's own line, or None."""
         kind = event.get("event")
         data = event.get("event_data") or {}
         if kind == "playbook_on_play_start":
@@ -86,6 +109,8 @@ class Progress:
             if not match:
                 return None
             host = match["host"]
+            if host in self.from_results:  # the progress callback's own copy of a line shown from its result
+                return None
             return f"[{pair_of(host, self.mapping)}] {host} {one_line(match['text'])}"
         if kind not in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable"):
             return None  # runner_on_start, runner_on_skipped, items, stats, verbose output...
@@ -107,10 +132,10 @@ class Progress:
 
     def __call__(self, event: Mapping) -> bool:
         try:
-            text = self.line(event)
+            texts = self.lines(event)
         except Exception:  # a progress line must never break the run
-            text = None
-        if text is not None:
+            texts = []
+        for text in texts:
             self._print(text)
         return True
 

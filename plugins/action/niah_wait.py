@@ -1,20 +1,31 @@
 # Copyright (c) gb10.dspark contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Wait for a NIAH run on a head to finish, printing its progress; the run itself is an async job
-on the head, so it survives an interrupted control node and this wait can be re-attached."""
+on the head, so it survives an interrupted control node and this wait can be re-attached.
+
+With ``progress_results`` each progress line is handed to the gb10.dspark.progress callback as a
+result instead (``waiting: true``, the line under engine/_progress.py's key) and the task's ``until``
+runs the wait again, which goes on where it stopped (``_WAITS``: a task's retries run in one worker
+process), as gb10.dspark.pair_ready does."""
 from __future__ import annotations
 
 import time
 
+from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from ansible_collections.gb10.dspark.plugins.module_utils.engine import _progress as P
 from ansible_collections.gb10.dspark.plugins.module_utils.serving._niah import WAIT_ARGUMENT_SPEC
 
 display = Display()
+# (start, last line's key, last print) of the waits of this worker process that returned a progress
+# line, by (task, host): the task's next retry goes on with the same wait.
+_WAITS: dict[tuple[str, str], tuple[float, object, float]] = {}
 
 
-def _progress_line(host: str, status: dict, elapsed: float) -> str:
+def _progress_line(status: dict, elapsed: float) -> str:
+    """``NIAH running: depth ...; waited N s`` (the host goes in front where it is shown)."""
     prog = status.get("progress") or {}
     depth = prog.get("depth")
     done = len(status.get("rows_done") or [])
@@ -22,7 +33,7 @@ def _progress_line(host: str, status: dict, elapsed: float) -> str:
     since = ""
     if prog.get("current_started") and prog.get("updated"):
         since = f", this depth running {max(0, int(time.time() - prog['current_started']))} s"
-    return (f"[{host}] NIAH {prog.get('state', 'starting')}: depth {depth if depth else '-'} "
+    return (f"NIAH {prog.get('state', 'starting')}: depth {depth if depth else '-'} "
             f"({prog.get('index', '-')}/{total}), {done} row(s) written{since}; waited {elapsed:.0f} s")
 
 
@@ -50,8 +61,17 @@ class ActionModule(ActionBase):
         if self._task.check_mode:
             result.update(changed=False, skipped=True, msg="check mode: no NIAH run to wait for")
             return result
-        start = time.monotonic()
-        last_line, last_print = None, -every
+        stepwise = bool(args["progress_results"])
+        if stepwise and not self._task.until:
+            raise AnsibleActionFail(f"{host}: progress_results needs the task's until (for example "
+                                    f"until: not (result.{P.WAITING} | default(false))) and enough retries")
+        key = (str(self._task._uuid), host)
+        resumed = _WAITS.pop(key, None) if stepwise else None
+        if resumed is None:
+            start, last_line, last_print = time.monotonic(), None, -every
+        else:
+            start, last_line, last_print = resumed
+            time.sleep(interval)  # the next read is one interval after the last
         while True:
             elapsed = time.monotonic() - start
             status = self._status(output_dir, task_vars)
@@ -84,9 +104,14 @@ class ActionModule(ActionBase):
                               msg=f"TIMEOUT {host}: the NIAH run in {output_dir} did not finish within {budget:.0f} s; "
                                   "it keeps running on the head - run the playbook again to wait for it")
                 return result
-            line = _progress_line(host, status, elapsed)
-            key = ((status.get("progress") or {}).get("depth"), len(status.get("rows_done") or []))
-            if key != last_line or elapsed - last_print >= every:
-                display.display(line)
-                last_line, last_print = key, elapsed
+            line = _progress_line(status, elapsed)
+            moved = ((status.get("progress") or {}).get("depth"), len(status.get("rows_done") or []))
+            if moved != last_line or elapsed - last_print >= every:
+                last_line, last_print = moved, elapsed
+                if stepwise:
+                    _WAITS[key] = (start, last_line, last_print)
+                    result.update(changed=False, msg=line, elapsed_s=round(elapsed, 1),
+                                  **{P.WAITING: True, P.KEY: P.line_record(line)})
+                    return result
+                display.display(f"[{host}] {line}")
             time.sleep(interval)

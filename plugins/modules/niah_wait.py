@@ -39,6 +39,17 @@ options:
     description: Seconds between progress lines when nothing changes.
     type: float
     default: 300
+  progress_results:
+    description:
+      - "Hand each progress line to the C(gb10.dspark.progress) callback in the task's results instead of
+        printing it. The wait returns at each line with C(waiting=true) and the line in C(dspark_progress),
+        and the task's C(until) runs it again, going on where it stopped; each line then is a
+        C(v2_runner_retry) event, which every callback sees and AWX records as a job event."
+      - "Needs C(until) on the task (for example C(until: not (result.waiting | default(false)))), C(delay: 0)
+        and at least I(budget) / I(interval) + 3 C(retries)."
+      - Without it the wait prints its progress lines itself.
+    type: bool
+    default: false
 seealso:
   - module: gb10.dspark.niah
 author:
@@ -78,8 +89,16 @@ summary:
   type: dict
 elapsed_s:
   description: Seconds waited.
-  returned: success
+  returned: success, and on a progress line with progress_results
   type: float
+waiting:
+  description: True on a progress line with I(progress_results); the wait goes on at the task's next retry.
+  returned: with progress_results, on a progress line
+  type: bool
+dspark_progress:
+  description: The progress line, for the C(gb10.dspark.progress) callback.
+  returned: with progress_results, on a progress line
+  type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -69,6 +69,18 @@ options:
         long; 0 turns the check off (only I(budget) bounds the wait).
     type: float
     default: 900
+  progress_results:
+    description:
+      - "Hand each progress report and the C(READY) line to the C(gb10.dspark.progress) callback in the task's
+        results instead of printing them. The head's wait returns at each report with C(waiting=true) and the
+        report in C(dspark_progress), and the task's C(until) runs it again, going on where it stopped (the
+        retries of a task run in one worker process). Each report then is a C(v2_runner_retry) event, which
+        every callback sees and AWX records as a job event."
+      - "Needs C(until) on the task (for example C(until: not (result.waiting | default(false)))), C(delay: 0)
+        and at least I(budget) / I(interval) + 3 C(retries)."
+      - Without it the wait prints its reports itself.
+    type: bool
+    default: false
 seealso:
   - module: gb10.dspark.engine_probe
 author:
@@ -84,6 +96,19 @@ EXAMPLES = r"""
     model: deepseek-v4-flash-dspark
     budget: 3600
   register: __dspark_ready
+
+- name: Wait for the pair, each progress report a result the gb10.dspark.progress callback shows
+  gb10.dspark.pair_ready:
+    pair: "{{ dspark_pair }}"
+    role: "{{ 'head' if dspark_rank == 0 else 'worker' }}"
+    model: deepseek-v4-flash-dspark
+    budget: 3600
+    interval: 5
+    progress_results: true
+  register: __dspark_ready
+  until: not (__dspark_ready.waiting | default(false))
+  retries: 723
+  delay: 0
 
 - name: Record the KV cache size
   ansible.builtin.debug:
@@ -122,7 +147,17 @@ max_model_len:
   type: int
 probe:
   description: This rank's last probe (see M(gb10.dspark.engine_probe)).
-  returned: always
+  returned: when the wait ended
+  type: dict
+waiting:
+  description: True on a progress report with I(progress_results); the wait goes on at the task's next retry.
+  returned: with progress_results, on a progress report
+  type: bool
+dspark_progress:
+  description:
+    - The progress report (both ranks' phases) or, at the end on the head, the C(READY) line, for the
+      C(gb10.dspark.progress) callback.
+  returned: with progress_results, on a progress report and on the head's success
   type: dict
 """
 

@@ -53,6 +53,7 @@ WAIT_ARGUMENT_SPEC = {
     "progress_every": {"type": "float", "default": 30},
     "fail_log_lines": {"type": "int", "default": 30},
     "stall_timeout": {"type": "float", "default": 900},
+    "progress_results": {"type": "bool", "default": False},
 }
 
 # Control characters other than tab: a container's log line carrying them (ANSI colours, a cursor

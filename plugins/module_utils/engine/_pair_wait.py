@@ -24,15 +24,18 @@ import hashlib
 import json
 import os
 import re
+import time
 from typing import NamedTuple
 
 from ansible_collections.gb10.dspark.plugins.module_utils.common._files import read_limited, write_json_atomic
 from ansible_collections.gb10.dspark.plugins.module_utils.engine._startup import Phase, progress_bar
 
 __all__ = ["HEAD", "WORKER", "Verdict", "folder_for", "make_report", "write_report", "read_report",
-           "head_verdict", "worker_verdict", "progress_line", "logs_text", "Progress", "stalled_message"]
+           "head_verdict", "worker_verdict", "progress_line", "logs_text", "Progress", "stalled_message",
+           "progress_record", "record_text", "RECORD_KIND"]
 
 HEAD, WORKER = "head", "worker"
+ERROR_SHOWN = 120  # characters of a rank's last error line in the progress line
 READY, FAILED, LEFT = "ready", "failed", "left"
 
 
@@ -184,7 +187,7 @@ def _rank_text(role: str, rep: dict | None, show_bar: bool) -> str:
     if rep.get("final") == LEFT:
         text += " (its wait went on alone)"
     if rep.get("log_error"):
-        text += f"; last error line: {rep['log_error'][:120]}"
+        text += f"; last error line: {rep['log_error'][:ERROR_SHOWN]}"
     return text
 
 
@@ -196,3 +199,28 @@ def progress_line(elapsed: float, budget: float, head: dict, worker: dict | None
 def phase_key(rep: dict | None) -> str:
     """What must change for the operator to get a new line: the phase or its count."""
     return "" if rep is None else str(rep.get("phase_text"))
+
+
+RECORD_KIND = "pair_wait"
+# What of a rank's report the progress line shows (never its log lines: the record goes into the task's result).
+_RECORD_FIELDS = ("phase_text", "done", "total", "final", "log_error")
+
+
+def progress_record(elapsed: float, budget: float, head: dict, worker: dict | None, now: float) -> dict:
+    """The head's progress report as data, for the gb10.dspark.progress callback to print with
+    :func:`record_text` (engine/_progress.py): the time, the time waited, each rank's phase."""
+    def slim(rep: dict | None) -> dict | None:
+        if rep is None:
+            return None
+        out = {key: rep.get(key) for key in _RECORD_FIELDS}
+        out["log_error"] = out["log_error"][:ERROR_SHOWN] if out["log_error"] else out["log_error"]
+        return out
+    return {"kind": RECORD_KIND, "t": now, "elapsed": elapsed, "budget": budget,
+            HEAD: slim(head), WORKER: slim(worker)}
+
+
+def record_text(record: dict, show_bar: bool = False) -> str:
+    """``12:34:56 waited 5/600 s; head ...; worker ...``: the one format of a progress report (the
+    clock is the control node's local time of the probe)."""
+    clock = time.strftime("%H:%M:%S", time.localtime(float(record["t"])))
+    return f"{clock} {progress_line(float(record['elapsed']), float(record['budget']), record[HEAD], record[WORKER], show_bar)}"

@@ -89,6 +89,7 @@ WAIT_ARGUMENT_SPEC = {
     "budget": {"type": "float", "default": 86400},
     "interval": {"type": "float", "default": 30},
     "progress_every": {"type": "float", "default": 300},
+    "progress_results": {"type": "bool", "default": False},
 }
 
 KEPT_STATUSES = ("PASS", "FAIL")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "collections"))
 
 from dspark_cli import main as cli  # noqa: E402
 from ansible_collections.gb10.dspark.plugins.module_utils.fleet import _pair  # noqa: E402
+from ansible_collections.gb10.dspark.plugins.module_utils.engine import _pair_wait  # noqa: E402
+from ansible_collections.gb10.dspark.plugins.callback import progress as progress_callback  # noqa: E402
 from dspark_cli.progress import (  # noqa: E402
     Progress, decide_exit, failing_pairs, failing_pairs_line, host_counts, pair_map, pair_of)
 
@@ -25,10 +28,10 @@ def event(kind, host="sim01-head", task="engine | Start", res=None, **extra):
     return {"event": kind, "event_data": data}
 
 
-def lines(*events, mapping=None):
+def lines(*events, mapping=None, texts=None):
     mapping = PAIRS if mapping is None else mapping
     out = io.StringIO()
-    handler = Progress(mapping, out)
+    handler = Progress(mapping, out, texts=texts)
     for ev in events:
         assert handler(ev) is True  # every event is kept for job_events (the stats come from there)
     return out.getvalue().splitlines()
@@ -229,20 +232,41 @@ def test_report_audit_missing_or_broken(tmp_path):
     assert "not readable JSON" in out.getvalue()
 
 
-def test_long_waits_show_their_own_lines_and_nothing_else_verbose():
-    """pair_ready's phase lines and READY line, and NIAH's progress, reach the operator through
-    ansible-runner's verbose events; any other verbose output stays in the run's stdout artifact."""
+def test_niah_lines_and_nothing_else_verbose():
+    """NIAH's progress reaches the operator through ansible-runner's verbose events; any other verbose
+    output stays in the run's stdout artifact, the progress callback's own lines too (dspark prints
+    those from the results, below: never twice)."""
     phase_line = "[sim01-head] 18:52:03 waited 35/3600 s; head loading weights 12/48; worker loading weights 12/48"
     got = lines({"event": "verbose", "stdout": phase_line},
                 {"event": "verbose", "stdout": "[sim01-head] READY served=m kv_cache_size_tokens=4096 after 41 s"},
                 {"event": "verbose", "stdout": "[sim02-head] NIAH running: depth 0.5 (2/3), 1 row(s) written"},
                 {"event": "verbose", "stdout": "<10.231.0.11> ESTABLISH SSH CONNECTION FOR USER: root"},
                 {"event": "verbose", "stdout": "[sim01-head] secret=sk-1 something else"})
-    assert got == [
+    assert got == ["[sim02] sim02-head NIAH running: depth 0.5 (2/3), 1 row(s) written"]
+
+
+def test_a_pairs_start_up_progress_goes_through_the_progress_callback():
+    """The wait's reports come as retries and its READY line in its last result; dspark prints them with
+    the gb10.dspark.progress callback's own function (what main.collection_progress loads), its pair in front."""
+    assert cli.collection_progress() is progress_callback.texts
+    record = _pair_wait.progress_record(35.4, 3600, {"phase_text": "loading weights 12/48"},
+                                        {"phase_text": "loading weights 12/48"},
+                                        time.mktime((2026, 12, 5, 18, 52, 3, 0, 0, -1)))
+    retry = event("runner_retry", task="Engine | Wait", res={"waiting": True, "dspark_progress": record})
+    ready = event("runner_on_ok", task="Engine | Wait", task_action="gb10.dspark.pair_ready",
+                  res={"msg": "READY served=m kv_cache_size_tokens=4096 after 41 s",
+                       "dspark_progress": {"kind": "line", "text": "READY served=m kv_cache_size_tokens=4096 after 41 s"}})
+    worker = event("runner_on_ok", host="sim01-worker", task="Engine | Wait", res={"msg": "the head serves"})
+    expected = [
         "[sim01] sim01-head 18:52:03 waited 35/3600 s; head loading weights 12/48; worker loading weights 12/48",
         "[sim01] sim01-head READY served=m kv_cache_size_tokens=4096 after 41 s",
-        "[sim02] sim02-head NIAH running: depth 0.5 (2/3), 1 row(s) written",
+        "[sim01] sim01-head ok Engine | Wait",
+        "[sim01] sim01-worker ok Engine | Wait",
     ]
+    assert lines(retry, ready, worker, texts=cli.collection_progress()) == expected
+    # through the callback's function, not a copy of its format: a changed format changes dspark's lines
+    assert lines(retry, texts=lambda res: ["via the callback"]) == ["[sim01] sim01-head via the callback"]
+    assert lines(retry, ready) == ["[sim01] sim01-head ok Engine | Wait"]  # without the callback: results only
 
 
 def test_the_gate_verdict_of_the_runtime_gate_action_is_printed():
@@ -259,3 +283,16 @@ def test_the_gate_verdict_of_a_debug_summary_is_printed():
                       res={"msg": "not shown"}))
     assert got == ["[sim01] sim01-head ok Gate | Summary -- pair sim01: RUNTIME_GATE status=PASS errors=0 "
                    "output=/e/runtime-gate.json", "[sim01] sim01-head ok Engine | Start"]
+
+
+def test_a_line_shown_from_a_result_is_not_shown_again_from_the_callbacks_own_output():
+    """A wait run with progress_results: dspark prints its line from the retry, and the progress callback's
+    own copy of it (a verbose event, as the callback prints beside the stdout callback) is not printed twice;
+    a wait that still prints its lines itself is shown from its verbose lines."""
+    niah = "NIAH running: depth 0.5 (2/3), 1 row(s) written; waited 60 s"
+    got = lines(event("runner_retry", host="sim02-head", task="Niah | Wait",
+                      res={"waiting": True, "dspark_progress": {"kind": "line", "text": niah}}),
+                {"event": "verbose", "stdout": f"[sim02-head] {niah}"},
+                {"event": "verbose", "stdout": f"[sim01-head] {niah}"},
+                texts=progress_callback.texts)
+    assert got == [f"[sim02] sim02-head {niah}", f"[sim01] sim01-head {niah}"]

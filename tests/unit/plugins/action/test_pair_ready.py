@@ -5,14 +5,18 @@ each goes on alone when the other's wait never runs, and the shared folder goes 
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 from ansible import constants as C
 from ansible.errors import AnsibleActionFail
 
 from ansible_collections.gb10.dspark.plugins.action import pair_ready as action
+from ansible_collections.gb10.dspark.plugins.callback import progress as callback
+from ansible_collections.gb10.dspark.plugins.module_utils.engine import _progress as P
 from ansible_collections.gb10.dspark.plugins.module_utils.engine import _pair_wait as W
 from ansible_collections.gb10.dspark.plugins.module_utils.engine._engine_probe import WAIT_ARGUMENT_SPEC
 from tests.unit.plugins.action._plugin import make_plugin
@@ -102,12 +106,13 @@ def folder() -> str:
     return W.folder_for(C.DEFAULT_LOCAL_TMP, "t1", PAIR)
 
 
-def make(role: str, steps: list, check_mode: bool = False, before=None, **args):
+def make(role: str, steps: list, check_mode: bool = False, before=None, calls=None, **args):
     """The action for ``role``, whose n-th probe answers ``steps[n]`` (the last one from then on).
-    ``before(n)`` runs before the n-th answer (0-based), to hold a probe until the other rank moved."""
+    ``before(n)`` runs before the n-th answer (0-based), to hold a probe until the other rank moved.
+    ``calls``: the probes so far, shared by the handlers of one task's retries."""
     plugin = make_plugin(action.ActionModule, "gb10.dspark.pair_ready", dict(ARGS, role=role, **args), check_mode)
     plugin._task._uuid = "t1"
-    plugin.calls = []
+    plugin.calls = [] if calls is None else calls
 
     def execute(module_name, module_args, task_vars):
         index = len(plugin.calls)
@@ -337,3 +342,68 @@ def test_bad_arguments_are_refused(local_tmp, shown):
         plugin.run(task_vars={"inventory_hostname": HEAD_HOST})
     with pytest.raises(AnsibleActionFail, match="Invalid options"):
         run_one(make("head", HEAD_STEPS, delay=3), HEAD_HOST)
+
+
+def run_retried(role: str, steps: list, host: str, before=None, **args) -> tuple[list[dict], list]:
+    """The task as the task executor runs it with ``until``: a new handler per retry, in one process,
+    until a result is no longer ``waiting``; every result, and the probes made."""
+    calls: list = []
+    results = []
+    for _attempt in range(50):
+        res = run_one(make(role, steps, before=before, calls=calls, progress_results=True, **args), host)
+        results.append(res)
+        if not res.get(P.WAITING):
+            return results, calls
+    raise AssertionError("the wait never ended")
+
+
+def test_progress_results_hand_each_report_to_the_callback(local_tmp, shown):
+    """With progress_results the head's wait returns at each report and goes on at the next retry: the
+    retries are the callback's events, its lines are the phase lines and the READY line, and the wait's
+    course and verdict are those of one run (three probes, both ranks ready, the folder gone)."""
+    got: dict[str, tuple] = {}
+
+    def go(role, steps, host, before=None):
+        got[role] = run_retried(role, steps, host, before=before)
+
+    threads = [threading.Thread(target=go, args=("head", HEAD_STEPS, HEAD_HOST, head_waits_for_the_worker)),
+               threading.Thread(target=go, args=("worker", WORKER_STEPS, WORKER_HOST))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5)
+    assert set(got) == {"head", "worker"}
+    head_results, head_calls = got["head"]
+    worker_results, _calls = got["worker"]
+
+    final = head_results[-1]
+    assert not final.get("failed") and final["msg"].startswith(f"READY served={MODEL} kv_cache_size_tokens=425424 ")
+    assert final["kv_cache_size_tokens"] == 425424 and final["phases"]["head"] == "API up"
+    assert len(head_calls) == 3  # one wait across the retries, not one per retry
+    steps = head_results[:-1]
+    assert steps and all(res[P.WAITING] is True and not res.get("failed") and res["changed"] is False for res in steps)
+    assert len(worker_results) == 1 and worker_results[0]["msg"] == f"the head {HEAD_HOST} serves; this worker's engine runs"
+    assert P.KEY not in worker_results[0]
+    assert not os.path.exists(folder()) and action._WATCHES == {}
+    assert [text for kind, text in shown if kind == "display"] == []  # the action prints nothing itself
+
+    display = SimpleNamespace(verbosity=0, shown=[])
+    display.display = lambda msg, *a, **kw: display.shown.append(msg)
+    cb = callback.CallbackModule(display=display)
+    for res in steps:
+        cb.v2_runner_retry(SimpleNamespace(host=SimpleNamespace(get_name=lambda: HEAD_HOST), result=res))
+    cb.v2_runner_on_ok(SimpleNamespace(host=SimpleNamespace(get_name=lambda: HEAD_HOST), result=final))
+    printed = display.shown
+    assert printed[-1] == f"[{HEAD_HOST}] {final['msg']}"
+    phase = re.compile(rf"^\[{HEAD_HOST}\] \d\d:\d\d:\d\d waited \d+/3600 s; head .+; worker .+$")
+    assert printed[:-1] and all(phase.match(line) for line in printed[:-1]), printed
+    assert any("head loading weights 24/48" in line for line in printed)
+    assert [res["msg"] for res in steps] == [line.split("] ", 1)[1] for line in printed[:-1]]
+
+
+def test_progress_results_fail_a_wait_whose_task_does_not_retry(local_tmp, shown):
+    plugin = make("head", HEAD_STEPS, progress_results=True)
+    plugin._task.until = []
+    with pytest.raises(AnsibleActionFail, match="progress_results needs the task's until"):
+        run_one(plugin, HEAD_HOST)
+    assert plugin.calls == []
