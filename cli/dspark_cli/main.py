@@ -489,13 +489,42 @@ def _host_key_checking(config_path: str | None) -> str:
     return "True"
 
 
+SUMMARY_CALLBACK = "gb10.dspark.pair_summary"
+PAIRS_FILE = "pairs.json"
+
+
+def _config_option(config_path: str | None, option: str) -> str | None:
+    """An option of ``[defaults]`` in the Ansible configuration file that applies (None when unset)."""
+    candidates = [config_path] if config_path else [os.path.expanduser("~/.ansible.cfg"), "/etc/ansible/ansible.cfg"]
+    for path in candidates:
+        if path and os.path.isfile(path):
+            parser = configparser.ConfigParser(interpolation=None, strict=False)
+            try:
+                parser.read(path, encoding="utf-8")
+            except (configparser.Error, OSError, UnicodeDecodeError):
+                return None
+            return parser.get("defaults", option) if parser.has_option("defaults", option) else None
+    return None
+
+
+def callbacks_enabled(environ: Mapping[str, str], config_path: str | None) -> str:
+    """ANSIBLE_CALLBACKS_ENABLED for the run: what the environment or the configuration enables, and the run's pair
+    summary (gb10.dspark.pair_summary), which ``dspark`` prints and returns with ``--json``."""
+    given = environ.get("ANSIBLE_CALLBACKS_ENABLED")
+    if given is None:
+        given = _config_option(config_path, "callbacks_enabled") or ""
+    names = [n.strip() for n in given.split(",") if n.strip()]
+    return ",".join(names + ([SUMMARY_CALLBACK] if SUMMARY_CALLBACK not in names else []))
+
+
 def runner_envvars(environ: Mapping[str, str], cwd: str, executable: str | None = None) -> dict[str, str]:
     """Environment variables handed to ansible-runner on top of the inherited environment.
 
     - PATH starts with the folder of this Python (the virtualenv's bin), so ``ansible-playbook`` is found;
     - ANSIBLE_CONFIG points at ``./ansible.cfg`` of the invoking folder (the runner runs elsewhere),
       or at the absolute form of an ANSIBLE_CONFIG already set;
-    - ANSIBLE_HOST_KEY_CHECKING keeps the configured value (ansible-runner would otherwise turn it off).
+    - ANSIBLE_HOST_KEY_CHECKING keeps the configured value (ansible-runner would otherwise turn it off);
+    - ANSIBLE_CALLBACKS_ENABLED adds the run's pair summary to what is enabled already (:func:`callbacks_enabled`).
     """
     bindir = os.path.dirname(executable or sys.executable)
     path = environ.get("PATH", os.defpath)
@@ -510,11 +539,13 @@ def runner_envvars(environ: Mapping[str, str], cwd: str, executable: str | None 
         envvars["ANSIBLE_CONFIG"] = os.path.join(cwd, "ansible.cfg")
     if "ANSIBLE_HOST_KEY_CHECKING" not in environ:
         envvars["ANSIBLE_HOST_KEY_CHECKING"] = _host_key_checking(envvars.get("ANSIBLE_CONFIG"))
+    envvars["ANSIBLE_CALLBACKS_ENABLED"] = callbacks_enabled(environ, envvars.get("ANSIBLE_CONFIG"))
     return envvars
 
 
 PAIR_MODULE = "ansible_collections.gb10.dspark.plugins.module_utils.fleet._pair"
 PROGRESS_PLUGIN = "ansible_collections.gb10.dspark.plugins.callback.progress"
+RUN_SUMMARY = "ansible_collections.gb10.dspark.plugins.module_utils.fleet._run_summary"
 
 
 def _collection_module(name: str):
@@ -551,6 +582,23 @@ def collection_progress():
     ansible-playbook, ansible-navigator and AWX show; None when the collection cannot be loaded."""
     texts = getattr(_collection_module(PROGRESS_PLUGIN), "texts", None)
     return texts if callable(texts) else None
+
+
+def read_pairs(run_dir: str, info: TextIO) -> list | None:
+    """The run's pair summary (``pairs.json``, written by gb10.dspark.pair_summary), printed as the callback prints
+    it; None when the run wrote none (it ended before any play, or the summary was switched off)."""
+    try:
+        with open(os.path.join(run_dir, PAIRS_FILE), encoding="utf-8") as handle:
+            doc = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    pairs = doc.get("pairs") if isinstance(doc, dict) else None
+    if not isinstance(pairs, list):
+        return None
+    table = getattr(_collection_module(RUN_SUMMARY), "table", None)
+    if callable(table):
+        print(table(pairs, str(doc.get("playbook") or "")), file=info)
+    return pairs
 
 
 def load_pair_map(inventory: str, env: Mapping[str, str], cwd: str, err: TextIO) -> dict[str, str]:
@@ -851,7 +899,8 @@ def report_render(path: str, run_dir: str, stats: Mapping | None, as_json: bool,
 
 def summary(args: argparse.Namespace, playbook: str, inventory: str | None, code: int, *, runner=None,
             run_dir: str | None = None, stats: Mapping | None = None, mapping: Mapping[str, str] | None = None,
-            audit: Mapping | None = None, canceled: bool = False, error: str | None = None) -> dict:
+            audit: Mapping | None = None, canceled: bool = False, error: str | None = None,
+            pairs: list | None = None) -> dict:
     """The ``--json`` document of a run; it holds no extra-vars value and no password."""
     mapping = mapping or {}
     status = getattr(runner, "status", None)
@@ -871,6 +920,8 @@ def summary(args: argparse.Namespace, playbook: str, inventory: str | None, code
         "failing_pairs": [] if runner is None else failing_pairs(status, rc, stats, mapping, canceled=canceled,
                                                                  audit=audit),
         "audit": dict(audit) if isinstance(audit, Mapping) else None,
+        # per pair: verdict, phase reached and the first failing rank's reason (gb10.dspark.pair_summary)
+        "pairs": pairs,
         "error": error,
     }
 
@@ -953,6 +1004,7 @@ def run(argv: list[str] | None = None, *, playbook: str | None = None, environ: 
     print(f"dspark {name}: {target} on {inventory}" + (f" --limit {args.limit}" if args.limit else "")
           + (" --all" if args.all else "") + (" --check" if args.check else ""), file=info)
     print(f"run folder: {run_dir}", file=info, flush=True)
+    envvars["DSPARK_PAIR_SUMMARY_FILE"] = os.path.join(run_dir, PAIRS_FILE)
     mapping = load_pair_map(inventory, {**environ, **envvars}, cwd, err)
     progress_texts = collection_progress()
     if progress_texts is None:
@@ -1010,7 +1062,8 @@ def run(argv: list[str] | None = None, *, playbook: str | None = None, environ: 
     print(f"run folder: {run_dir}", file=info, flush=True)
     if render_path is not None and code == 0:
         code = report_render(render_path, run_dir, stats, args.json, out, err)
-    return finish(code, inventory, runner=runner, run_dir=run_dir, stats=stats, mapping=mapping, audit=audit,
+    pairs = None if canceled else read_pairs(run_dir, info)
+    return finish(code, inventory, runner=runner, run_dir=run_dir, stats=stats, mapping=mapping, audit=audit, pairs=pairs,
                   canceled=canceled)
 
 

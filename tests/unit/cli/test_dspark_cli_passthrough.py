@@ -21,7 +21,7 @@ from dspark_cli import main as cli  # noqa: E402
 
 SECRET = "sk-passthrough-9e41"
 SUMMARY_KEYS = {"command", "playbook", "inventory", "limit", "check", "status", "rc", "exit_code", "run_folder",
-                "stdout_artifact", "hosts", "failing_pairs", "audit", "error"}
+                "stdout_artifact", "hosts", "failing_pairs", "audit", "pairs", "error"}
 
 
 class FakeRunner:
@@ -405,3 +405,34 @@ def test_one_prompt_for_the_same_vault_prompt(harness, monkeypatch):
     assert harness.run("evidence", "-J", "--vault-id", "prompt_ask_vault_pass", "--vault-id", "prompt")[0] == 0
     assert asked == ["Vault password: ", "Vault password (default vault id): "]
     assert list(harness.call["kwargs"]["passwords"]) == [cli.VAULT_PROMPT, cli.ANY_VAULT_ID_PROMPT]
+
+
+def test_json_holds_the_pair_summary_the_callback_wrote_and_the_table_is_shown(tmp_path, monkeypatch):
+    """dspark enables gb10.dspark.pair_summary beside what is enabled already and tells it to write the run folder's
+    pairs.json; with --json the document holds those rows, and the table goes to stderr."""
+    rows = [{"pair": "sim01", "ranks": ["sim01-head", "sim01-worker"], "verdict": "PASS", "phase": "Evidence",
+             "rank": None, "reason": ""},
+            {"pair": "sim02", "ranks": ["sim02-head", "sim02-worker"], "verdict": "FAILED", "phase": "Engine",
+             "rank": "sim02-worker", "reason": "rank sim02-worker: the pair's engine exited on worker"}]
+
+    def behaviour(kw, files):
+        assert kw["envvars"]["ANSIBLE_CALLBACKS_ENABLED"].split(",") == ["mine", "gb10.dspark.pair_summary"]
+        Path(kw["envvars"]["DSPARK_PAIR_SUMMARY_FILE"]).write_text(json.dumps({"playbook": "provision.yml", "pairs": rows}))
+        return FakeRunner("failed", 2, {"processed": {}, "failures": {"sim02-worker": 1}, "dark": {}})
+
+    harness = Harness(tmp_path, monkeypatch, behaviour)
+    env = {"PATH": os.environ.get("PATH", ""), "DSPARK_INVENTORY": "hosts.yml", "ANSIBLE_CALLBACKS_ENABLED": "mine"}
+    code, out, err = harness.run("provision", "--all", "--json", environ=env)
+    doc = json.loads(out)
+    assert code == 2 and doc["pairs"] == rows
+    assert "PAIR SUMMARY provision.yml: 1 of 2 pairs PASS" in err
+    assert "sim02  FAILED       phase Engine; rank sim02-worker: the pair's engine exited on worker" in err
+
+
+def test_callbacks_enabled_keeps_what_the_configuration_enables(tmp_path):
+    cfg = tmp_path / "ansible.cfg"
+    cfg.write_text("[defaults]\ncallbacks_enabled = gb10.dspark.progress, timer\n")
+    assert cli.callbacks_enabled({}, str(cfg)) == "gb10.dspark.progress,timer,gb10.dspark.pair_summary"
+    cfg.write_text("[defaults]\ncallbacks_enabled = gb10.dspark.pair_summary\n")
+    assert cli.callbacks_enabled({}, str(cfg)) == "gb10.dspark.pair_summary"
+    assert cli.callbacks_enabled({"ANSIBLE_CALLBACKS_ENABLED": ""}, str(cfg)) == "gb10.dspark.pair_summary"

@@ -135,7 +135,12 @@ def test_container_options_are_the_engine_roles(long_1m):
 def test_the_engine_tasks_read_the_same_options():
     """The docker_container tasks of the engine take every option from __dspark_engine_container_options."""
     options = load_yaml(ENGINE / "vars" / "main.yml")["__dspark_engine_container_options"]
-    tasks = load_yaml(ENGINE / "tasks" / "main.yml")
+    def flat(tasks):  # a block's own tasks too (the starts and the wait share one, with its rescue)
+        for t in tasks:
+            yield t
+            yield from flat(t.get("block") or [])
+
+    tasks = list(flat(load_yaml(ENGINE / "tasks" / "main.yml")))
     starts = [t["community.docker.docker_container"] for t in tasks
               if isinstance(t.get("community.docker.docker_container"), dict)
               and "command" in t["community.docker.docker_container"]]
