@@ -227,11 +227,18 @@ def barrier(me: str, task_vars, before: str) -> tuple[str, str | None]:
     task_vars = task_vars if hasattr(task_vars, "get") else {}
     pair = str(task_vars.get(HOST_VARIABLES["pair"]))
     left = set(map(str, task_vars.get("ansible_play_hosts") or []))
-    gone = [str(m) for m in (task_vars.get("dspark_pair_members") or []) if str(m) != me and str(m) not in left]
-    if not gone:
-        return pair, None
-    return pair, (f"rank {me}: pair {pair} stops before {before}: rank {', '.join(gone)} of the pair failed or was "
-                  f"unreachable, expected both ranks in the run (no other pair is affected)")
+    batch = set(map(str, task_vars.get("ansible_play_batch") or left))
+    members = [str(m) for m in (task_vars.get("dspark_pair_members") or []) if str(m) != me]
+    gone = [m for m in members if m not in left]
+    if gone:
+        return pair, (f"rank {me}: pair {pair} stops before {before}: rank {', '.join(gone)} of the pair failed or "
+                      f"was unreachable, expected both ranks in the run (no other pair is affected)")
+    apart = [m for m in members if m not in batch]
+    if apart:  # the play's serial cut the pair: its ranks would run in different batches
+        return pair, (f"rank {me}: pair {pair} stops before {before}: rank {', '.join(apart)} of the pair is in "
+                      f"another batch of the play (serial), expected both ranks in one batch (a serial of whole "
+                      f"pairs: an even number of hosts, the inventory listing each pair's ranks together)")
+    return pair, None
 
 
 def failure_budget(value) -> tuple[int | None, float | None]:

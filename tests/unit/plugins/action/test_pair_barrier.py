@@ -188,3 +188,14 @@ def test_the_summary_file_option_gets_the_rows_in_check_mode_too(tmp_path):
     doc = json.loads(target.read_text())
     assert doc["check"] is True and {r["pair"]: r["verdict"] for r in doc["pairs"]} == {p: S.PASS for p in PAIRS}
     assert not (tmp_path / "evidence").exists()  # check mode writes nothing into the evidence folder
+
+
+def test_a_batch_that_cuts_a_pair_is_stopped_before_anything_changes(tmp_path):
+    (tmp_path / "did").mkdir()
+    tasks = [{"name": "Pair | barrier", "gb10.dspark.pair_barrier": {"before": "the load"}}, _mark("load")]
+    res = _play(tmp_path, tasks, 3)  # batches of 3 hosts: p2's head runs with p1, its worker with p3
+    out = " ".join((res.stdout + res.stderr).split())
+    assert res.returncode == 2, out[-3000:]
+    assert ("rank p2-head: pair p2 stops before the load: rank p2-worker of the pair is in another batch of the play "
+            "(serial), expected both ranks in one batch") in out
+    assert "p2-head-load" not in _did(tmp_path) and "p1-head-load" in _did(tmp_path)
