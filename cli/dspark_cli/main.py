@@ -473,26 +473,6 @@ def _config_bool(value: str) -> bool:
     return value.strip().lower() in ("1", "true", "yes", "on", "y", "t")
 
 
-def _host_key_checking(config_path: str | None) -> str:
-    """What the Ansible configuration says about host key checking (ansible's default: True)."""
-    candidates = [config_path] if config_path else [os.path.expanduser("~/.ansible.cfg"), "/etc/ansible/ansible.cfg"]
-    for path in candidates:
-        if path and os.path.isfile(path):
-            parser = configparser.ConfigParser(interpolation=None, strict=False)
-            try:
-                parser.read(path, encoding="utf-8")
-            except (configparser.Error, OSError, UnicodeDecodeError):
-                break
-            if parser.has_option("defaults", "host_key_checking"):
-                return str(_config_bool(parser.get("defaults", "host_key_checking")))
-            break
-    return "True"
-
-
-SUMMARY_CALLBACK = "gb10.dspark.pair_summary"
-PAIRS_FILE = "pairs.json"
-
-
 def _config_option(config_path: str | None, option: str) -> str | None:
     """An option of ``[defaults]`` in the Ansible configuration file that applies (None when unset)."""
     candidates = [config_path] if config_path else [os.path.expanduser("~/.ansible.cfg"), "/etc/ansible/ansible.cfg"]
@@ -505,6 +485,16 @@ def _config_option(config_path: str | None, option: str) -> str | None:
                 return None
             return parser.get("defaults", option) if parser.has_option("defaults", option) else None
     return None
+
+
+def _host_key_checking(config_path: str | None) -> str:
+    """What the Ansible configuration says about host key checking (ansible's default: True)."""
+    value = _config_option(config_path, "host_key_checking")
+    return "True" if value is None else str(_config_bool(value))
+
+
+SUMMARY_CALLBACK = "gb10.dspark.pair_summary"
+PAIRS_FILE = "pairs.json"
 
 
 def callbacks_enabled(environ: Mapping[str, str], config_path: str | None) -> str:
