@@ -109,6 +109,8 @@ def test_the_galaxy_stage_installs_every_collection_offline(galaxy_stage):
         assert (galaxy_stage / "ansible_collections").joinpath(*collection.split("."), "MANIFEST.json").is_file()
     meta = galaxy_stage / "ansible_collections" / "gb10" / "dspark" / "meta"
     assert (meta / "runtime.yml").is_file() and (meta / "execution-environment.yml").is_file()
+    # `make ee` leaves its wheelhouse in ee/wheels/ of the checkout: it is no part of the collection.
+    assert not list((galaxy_stage / "ansible_collections" / "gb10" / "dspark").rglob("*.whl"))
 
 
 def test_the_ee_python_requirements_are_the_runtime_needs_only(context, galaxy_stage, tmp_path):
