@@ -5,7 +5,7 @@ repository's ansible-navigator.yml provisions pair sim01 inside it over real SSH
 
 Cost: on a machine that has built this EE before (the control node's engine keeps its images in
 /var/lib/gb10-dspark-ee) the build step only recomputes the key (a collection build, about 5 s) or, when the
-collection changed, rebuilds from the galaxy stage on (about a minute); a fresh machine (CI) builds cold: rootfs,
+collection changed, rebuilds from the galaxy stage on (about 40 s); a fresh machine (CI) builds cold: rootfs,
 wheelhouse and image, about 2.5 minutes. The provision is a converged one when the lane's earlier tests left
 sim01 serving (nothing copied), plus the gate; then one audit."""
 from __future__ import annotations

@@ -19,7 +19,8 @@ The build, each step cached by its inputs:
 3. the three collection tarballs of ee/requirements.yml in ee/collections/: gb10.dspark built from the tree
    (`--tree`, by default this checkout), community.docker and its dependency from collections/;
 4. `ansible-builder build` tagged gb10-dspark-ee:latest and gb10-dspark-ee:inputs-<key>; skipped (the tagged
-   image re-tagged as latest) when an image with the key of these inputs exists.
+   image re-tagged as latest) when an image with the key of these inputs exists. After a build, the images of
+   other keys and the dangling stage images are removed.
 """
 from __future__ import annotations
 
@@ -263,7 +264,18 @@ def build(tree: Path = REPO) -> str:
          "--verbosity", "2"], env=dict(docker_env(), PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"),
         timeout=3600, capture=False)
     say(f"built {keyed} in {time.monotonic() - started:.0f} s")
+    prune(keep=keyed)
     return keyed
+
+
+def prune(keep: str) -> None:
+    """Remove the EE images of other inputs and the build's dangling stage images: the engine's disk holds one
+    EE (the base stage's layers, shared with it, stay as the next build's cache)."""
+    tags = docker("image", "ls", "--format", "{{.Repository}}:{{.Tag}}", IMAGE.split(":")[0]).stdout.split()
+    for tag in tags:
+        if tag.startswith(KEYED.format(key="")) and tag != keep:
+            docker("image", "rm", tag)
+    docker("image", "prune", "--force")
 
 
 def main(argv: list[str]) -> int:
