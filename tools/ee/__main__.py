@@ -209,8 +209,12 @@ def wheelhouse() -> Path:
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="wheels-", dir=CACHE_DIR))
     say(f"making the wheelhouse ({len(reqs)} requirements and their dependencies)")
-    run([sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check", "--wheel-dir", tmp, *reqs],
-        timeout=1800)
+    try:
+        run([sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check", "--wheel-dir", tmp,
+             *reqs], timeout=1800)
+    except EEError:
+        shutil.rmtree(tmp, ignore_errors=True)  # no half wheelhouse is ever taken for a whole one
+        raise
     tmp.rename(out)
     return out
 

@@ -133,3 +133,119 @@ def test_an_artefact_from_an_installed_copy_lists_the_files_present(tmp_path):
 def test_an_artefact_needs_an_installed_copy(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"no installed collection there .*run `make deps`"):
         inputs.artefact_from_installed(tmp_path / "missing", tmp_path / "out.tar.gz")
+
+
+# ---- the build's steps (tools/ee/__main__.py), with the commands recorded instead of run -----------------------
+import tools.ee.__main__ as ee  # noqa: E402
+
+
+class Recorder:
+    """Stands in for tools.ee's run() and docker(): records each argv, answers from a table of prefixes."""
+
+    def __init__(self, answers=None, fail=()):
+        self.calls, self.answers, self.fail = [], answers or {}, fail
+
+    def __call__(self, *argv, **kwargs):
+        argv = [str(a) for a in (argv[0] if len(argv) == 1 and isinstance(argv[0], list) else argv)]
+        self.calls.append(argv)
+        if any(argv[:len(f)] == list(f) for f in self.fail):
+            if kwargs.get("check", True):
+                raise ee.EEError(f"`{' '.join(argv)}` exited 1")
+            return __import__("subprocess").CompletedProcess(argv, 1, "", "")
+        out = next((v for k, v in self.answers.items() if argv[:len(k)] == list(k)), "")
+        return __import__("subprocess").CompletedProcess(argv, 0, out, "")
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(ee, "CACHE_DIR", tmp_path / "cache")
+    return tmp_path / "cache"
+
+
+def test_the_wheelhouse_is_made_once_per_requirement_list(cache, monkeypatch):
+    rec = Recorder()
+
+    def pip(argv, **kwargs):
+        rec(argv)
+        Path(argv[argv.index("--wheel-dir") + 1], "x-1-py3-none-any.whl").write_text("")
+        return __import__("subprocess").CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(ee, "run", pip)
+    first = ee.wheelhouse()
+    assert [c[1:4] for c in rec.calls] == [["-m", "pip", "wheel"]]
+    assert "ansible-core>=2.19.4,<2.20" in rec.calls[0] and "dumb-init==1.2.5" in rec.calls[0]
+    assert (first / "x-1-py3-none-any.whl").is_file()
+    assert ee.wheelhouse() == first and len(rec.calls) == 1  # cached: pip is not asked again
+
+
+def test_a_failed_wheelhouse_leaves_nothing_to_be_taken_for_one(cache, monkeypatch):
+    monkeypatch.setattr(ee, "run", Recorder(fail=[(sys.executable, "-m", "pip")]))
+    with pytest.raises(ee.EEError, match="pip wheel"):
+        ee.wheelhouse()
+    assert list(cache.iterdir()) == []
+
+
+def _build_world(tmp_path, monkeypatch, have_keyed: bool):
+    monkeypatch.setattr(ee, "engine_ready", lambda: True)
+    monkeypatch.setattr(ee, "base_image", lambda: "basekey")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "x-1-py3-none-any.whl").write_text("")
+    monkeypatch.setattr(ee, "wheelhouse", lambda: wheels)
+    monkeypatch.setattr(ee, "_fill", lambda folder, files: None)
+    monkeypatch.setattr(ee, "collection_tarballs", lambda tree: {name: "d" for name in inputs.TARBALLS})
+    docker = Recorder(fail=[] if have_keyed else [("image", "inspect")],
+                      answers={("image", "ls"): "gb10-dspark-ee:inputs-0000000000000000\ngb10-dspark-ee:latest\n"})
+    run = Recorder()
+    monkeypatch.setattr(ee, "docker", docker)
+    monkeypatch.setattr(ee, "run", run)
+    return docker, run
+
+
+def test_an_ee_with_the_same_inputs_is_not_built_again(cache, tmp_path, monkeypatch):
+    docker, run = _build_world(tmp_path, monkeypatch, have_keyed=True)
+    keyed = ee.build(tmp_path)
+    assert keyed.startswith("gb10-dspark-ee:inputs-") and len(keyed.split("-")[-1]) == 16
+    assert run.calls == []  # no ansible-builder
+    assert docker.calls == [["image", "inspect", keyed], ["tag", keyed, "gb10-dspark-ee:latest"]]
+
+
+def test_an_ee_of_new_inputs_is_built_offline_under_both_tags_and_the_old_one_goes(cache, tmp_path, monkeypatch):
+    docker, run = _build_world(tmp_path, monkeypatch, have_keyed=False)
+    keyed = ee.build(tmp_path)
+    (builder,) = run.calls
+    assert Path(builder[0]).name == "ansible-builder" and builder[1] == "build"
+    assert builder[builder.index("--tag") + 1:builder.index("--tag") + 3] == ["gb10-dspark-ee:latest", keyed]
+    assert "--extra-build-cli-args=--network=none" in builder
+    assert ["image", "rm", "gb10-dspark-ee:inputs-0000000000000000"] in docker.calls
+    assert ["image", "rm", keyed] not in docker.calls and ["image", "prune", "--force"] in docker.calls
+
+
+def test_the_key_follows_the_inputs(cache, tmp_path, monkeypatch):
+    _build_world(tmp_path, monkeypatch, have_keyed=True)
+    first = ee.build(tmp_path)
+    monkeypatch.setattr(ee, "collection_tarballs", lambda tree: {name: "changed" for name in inputs.TARBALLS})
+    assert ee.build(tmp_path) != first
+
+
+def test_no_build_without_the_control_node_engine(monkeypatch):
+    monkeypatch.setattr(ee, "engine_ready", lambda: False)
+    with pytest.raises(ee.EEError, match=r"no control-node engine answers at unix:///run/gb10-dspark-ee/docker.sock: "
+                                         r"run `make ee-engine` first"):
+        ee.build(ROOT)
+
+
+def test_the_base_image_is_imported_only_when_its_key_differs(cache, monkeypatch):
+    key = ee.base_key()
+    docker = Recorder(answers={("image", "inspect"): json.dumps({ee.BASE_KEY_LABEL: key})})
+    run = Recorder()
+    monkeypatch.setattr(ee, "docker", docker)
+    monkeypatch.setattr(ee, "run", run)
+    assert ee.base_image() == key and run.calls == []
+    docker.answers = {("image", "inspect"): json.dumps({ee.BASE_KEY_LABEL: "older"})}
+    cache.mkdir()
+    (cache / f"base-bookworm-{key}.tar").write_text("")  # the rootfs is cached: only the import runs
+    ee.base_image()
+    (imp,) = run.calls
+    assert imp[:2] == ["docker", "import"] and imp[-1] == "gb10-dspark-ee-base:bookworm"
+    assert f"LABEL {ee.BASE_KEY_LABEL}={key}" in imp and "ENV LANG=C.UTF-8" in imp
