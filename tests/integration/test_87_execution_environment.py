@@ -92,8 +92,9 @@ def test_navigator_provisions_and_audits_a_pair_inside_the_ee(pair_a, ee_image):
     # ...ansible-navigator's artifact names the playbook at that path and its run as successful...
     art = json.loads((out / "provision.json").read_text())
     assert art["status"] == "successful", art["status"]
-    assert {p["playbook"] for p in art["plays"]} == {f"{INSTALLED}/playbooks/provision.yml",
-                                                     f"{INSTALLED}/playbooks/evidence.yml"}, {p["playbook"] for p in art["plays"]}
+    playbooks = {p["playbook"] for p in art["plays"]}
+    assert f"{INSTALLED}/playbooks/provision.yml" in playbooks, playbooks
+    assert all(p.startswith(f"{INSTALLED}/playbooks/") for p in playbooks), playbooks
     # ...and the control node's engine started the EE image for it.
     assert engine_starts_since(since) == ["gb10-dspark-ee:latest"]
 
