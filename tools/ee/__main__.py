@@ -154,13 +154,27 @@ def engine_down(timeout: float = 60) -> None:
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except OSError:
+        if _exited(pid):
             say("control-node engine stopped")
             return
         time.sleep(0.5)
     raise EEError(f"dockerd (pid {pid}) still running {timeout} s after SIGTERM")
+
+
+def _exited(pid: int) -> bool:
+    """The process has exited. A dockerd that :func:`engine_up` started in this process (a test) is its child:
+    it is reaped here, else it would stay a zombie, which signal 0 still finds."""
+    try:
+        done, _status = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return True
+    except ChildProcessError:
+        pass  # not our child (started by `make ee-engine`): init reaps it
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return True
+    return False
 
 
 # ---- the build ---------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@ that names a build of it, and collection tarballs made from installed copies."""
 from __future__ import annotations
 
 import hashlib
+import os
 import io
 import json
 import sys
@@ -249,3 +250,20 @@ def test_the_base_image_is_imported_only_when_its_key_differs(cache, monkeypatch
     (imp,) = run.calls
     assert imp[:2] == ["docker", "import"] and imp[-1] == "gb10-dspark-ee-base:bookworm"
     assert f"LABEL {ee.BASE_KEY_LABEL}={key}" in imp and "ENV LANG=C.UTF-8" in imp
+
+
+def test_engine_down_stops_and_reaps_an_engine_this_process_started(tmp_path, monkeypatch):
+    """A test that started the engine is its parent: the stopped dockerd must be reaped, not left a zombie
+    that signal 0 still finds (engine_down would then wait out its timeout and fail)."""
+    import subprocess
+
+    child = subprocess.Popen(["sleep", "60"])  # stands in for the dockerd this process started
+    monkeypatch.setattr(ee, "RUN_DIR", tmp_path)
+    (tmp_path / "dockerd.pid").write_text(f"{child.pid}\n")
+    try:
+        ee.engine_down(timeout=10)
+        with pytest.raises(ProcessLookupError):
+            os.kill(child.pid, 0)  # gone, and reaped
+    finally:
+        if child.poll() is None:
+            child.kill()
