@@ -25,12 +25,26 @@ import yaml
 # packaging; its final stage: the container init, dumb-init, unless the definition names another).
 BUILDER_OWN = ("bindep", "pyyaml", "packaging")
 DEFAULT_CONTAINER_INIT = "dumb-init==1.2.5"
-# The collections ee/requirements.yml installs, by the fixed tarball name it gives each.
-TARBALLS = {
-    "community-library_inventory_filtering_v1.tar.gz": "community.library_inventory_filtering_v1",
-    "community-docker.tar.gz": "community.docker",
-    "gb10-dspark.tar.gz": "gb10.dspark",
-}
+# ee/requirements.yml: the collections of the EE, one tarball each, named <namespace>-<name>.tar.gz.
+REQUIREMENTS = Path(__file__).resolve().parents[2] / "ee" / "requirements.yml"
+
+
+def tarballs(requirements: Path = REQUIREMENTS) -> dict[str, str]:
+    """The tarballs that ``requirements`` installs, file name -> the collection it holds, in its order."""
+    out = {}
+    for entry in (yaml.safe_load(requirements.read_text()) or {}).get("collections") or []:
+        if entry.get("type") != "file":
+            raise ValueError(f"{requirements}: {entry.get('name')!r} is not a local tarball (type: file); the EE "
+                             f"is built without Galaxy")
+        file = Path(entry["name"]).name
+        namespace, sep, name = file.removesuffix(".tar.gz").partition("-")
+        if not sep or not file.endswith(".tar.gz"):
+            raise ValueError(f"{requirements}: {file!r} is not named <namespace>-<name>.tar.gz")
+        out[file] = f"{namespace}.{name}"
+    return out
+
+
+TARBALLS = tarballs()
 
 
 def requirement_lines(text: str) -> list[str]:

@@ -267,3 +267,18 @@ def test_engine_down_stops_and_reaps_an_engine_this_process_started(tmp_path, mo
     finally:
         if child.poll() is None:
             child.kill()
+
+
+def test_the_tarballs_are_those_of_ee_requirements_yml(tmp_path):
+    assert inputs.TARBALLS == {
+        "community-library_inventory_filtering_v1.tar.gz": "community.library_inventory_filtering_v1",
+        "community-docker.tar.gz": "community.docker",
+        "gb10-dspark.tar.gz": "gb10.dspark",
+    }
+    galaxy = tmp_path / "requirements.yml"
+    galaxy.write_text(yaml.safe_dump({"collections": [{"name": "community.docker", "version": ">=4.8.0"}]}))
+    with pytest.raises(ValueError, match=r"'community.docker' is not a local tarball \(type: file\)"):
+        inputs.tarballs(galaxy)
+    galaxy.write_text(yaml.safe_dump({"collections": [{"name": "collections/docker.tar.gz", "type": "file"}]}))
+    with pytest.raises(ValueError, match=r"'docker.tar.gz' is not named <namespace>-<name>.tar.gz"):
+        inputs.tarballs(galaxy)
