@@ -12,13 +12,15 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(VENV)/bin:$(PATH)
 SIM    := PYTHONPATH=$(CURDIR)/sim $(PY) -m dspark_sim
 
-.PHONY: help deps sim-image sim-up sim-down sim-status demo test test-unit test-vllm test-integration test-molecule lint bench
+.PHONY: help deps sim-image sim-up sim-down sim-status demo test test-unit test-vllm test-integration test-molecule lint bench \
+	ee ee-engine ee-engine-down
 
 help:
 	@echo "make demo   bring one simulated GB10 pair up and serve the stand-in engine on it"
 	@echo "make test   unit and integration tests (installs what they need)"
 	@echo "make sim-up PAIRS=N | sim-down | sim-status | sim-image | deps | test-unit | test-vllm | test-integration | test-molecule"
 	@echo "make bench  speed and memory targets, measured on the simulator (BENCH_ARCHIVE_GIB=4)"
+	@echo "make ee     the execution environment gb10-dspark-ee:latest on the control node's engine (ee-engine | ee-engine-down)"
 
 # ---- dependencies -----------------------------------------------------------------------
 deps: $(STAMPS)/venv $(STAMPS)/collections $(STAMPS)/cli
@@ -55,6 +57,18 @@ sim-down:
 
 sim-status: deps
 	@$(SIM) status
+
+# ---- the execution environment (docs/operator-guide.md §6.1, tools/ee) ------------------------------------
+# The control node's own dockerd (socket unix:///run/gb10-dspark-ee/docker.sock, data in /var/lib/gb10-dspark-ee),
+# and the EE built on it with ansible-builder: skipped when an image with the same inputs' key exists.
+ee-engine: deps
+	@$(PY) -m tools.ee engine-up
+
+ee-engine-down:
+	@$(PY) -m tools.ee engine-down
+
+ee: ee-engine
+	@$(PY) -m tools.ee build
 
 # ---- the two commands of the README -----------------------------------------------------
 demo: sim-up

@@ -4,13 +4,9 @@ of ee/requirements.yml, and the EE's Python requirements hold the runtime gate's
 community.docker's, without the development toolchain. No container engine, no network."""
 from __future__ import annotations
 
-import hashlib
-import io
-import json
 import os
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -18,13 +14,11 @@ import yaml
 from packaging.requirements import Requirement
 
 REPO = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(REPO))
+from tools.ee.inputs import TARBALLS, artefact_from_installed  # noqa: E402  (one list of the tarballs, one way to make them)
+
 BIN = Path(sys.executable).parent
 INSTALLED = REPO / "collections" / "ansible_collections"
-TARBALLS = {  # ee/requirements.yml's fixed file names -> the collection each holds
-    "community-library_inventory_filtering_v1.tar.gz": "community.library_inventory_filtering_v1",
-    "community-docker.tar.gz": "community.docker",
-    "gb10-dspark.tar.gz": "gb10.dspark",
-}
 
 
 def run(argv: list, cwd: Path = REPO, **env: str) -> subprocess.CompletedProcess:
@@ -51,11 +45,15 @@ def names(req_file: Path) -> set[str]:
     return out
 
 
-def test_the_definition_is_version_3_with_all_three_kinds_of_dependencies():
+def test_the_definition_is_version_3_and_says_each_dependency_once():
     ee = yaml.safe_load((REPO / "execution-environment.yml").read_text())
     assert ee["version"] == 3
-    assert ee["images"]["base_image"]["name"]
-    assert {"galaxy", "python", "system", "ansible_core", "ansible_runner"} <= set(ee["dependencies"])
+    assert ee["images"]["base_image"]["name"] == "gb10-dspark-ee-base:bookworm"  # made here: tools/ee
+    assert {"galaxy", "python", "ansible_core", "ansible_runner"} <= set(ee["dependencies"])
+    # The system packages come from the collection's own EE metadata, which ansible-builder reads for any EE
+    # the collection goes into; the Python file is named in both because introspection would drop pytest.
+    meta = yaml.safe_load((REPO / "meta" / "execution-environment.yml").read_text())
+    assert "system" not in ee["dependencies"] and meta["dependencies"]["system"] == "meta/ee-bindep.txt"
 
 
 def test_create_writes_a_containerfile_that_installs_the_collections(context):
@@ -73,41 +71,14 @@ def test_create_writes_a_containerfile_that_installs_the_collections(context):
     assert all(c["type"] == "file" and c["name"].startswith("collections/") for c in galaxy["collections"])
     assert (context / "_build" / "collections").is_dir()  # ee/collections/, copied as additional build files
     assert (context / "_build" / "requirements.txt").read_text() == (REPO / "meta" / "ee-requirements.txt").read_text()
-    assert (context / "_build" / "bindep.txt").read_text() == (REPO / "meta" / "ee-bindep.txt").read_text()
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _artifact_from_installed(collection: str, dest: Path) -> None:
-    """A collection artifact made from the installed copy in collections/. That copy may come from the
-    `ansible` community package, which leaves out files its FILES.json lists (tests, docs, CI), so
-    FILES.json is written again for the files present and MANIFEST.json takes its new checksum."""
-    src = INSTALLED.joinpath(*collection.split("."))
-    assert (src / "MANIFEST.json").is_file(), f"{collection} is not installed in collections/: run `make deps`"
-    manifest = json.loads((src / "MANIFEST.json").read_text())
-    entries = [p for p in sorted(src.rglob("*"))
-               if p.name not in ("MANIFEST.json", "FILES.json") or p.parent != src]
-    entries = [p for p in entries if "__pycache__" not in p.parts and not p.name.endswith(".pyc")]
-    files = [{"name": ".", "ftype": "dir", "chksum_type": None, "chksum_sha256": None, "format": 1}]
-    for p in entries:
-        rel = p.relative_to(src).as_posix()
-        if p.is_dir():
-            files.append({"name": rel, "ftype": "dir", "chksum_type": None, "chksum_sha256": None, "format": 1})
-        else:
-            files.append({"name": rel, "ftype": "file", "chksum_type": "sha256",
-                          "chksum_sha256": _sha256(p.read_bytes()), "format": 1})
-    files_json = json.dumps({"files": files, "format": 1}, indent=4).encode()
-    manifest["file_manifest_file"]["chksum_sha256"] = _sha256(files_json)
-    manifest_json = json.dumps(manifest, indent=4).encode()
-    with tarfile.open(dest, "w:gz") as tar:
-        for name, data in (("MANIFEST.json", manifest_json), ("FILES.json", files_json)):
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), 0o644
-            tar.addfile(info, io.BytesIO(data))
-        for p in entries:
-            tar.add(p, arcname=p.relative_to(src).as_posix(), recursive=False)
+    # The system packages are said once, in the collection's own meta/execution-environment.yml.
+    assert not (context / "_build" / "bindep.txt").exists()
+    assert "--user-bindep" not in text
+    # No package index in the build: every stage's pip takes the wheelhouse copied in first.
+    base = text.split("# Galaxy build stage")[0]
+    assert base.index("COPY _build/wheels/ /wheels/") < base.index("ENV PIP_NO_INDEX=1 PIP_FIND_LINKS=/wheels") \
+        < base.index("RUN $PYCMD -m pip install --no-cache-dir $ANSIBLE_INSTALL_REFS")
+    assert 'ARG PKGMGR="/usr/bin/apt-get"' in text and "pip_install" not in text.replace("COPY _build/scripts/", "")
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +91,7 @@ def galaxy_stage(context, tmp_path_factory) -> Path:
     (build / "collections" / "gb10-dspark.tar.gz").write_bytes(next(out.glob("gb10-dspark-*.tar.gz")).read_bytes())
     for file, collection in TARBALLS.items():
         if collection != "gb10.dspark":
-            _artifact_from_installed(collection, build / "collections" / file)
+            artefact_from_installed(INSTALLED.joinpath(*collection.split(".")), build / "collections" / file)
     dest = tmp_path_factory.mktemp("usr_share_ansible_collections")
     # As in the image: no ansible.cfg of ours, and the target is the only collections path (with this
     # checkout's collections/ in view, ansible-galaxy would find everything installed and do nothing).
@@ -138,6 +109,8 @@ def test_the_galaxy_stage_installs_every_collection_offline(galaxy_stage):
         assert (galaxy_stage / "ansible_collections").joinpath(*collection.split("."), "MANIFEST.json").is_file()
     meta = galaxy_stage / "ansible_collections" / "gb10" / "dspark" / "meta"
     assert (meta / "runtime.yml").is_file() and (meta / "execution-environment.yml").is_file()
+    # `make ee` leaves its wheelhouse in ee/wheels/ of the checkout: it is no part of the collection.
+    assert not list((galaxy_stage / "ansible_collections" / "gb10" / "dspark").rglob("*.whl"))
 
 
 def test_the_ee_python_requirements_are_the_runtime_needs_only(context, galaxy_stage, tmp_path):
@@ -145,7 +118,7 @@ def test_the_ee_python_requirements_are_the_runtime_needs_only(context, galaxy_s
     pip, bindep = tmp_path / "pip.txt", tmp_path / "bindep.txt"
     build = context / "_build"
     res = run([sys.executable, build / "scripts" / "introspect.py", "introspect", galaxy_stage,
-               f"--user-pip={build / 'requirements.txt'}", f"--user-bindep={build / 'bindep.txt'}",
+               f"--user-pip={build / 'requirements.txt'}",
                f"--write-pip={pip}", f"--write-bindep={bindep}"])
     assert res.returncode == 0, res.stdout + res.stderr
     wanted = names(pip)

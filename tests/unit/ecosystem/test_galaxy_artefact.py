@@ -18,7 +18,8 @@ BIN = Path(sys.executable).parent
 # Top-level folders and files that belong to the checkout only.
 LEFT_OUT = ("sim/", "bench/", "tools/", "molecule/", "tests/unit/", "tests/integration/", "tests/vllm/",
             "tests/fixtures/", "tests/support/", "inventories/sim/", "artifacts/", "collections/", ".venv/",
-            ".deps/", ".ci/", "Makefile", "requirements.txt", "ruff.toml", ".ansible-lint")
+            ".deps/", ".ci/", "Makefile", "requirements.txt", "ruff.toml", ".ansible-lint",
+            "ansible-navigator.yml")  # the checkout's settings for running in the EE against the simulator
 # What a control node needs from it.
 KEPT = ("MANIFEST.json", "FILES.json", "README.md", "meta/runtime.yml", "meta/ee-requirements.txt",
         "plugins/action/pair_ready.py", "plugins/modules/pair_ready.py", "plugins/module_utils/engine/_startup.py",
