@@ -95,6 +95,8 @@ def rows(recorder: Recorder, failed_hosts, unreachable_hosts) -> list[dict]:
     the run ended with as failed (Ansible's stats: a rescued failure is not one)."""
     failed_hosts = set(map(str, failed_hosts)) | recorder.everywhere
     unreachable_hosts = set(map(str, unreachable_hosts))
+    if not recorder.pairs and not failed_hosts and not unreachable_hosts:
+        return []  # a run that works on no pairs (the simulator's smoke play) and ended well has nothing to sum up
     placed = {}
     for pair, ranks in recorder.pairs.items():
         for name in (ranks.get("head"), ranks.get("worker")):

@@ -199,3 +199,11 @@ def test_a_batch_that_cuts_a_pair_is_stopped_before_anything_changes(tmp_path):
     assert ("rank p2-head: pair p2 stops before the load: rank p2-worker of the pair is in another batch of the play "
             "(serial), expected both ranks in one batch") in out
     assert "p2-head-load" not in _did(tmp_path) and "p1-head-load" in _did(tmp_path)
+
+
+def test_a_run_without_pairs_that_ended_well_has_no_summary():
+    rec = S.Recorder()
+    rec.ran("sim01-head", "Smoke | Ask the rank's own Docker engine who it is", None)
+    assert S.rows(rec, failed_hosts=[], unreachable_hosts=[]) == []
+    rec.failed("sim01-head", "Smoke | x", "rank sim01-head: no engine")  # a failure is always summed up
+    assert [r["verdict"] for r in S.rows(rec, failed_hosts=["sim01-head"], unreachable_hosts=[])] == [S.FAILED]
