@@ -42,17 +42,13 @@ import os
 import time
 
 from ansible import context
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.callback import CallbackBase
 
 from ansible_collections.gb10.dspark.plugins.module_utils.fleet import _run_summary as S
 
 EVIDENCE_VAR = "dspark_evidence_dir"
 SWITCH_VAR = "dspark_pair_summary"  # false in a play's vars (or -e): no summary for the run
-
-
-def _flag(value) -> bool:
-    """A task keyword's value as the strategy took it (a bool, or the string Ansible templated)."""
-    return value is True or str(value).strip().lower() in ("true", "yes", "1")
 
 
 class CallbackModule(CallbackBase):
@@ -75,7 +71,7 @@ class CallbackModule(CallbackBase):
 
     def v2_playbook_on_play_start(self, play):
         manager = play.get_variable_manager()
-        if str(manager.get_vars(play=play).get(SWITCH_VAR, True)).strip().lower() in ("false", "no", "0"):
+        if not boolean(manager.get_vars(play=play).get(SWITCH_VAR, True), strict=False):
             self._off = True  # the fleet audit: its report is the per-pair verdict
         inventory = getattr(manager, "_inventory", None)
         hosts = inventory.get_hosts(play.hosts) if inventory is not None else []
@@ -96,8 +92,9 @@ class CallbackModule(CallbackBase):
         data = result._result if isinstance(result._result, dict) else {}
         self._recorder.failed(result._host.get_name(), result._task.get_name(), S.result_message(data),
                               not_started=bool(data.get("not_started")))
-        if _flag(result._task.run_once) or _flag(result._task.any_errors_fatal):  # Ansible ends every host with it
-            self._recorder.failed_everywhere(self._play_hosts, result._task.get_name(), S.result_message(data))
+        task = result._task
+        if boolean(task.run_once, strict=False) or boolean(task.any_errors_fatal, strict=False):  # every host ends
+            self._recorder.failed_everywhere(self._play_hosts, task.get_name(), S.result_message(data))
 
     def v2_runner_on_unreachable(self, result):
         self._recorder.unreachable(result._host.get_name(), result._task.get_name(),

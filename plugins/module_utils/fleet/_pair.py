@@ -269,6 +269,8 @@ def budget_problem(play_hosts_all, play_hosts, batch, hostvars, value) -> str | 
         return None
     everyone = [str(h) for h in play_hosts_all or []]
     left = set(map(str, play_hosts or []))
+    if all(h in left for h in everyone):  # nothing failed yet: no pair to count (every rank runs this at a batch's start)
+        return None
     pair_of = pairs_of(host_records(everyone, hostvars))
     failed = sorted({pair_of.get(h, h) for h in everyone if h not in left})
     total = len(set(pair_of.values())) or len(everyone)

@@ -97,14 +97,9 @@ def rows(recorder: Recorder, failed_hosts, unreachable_hosts) -> list[dict]:
     unreachable_hosts = set(map(str, unreachable_hosts))
     if not recorder.pairs and not failed_hosts and not unreachable_hosts:
         return []  # a run that works on no pairs (the simulator's smoke play) and ended well has nothing to sum up
-    placed = {}
-    for pair, ranks in recorder.pairs.items():
-        for name in (ranks.get("head"), ranks.get("worker")):
-            if name:
-                placed[str(name)] = pair
-    groups: dict[str, list[str]] = {}
-    for pair, ranks in recorder.pairs.items():
-        groups[pair] = [str(n) for n in (ranks.get("head"), ranks.get("worker")) if n]
+    groups = {pair: [str(n) for n in (ranks.get("head"), ranks.get("worker")) if n]
+              for pair, ranks in recorder.pairs.items()}
+    placed = {name for members in groups.values() for name in members}
     for name in sorted(set(recorder.hosts) | failed_hosts | unreachable_hosts):
         if name not in placed and name not in ("localhost",):
             groups.setdefault(name, [name])
