@@ -32,6 +32,7 @@ def up(count: int) -> dict:
         down()
     layout.STATE_DIR.mkdir(parents=True, exist_ok=True)
     meta = image.build(checkpoint.MODEL_REVISION)
+    next_meta = image.build(checkpoint.MODEL_REVISION, image.NEXT_RELEASE)
     model_src = layout.CACHE_DIR / "model"
     if not (model_src / checkpoint.MODEL_DIRNAME / checkpoint.REVISION_MARKER).exists():
         checkpoint.write(model_src)
@@ -51,7 +52,7 @@ def up(count: int) -> dict:
     (layout.STATE_DIR / "ssh" / "known_hosts").write_text("".join(rank.host_key_line(r) for r in ranks))
     for r in ranks:
         rank.wait_ready(r)
-    inv = inventory.write(count, meta)
+    inv = inventory.write(count, meta, next_meta)
     up_since = current.get("up_since") if current.get("pairs") == count else None
     state = {"pairs": count, "ranks": [r.name for r in ranks], "image": meta, "inventory": str(inv),
              "up_since": up_since or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -88,8 +89,9 @@ def down() -> None:
     if (layout.STATE_DIR / "ranks").exists():
         shutil.rmtree(layout.STATE_DIR / "ranks")
     STATE_FILE.unlink(missing_ok=True)
-    if layout.INVENTORY_DIR.exists():
-        shutil.rmtree(layout.INVENTORY_DIR)
+    for written in (layout.INVENTORY_DIR, layout.RELEASES_DIR):
+        if written.exists():
+            shutil.rmtree(written)
     rank.remove_created_mountpoints()
 
 

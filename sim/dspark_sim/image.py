@@ -24,6 +24,12 @@ MMDEBSTRAP_ARGS = ["--variant=essential", "--include=python3-minimal,libpython3.
 IMAGE_REPO = "dspark-r0b0tlab"
 IMAGE_TAG_NAME = "production-v026-sim"
 IMAGE_TAG = f"{IMAGE_REPO}:{IMAGE_TAG_NAME}"
+# The simulator's releases: the one its inventory pins (sim-v026) and the next one (sim-v027), which a rollout
+# test brings a pair to. The next release is the same layer under another tag and one more label, so its image
+# ID differs (it is a different image to every engine) while an engine that holds one stores the layer once.
+CURRENT_RELEASE = "sim-v026"
+NEXT_RELEASE = "sim-v027"
+RELEASE_TAGS = {CURRENT_RELEASE: IMAGE_TAG_NAME, NEXT_RELEASE: "production-v027-sim"}
 CREATED = "2026-08-03T00:00:00Z"
 FIXED_MTIME = 1785715200  # 2026-08-03, so rebuilt layers hash the same
 
@@ -78,8 +84,10 @@ def source_revision() -> str:
     return h.hexdigest()
 
 
-def labels(model_revision: str) -> dict[str, str]:
+def labels(model_revision: str, release: str = CURRENT_RELEASE) -> dict[str, str]:
+    extra = {} if release == CURRENT_RELEASE else {"org.opencontainers.image.version": release}
     return {
+        **extra,
         "org.opencontainers.image.revision": source_revision(),
         "org.opencontainers.image.title": "DSpark vLLM stand-in (gb10.dspark simulator)",
         "io.r0b0tlab.model.revision": model_revision,
@@ -150,13 +158,15 @@ def _tar_add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(ti, io.BytesIO(data))
 
 
-def build(model_revision: str) -> dict[str, str]:
-    """Build (or reuse) the archive. Returns tag, image ID, archive path, digests and labels."""
+def build(model_revision: str, release: str = CURRENT_RELEASE) -> dict[str, str]:
+    """Build (or reuse) one release's archive. Returns tag, image ID, archive path, digests and labels."""
     base = rootfs()
-    lab = labels(model_revision)
-    key_src = json.dumps([base.name, source_revision(), lab, IMAGE_TAG, _arch()], sort_keys=True)
+    lab = labels(model_revision, release)
+    tag_name = RELEASE_TAGS[release]
+    tag = f"{IMAGE_REPO}:{tag_name}"
+    key_src = json.dumps([base.name, source_revision(), lab, tag, _arch()], sort_keys=True)
     key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
-    archive = layout.CACHE_DIR / f"dspark-standin-{key}.tar"
+    archive = layout.CACHE_DIR / f"dspark-standin-{release}-{key}.tar"
     meta_path = archive.with_suffix(".json")
     if archive.exists() and meta_path.exists():
         return json.loads(meta_path.read_text())
@@ -179,7 +189,7 @@ def build(model_revision: str) -> dict[str, str]:
     }
     config_bytes = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
     image_id = hashlib.sha256(config_bytes).hexdigest()
-    manifest = [{"Config": f"{image_id}.json", "RepoTags": [IMAGE_TAG], "Layers": [f"{diff_id}/layer.tar"]}]
+    manifest = [{"Config": f"{image_id}.json", "RepoTags": [tag], "Layers": [f"{diff_id}/layer.tar"]}]
     tmp = archive.with_suffix(".tmp")
     with tarfile.open(tmp, mode="w", format=tarfile.GNU_FORMAT) as tar:
         ti = tarfile.TarInfo(diff_id)
@@ -193,11 +203,12 @@ def build(model_revision: str) -> dict[str, str]:
             tar.addfile(ti, f)
         _tar_add_bytes(tar, f"{image_id}.json", config_bytes)
         _tar_add_bytes(tar, "manifest.json", json.dumps(manifest).encode())
-        _tar_add_bytes(tar, "repositories", json.dumps({IMAGE_REPO: {IMAGE_TAG_NAME: diff_id}}).encode())
+        _tar_add_bytes(tar, "repositories", json.dumps({IMAGE_REPO: {tag_name: diff_id}}).encode())
     layer_tmp.unlink()
     os.replace(tmp, archive)
     meta = {
-        "image_tag": IMAGE_TAG,
+        "release": release,
+        "image_tag": tag,
         "image_id": f"sha256:{image_id}",
         "image_archive": str(archive),
         "image_archive_sha256": _sha256_file(archive),
@@ -207,7 +218,7 @@ def build(model_revision: str) -> dict[str, str]:
         "labels": lab,
     }
     meta_path.write_text(json.dumps(meta, indent=2) + "\n")
-    for old in layout.CACHE_DIR.glob("dspark-standin-*.tar"):
+    for old in layout.CACHE_DIR.glob(f"dspark-standin-{release}-*.tar"):
         if old != archive:
             old.unlink(missing_ok=True)
             old.with_suffix(".json").unlink(missing_ok=True)

@@ -50,7 +50,7 @@ def pin(meta: dict) -> dict:
     lab = meta["labels"]
     return {
         "dspark_pin": {
-            "release": "sim-v026",
+            "release": meta["release"],
             "image_tag": meta["image_tag"],
             "image_id": meta["image_id"],
             "image_manifest_digest": None,
@@ -83,7 +83,12 @@ def memlock_limit() -> str:
     return "-1:-1" if hard == resource.RLIM_INFINITY else f"{hard}:{hard}"
 
 
-def write(count: int, meta: dict) -> Path:
+def release_file(meta: dict) -> dict:
+    """A release as an operator receives it: its pin and the archive to stage (``-e @releases/<name>.yml``)."""
+    return {**pin(meta), "dspark_image_archive": meta["image_archive"]}
+
+
+def write(count: int, meta: dict, next_meta: dict | None = None) -> Path:
     inv = layout.INVENTORY_DIR
     if inv.exists():
         shutil.rmtree(inv)
@@ -97,6 +102,10 @@ def write(count: int, meta: dict) -> Path:
         "ansible_python_interpreter": "/usr/bin/python3",
     })
     _dump(inv / "group_vars" / "all" / "pin.yml", pin(meta))
+    if layout.RELEASES_DIR.exists():
+        shutil.rmtree(layout.RELEASES_DIR)
+    if next_meta:  # the next release, for the rollout and release-rollback tests (read only when named: -e @file)
+        _dump(layout.RELEASES_DIR / f"{next_meta['release']}.yml", release_file(next_meta))
     _dump(inv / "group_vars" / "all" / "site.yml", {
         "dspark_image_archive": meta["image_archive"],
         "dspark_runtime_manifest_src": str(MANIFEST_SRC),

@@ -21,6 +21,9 @@ STATE_DIR = Path(os.environ.get("DSPARK_SIM_STATE", "/var/lib/gb10-dspark-sim"))
 CACHE_DIR = Path(os.environ.get("DSPARK_SIM_CACHE", "/var/cache/gb10-dspark-sim"))
 REPO_ROOT = Path(__file__).resolve().parents[2]
 INVENTORY_DIR = REPO_ROOT / "inventories" / "sim"
+# The next release's file (its pin and archive), beside the inventory and not in it: Ansible reads every YAML
+# file under an inventory folder as inventory.
+RELEASES_DIR = REPO_ROOT / "inventories" / "sim-releases"
 
 # The account the control node logs in as: unprivileged, with sudo to root (the ranks refuse root
 # logins, as many sites do). It is a host account, since the ranks share the host's /etc/passwd;

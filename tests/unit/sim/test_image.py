@@ -66,3 +66,17 @@ def test_rebuilding_gives_the_same_id(tiny_rootfs):
     for p in layout.CACHE_DIR.glob("dspark-standin-*"):
         p.unlink()
     assert image.build("c" * 40)["image_id"] == first["image_id"]
+
+
+def test_the_next_release_is_another_image_over_the_same_layer_and_both_archives_are_kept(tiny_rootfs):
+    current = image.build("d" * 40)
+    nxt = image.build("d" * 40, image.NEXT_RELEASE)
+    assert (current["release"], nxt["release"]) == (image.CURRENT_RELEASE, image.NEXT_RELEASE)
+    assert nxt["image_id"] != current["image_id"] and nxt["image_tag"] != current["image_tag"]
+    assert nxt["layer_diff_id"] == current["layer_diff_id"]
+    assert nxt["labels"]["org.opencontainers.image.version"] == image.NEXT_RELEASE
+    assert "org.opencontainers.image.version" not in current["labels"]
+    manifest = json.loads(_members(nxt["image_archive"])["manifest.json"])
+    assert manifest[0]["RepoTags"] == [nxt["image_tag"]]
+    kept = sorted(p.name for p in layout.CACHE_DIR.glob("dspark-standin-*.tar"))
+    assert kept == sorted(m["image_archive"].rsplit("/", 1)[1] for m in (current, nxt))
