@@ -94,8 +94,8 @@ def render(record: dict, commit: str, slow: list[tuple[str, float, str]]) -> str
              "| phase | time | exit |", "|---|---|---|"]
     lines += [f"| {_phase_name(p)} | {_clock(p['seconds'])} | {p['code']} |" for p in phases]
     lines += ["", f"## The {len(slow)} slowest simulator tests", "",
-              "The simulator tests run in lanes (tests/support/lanes.py): the two pairs' tests side by side, so a "
-              "test's seconds are its wall time with the other pair's tests running beside it.", "",
+              "The simulator tests run in lanes (tests/support/lanes.py): the pairs' tests side by side, so a "
+              "test's seconds are its wall time with the other pairs' tests running beside it.", "",
               "| test | seconds | outcome |", "|---|---|---|"]
     lines += [f"| `{name}` | {seconds:.0f} | {outcome} |" for name, seconds, outcome in slow]
     return "\n".join(lines) + "\n"
