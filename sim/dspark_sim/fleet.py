@@ -20,16 +20,20 @@ def _state() -> dict:
 
 
 def up(count: int) -> dict:
-    """Bring ``count`` pairs up. Re-running with the same count on a healthy fleet changes nothing."""
+    """Bring ``count`` pairs up. Re-running with the same count on a healthy fleet changes nothing; a larger
+    count adds the missing pairs and leaves the others as they are; a smaller one starts again from nothing."""
     wanted = layout.pairs(count)
     for var, path in (("DSPARK_SIM_STATE", layout.STATE_DIR), ("DSPARK_SIM_CACHE", layout.CACHE_DIR)):
         for target in map(Path, layout.RANK_MOUNTS.values()):
             if path == target or target in path.parents:
                 raise SimError(f"{var}={path} lies under {target}, which every rank mounts over")
     current = _state()
-    if current and current.get("pairs") != count:
-        say(f"simulator has {current.get('pairs')} pair(s); resizing to {count}")
+    if current and current.get("pairs", 0) > count:
+        say(f"simulator has {current.get('pairs')} pair(s); bringing it down to start again with {count}")
         down()
+    elif current and current.get("pairs") != count:
+        # Growing: the pairs that are up stay as they are (their engines too); only the new ones are added.
+        say(f"simulator has {current.get('pairs')} pair(s); adding pairs up to {count}")
     layout.STATE_DIR.mkdir(parents=True, exist_ok=True)
     meta = image.build(checkpoint.MODEL_REVISION)
     next_meta = image.build(checkpoint.MODEL_REVISION, image.NEXT_RELEASE)

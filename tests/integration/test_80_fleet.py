@@ -60,7 +60,7 @@ def gate(pair: str) -> dict:
 
 @pytest.fixture(scope="module")
 def fleet_runs(sim, clean_tree, tmp_path_factory):
-    """Four pairs (the session's simulator is resized; the next module's tests bring it down), provisioned as an
+    """Four pairs (the session's simulator grows by a pair; the next module's tests bring it down), provisioned as an
     operator meets a fleet: a run refused as a whole (the checkout is dirty: nothing may change anywhere); a run in
     which sim03's worker has its fabric link down (sim03 is refused, the three others are provisioned and gated);
     then sim03 alone, its link back. What each run did is kept for the tests that judge it."""
