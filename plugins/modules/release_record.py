@@ -129,8 +129,8 @@ from ansible_collections.gb10.dspark.plugins.module_utils.identity import _relea
 def _summary(record: dict | None) -> str:
     if not record:
         return "no record\n"
-    return "".join(f"{k}: {_release.shown(record.get(k))}, profile {(record.get(k) or {}).get('profile')}\n"
-                   for k in ("current", "previous"))
+    return "".join(f"{k}: {_release.shown(record[k])}, profile {record[k]['profile']}\n" if record.get(k)
+                   else f"{k}: none\n" for k in ("current", "previous"))
 
 
 def main() -> None:

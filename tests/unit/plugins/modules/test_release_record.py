@@ -13,7 +13,8 @@ def test_present_writes_once_and_a_converged_rerun_changes_nothing(tmp_path, run
     path = tmp_path / "dspark" / "release.json"
     args = {"rank": "r0", "path": str(path), "pin": V1, "profile": "production"}
     checked = run_module(release_record, args, check_mode=True, diff=True)
-    assert checked["changed"] is True and not path.exists() and "current: v1" in checked["diff"]["after"]
+    assert checked["changed"] is True and not path.exists()
+    assert checked["diff"]["after"] == "current: v1 (image_tag repo:v1, image_id sha256:" + "1" * 64 + "), profile production\nprevious: none\n"
     first = run_module(release_record, args)
     assert first["changed"] is True and json.loads(path.read_text())["current"]["pin"] == V1
     mtime = path.stat().st_mtime_ns
