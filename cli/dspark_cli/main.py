@@ -63,6 +63,7 @@ PLAYBOOKS = {
     "provision": "gb10.dspark.provision",
     "rollback": "gb10.dspark.rollback",
     "rollforward": "gb10.dspark.rollforward",
+    "release_rollback": "gb10.dspark.release_rollback",
     "audit": "gb10.dspark.audit",
     "status": "gb10.dspark.audit",
     "guard": "gb10.dspark.guard",
@@ -82,9 +83,11 @@ HELP = {
     "provision": "provision pairs end to end: identity preflight, the pinned image on both ranks, the serving profile, "
                  "the dual-rank engine (worker first, then the head), the readiness wait and the runtime gate "
                  "(a converged pair is left alone)",
-    "rollback": "roll pairs back to the breakable CUDA-graph A/B profile with the image they already hold: "
-                "preflight, both engines replaced together (refused while the head serves), the runtime gate, "
-                "the evidence; --forward rolls forward to production; needs --limit or --all",
+    "rollback": "--to breakable-ab (the default): roll pairs back to the breakable CUDA-graph A/B profile with "
+                "the image they already hold: preflight, both engines replaced together (refused while the head "
+                "serves), the runtime gate, the evidence; --forward rolls forward to production. --to previous: "
+                "return pairs to the release each ran before (its pin, profile and image, recorded on both ranks; "
+                "nothing copied), gated; needs --limit or --all",
     "audit": "audit the fleet, read-only: one verdict per pair (OK, DRIFT, DOWN, HUNG, UNREACHABLE), a report "
              "(text, HTML, JSON) and the drift table; exit 2 when a pair is not OK",
     "status": "the audit of the pairs named by --limit (or of every pair with --all): read-only, prints their "
@@ -105,6 +108,9 @@ HELP = {
     "render": "print each rank's vllm serve argv, environment and container options (contacts no host)",
 }
 
+# Where `dspark rollback --to` goes: the breakable A/B profile on the same release (playbooks/rollback.yml), or the
+# release the pair ran before (playbooks/release_rollback.yml).
+ROLLBACK_TO = ("breakable-ab", "previous")
 # Commands that act on every pair when no --limit is given: they want --limit or an explicit --all.
 NEEDS_TARGET = frozenset({"rollback", "teardown", "status"})
 # Commands that run the audit and print its report.
@@ -187,6 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
             cmd.add_argument("--forward", action="store_true",
                              help=f"roll forward instead ({PLAYBOOKS['rollforward']}: production, or "
                                   "dspark_rollforward_profile)")
+            cmd.add_argument("--to", choices=ROLLBACK_TO, default="breakable-ab",
+                             help=f"breakable-ab (default, {PLAYBOOKS['rollback']}): the A/B profile, same release; "
+                                  f"previous ({PLAYBOOKS['release_rollback']}): the release the pair ran before")
         if name == "render":
             cmd.add_argument("--profile", required=True, metavar="NAME",
                              help="the serving profile to render: production, long-1m or breakable-ab "
@@ -200,7 +209,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def playbook_name(args: argparse.Namespace) -> str:
-    """The short name of what runs: the command, or ``rollforward`` for ``rollback --forward``."""
+    """The short name of what runs: the command, ``rollforward`` for ``rollback --forward``, or
+    ``release_rollback`` for ``rollback --to previous``."""
+    if args.command == "rollback" and getattr(args, "to", "breakable-ab") == "previous":
+        return "release_rollback"
     if args.command == "rollback" and getattr(args, "forward", False):
         return "rollforward"
     return args.command
@@ -212,6 +224,9 @@ def playbook_for(args: argparse.Namespace) -> str:
 
 def check_target(args: argparse.Namespace) -> None:
     """rollback, teardown and status act on the pairs named by --limit, or on all of them with --all only."""
+    if getattr(args, "to", None) == "previous" and getattr(args, "forward", False):
+        raise UsageError("--forward and --to previous exclude each other: --forward switches the profile to "
+                         "production; --to previous returns the pair to its previous release")
     if args.all and args.limit is not None:
         raise UsageError("--all and --limit exclude each other: --limit names the pairs, --all means every pair")
     if args.command not in NEEDS_TARGET or args.limit or args.all:

@@ -270,3 +270,25 @@ def test_command_artifact_without_the_collection_records_no_value(tmp_path, monk
     (tmp_path / "command").write_text(json.dumps({"command": ["ansible-playbook"], "env": env}))
     cli.scrub_command_artifact(str(tmp_path))
     assert json.loads((tmp_path / "command").read_text())["env"] == dict.fromkeys(env, cli.NOT_RECORDED)
+
+
+def test_rollback_to_previous_runs_the_release_rollback_and_the_old_invocation_is_unchanged():
+    to_previous = parse("rollback", "--to", "previous", "--limit", "pair_sim01")
+    assert cli.playbook_for(to_previous) == "gb10.dspark.release_rollback"
+    assert cli.playbook_name(to_previous) == "release_rollback"
+    for argv in (["rollback"], ["rollback", "--to", "breakable-ab"]):
+        assert cli.playbook_for(parse(*argv)) == "gb10.dspark.rollback"
+    assert cli.playbook_for(parse("rollback", "--to", "breakable-ab", "--forward")) == "gb10.dspark.rollforward"
+    with pytest.raises(cli.UsageError, match="--forward and --to previous exclude each other"):
+        cli.check_target(parse("rollback", "--to", "previous", "--forward", "--limit", "p"))
+    with pytest.raises(cli.UsageError, match="rollback refuses to act on every pair"):
+        cli.check_target(parse("rollback", "--to", "previous"))
+
+
+def test_rollback_help_names_the_release_rollback_apart_from_the_ab_profile(capsys):
+    with pytest.raises(SystemExit):
+        parse("rollback", "--help")
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--to {breakable-ab,previous}" in text
+    assert "previous (gb10.dspark.release_rollback): the release the pair ran before" in text
+    assert "breakable-ab (default, gb10.dspark.rollback)" in text
