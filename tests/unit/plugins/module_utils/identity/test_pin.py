@@ -23,7 +23,7 @@ def sample_pin() -> dict:
 
 
 def sim_pin() -> dict:
-    meta = {"image_tag": "dspark-r0b0tlab:production-v026-sim", "image_id": "sha256:" + "1" * 64,
+    meta = {"release": "sim-v026", "image_tag": "dspark-r0b0tlab:production-v026-sim", "image_id": "sha256:" + "1" * 64,
             "image_architecture": "amd64", "image_archive_sha256": "2" * 64,
             "labels": {"io.r0b0tlab.vllm.package.version": "0.26.0+dspark.sm121.3",
                        "io.r0b0tlab.vllm.integrated.commit": "fbad93432ebf60c8345397b3032fe03bf5d239cc",
