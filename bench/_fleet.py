@@ -133,16 +133,25 @@ def projection_lines(control: dict) -> list[str]:
     return out
 
 
+def reprovision_cpu(control: dict, pairs: int) -> float:
+    """The control node's CPU seconds of a converged re-provision of ``pairs`` pairs, by the fit."""
+    m = control["reprovision"]["model"]
+    return m["fixed_s"] + m["per_pair_s"] * pairs
+
+
 def section(control: dict) -> str:
     """docs/fleet-scale.md's "Control-node cost" section from a run's ``control`` figures."""
     ma = control["audit"]["model"]
     one = control["audit"]["one_pair_wall_s"]
+    one_cpu = control["audit"]["table"][0]["cpu_s"]
     return "\n".join([
         SECTION, "",
-        f"Measured by `bench/ratios.py --only control-cpu` ({control['date']}, commit `{control['commit'][:12]}`) on "
-        f"the pair simulator: {control['machine']}, -f {control['forks']}, the median of {control['repeats']} runs "
-        "per figure after a warm-up run. Every pair is converged (serving the pinned release), so the audit "
-        "finds every pair OK and the re-provision changes nothing.",
+        f"Measured by `{control['command']}` ({control['date']}, commit `{control['commit'][:12]}`"
+        + (" with uncommitted changes to tracked files" if control.get("dirty") else "") + ") on the pair simulator: "
+        f"{control['machine']}, -f {control['forks']}, the median of {control['repeats']} runs per figure after a "
+        "warm-up run. Every pair is converged (serving the pinned release), so the audit finds every pair OK and "
+        f"the re-provision changes nothing (the most tasks any re-provision reported changed: "
+        f"{control.get('most_changed', {}).get('reprovision', '-')}).",
         "",
         "What is counted: the CPU time (user + system) of `ansible-playbook` and of every local process it "
         "starts (its forks, the modules it runs on the control node, the `ssh` clients): the runner's "
@@ -151,6 +160,11 @@ def section(control: dict) -> str:
         "misses them). Not counted: anything on the ranks (their sshd, Python and modules, dockerd).",
         "",
         *table_lines(control),
+        "",
+        "By the same fit, a converged re-provision of 100 pairs needs "
+        f"{reprovision_cpu(control, 100):,.0f} s of the control node's CPU and one of 1,000 pairs "
+        f"{reprovision_cpu(control, 1000):,.0f} s: {duration(reprovision_cpu(control, 1000) / 8)} on 8 busy cores "
+        "at best. Size the control node for the re-provision, not for the audit.",
         "",
         "The simulated ranks share this machine's cores with the control node, and other work ran on them "
         "during the measurement: the wall times are noisy and longer than on real GB10 ranks; the CPU "
@@ -163,7 +177,9 @@ def section(control: dict) -> str:
         f"- **Ranks.** Ansible works on `forks` hosts at a time and a pair is two hosts, so a fleet of P pairs "
         f"goes through each task in ceil(2P / forks) rounds. A round lasts as long as the audit of one pair "
         f"(measured: {one:.2f} s), because each rank does its part on its own machine, in parallel with the "
-        "others of its round.",
+        f"others of its round. On this machine that audit of one pair used {one_cpu:.2f} s of the control node's "
+        "CPU: the round measured here is mostly the control node's own work on shared cores, so this bound "
+        "overstates a round on a control node with free cores.",
         f"- **Control node.** The CPU it needs grows with the pairs: {ma['fixed_s']:.2f} s + {ma['per_pair_s']:.2f} s "
         "per pair (the fit above). At best it spreads over min(cores, forks) processes, so this bound is that "
         "CPU divided by min(cores, forks). Once forks × the CPU per host of a round exceeds the cores, this "

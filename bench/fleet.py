@@ -84,7 +84,7 @@ def measure_isolation(b, host_vars) -> dict:
     with_s = min(timings["with"])
     without_s = min(timings["without"])
     rep = b.args.isolation_repeats
-    pick = "the faster of" if rep == 2 else ("the fastest of" if rep > 2 else "one run of")
+    pick = "one run each" if rep == 1 else f"the fastest of {rep} runs each"
     notes = [
         "Starting state of both runs: teardown.yml --limit every pair with the images kept, so every engine is "
         "stopped and removed and both ranks of every pair hold the pinned image: each provision starts every "
@@ -93,10 +93,10 @@ def measure_isolation(b, host_vars) -> dict:
         f"Numerator: provision.yml -f {b.args.forks} on {n} pairs with DSPARK_SIM_FAULT=crash_on_start in "
         f"{broken.worker.name}'s dspark_engine_extra_env (host variables, as the pair-isolation-crash simulator "
         f"test does): its engine exits at start-up. Denominator: provision.yml -f {b.args.forks} --limit the "
-        f"{len(healthy)} other pairs. Wall time of the whole run, {pick} {rep} run(s) each.",
+        f"{len(healthy)} other pairs. Wall time of the whole run, {pick}.",
         f"The pair summary of the failing run (runs/*.json in the run's evidence folder): {len(last['passed'])} "
         f"of {len(healthy)} healthy pairs PASS; {broken.name} {last['broken_verdict']} at {last['broken_phase']}: "
-        f"{last['broken_reason']}; ansible-playbook exited {last['returncode']}.",
+        f"{str(last['broken_reason'])[:160]}...; ansible-playbook exited {last['returncode']}.",
     ]
     cores = os.cpu_count() or 1
     causes = [f"Both runs share this machine's {cores} cores with every simulated rank and with other work; the "
@@ -157,7 +157,8 @@ def write_doc(doc: Path, run: dict) -> None:
     if not control:
         raise BenchError("the run has no control-cpu figures (bench/ratios.py --only control-cpu)")
     m = run["machine"]
-    control = {**control, "date": run["date"], "commit": run["commit"]["sha"],
+    control = {**control, "date": run["date"], "commit": run["commit"]["sha"], "dirty": run["commit"].get("dirty"),
+               "command": run["command"],
                "machine": f"{m.get('cores')} cores shared by the control node and every simulated rank"}
     doc.write_text(fleet.replace_section(doc.read_text(), fleet.section(control)))
 

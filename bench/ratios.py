@@ -851,7 +851,8 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {"pairs": args.pairs, "forks": args.forks, "archive_gib": args.archive_gib,
                      "startup_delay_s": args.startup_delay, "token_delay_s": args.token_delay,
                      "guard_concurrency": args.guard_concurrency, "audit_repeats": args.audit_repeats,
-                     "uplink_mbit": args.uplink_mbit},
+                     "uplink_mbit": args.uplink_mbit, "isolation_repeats": args.isolation_repeats,
+                     "cpu_repeats": args.cpu_repeats},
         "results": results, "tables": tables, "errors": errors,
     }
     if args.carry:

@@ -121,14 +121,16 @@ def _control():
 
 def test_the_section_has_the_measured_table_and_the_projection():
     body = _fleet.section({**_control(), "date": "2026-12-06T01:00:00Z", "commit": "0123456789abcdef",
-                           "machine": "2 cores"})
+                           "machine": "2 cores", "command": "bench/ratios.py --only control-cpu"})
     assert body.startswith("## Control-node cost\n")
     assert "| 1 | 3.0 | 2.5 | 2.5 | 14.0 | 6.0 | 6.0 |" in body
     assert "| 8 | 9.0 | 9.5 | 1.19 | 40.0 | 34.0 | 4.25 |" in body
     assert "audit 1.50 s + 1.00 s per pair" in body
     # 1,000 pairs on 2 cores: 1.5 + 1000 s of CPU over 2 cores = 500.8 s, above 125 rounds × 3 s = 375 s
     assert "| 2 cores, 16 forks | 1,000 | 125 | 6.2 min | 1002 s | 8.3 min | **8.3 min** | control node's CPU |" in body
-    assert "`0123456789ab`" in body and "RUSAGE_CHILDREN" in body
+    assert "`0123456789ab`)" in body and "RUSAGE_CHILDREN" in body and "`bench/ratios.py --only control-cpu`" in body
+    # re-provision: 6 s at 1 pair, 34 s at 8: 2 + 4 s per pair; 1,000 pairs = 4,002 s, over 8 cores 8.3 min
+    assert "re-provision of 100 pairs needs 402 s" in body and "1,000 pairs 4,002 s: 8.3 min on 8 busy cores" in body
 
 
 def test_replace_section_keeps_what_is_before_and_after():
@@ -147,10 +149,12 @@ def test_replace_section_without_the_heading_is_an_error():
 def test_write_doc_rewrites_the_section_from_a_run(tmp_path):
     doc = tmp_path / "fleet-scale.md"
     doc.write_text("# Fleet\n\n## Control-node cost\n\nNot measured yet.\n")
-    run = {"date": "2026-12-06T01:00:00Z", "commit": {"sha": "abc"}, "machine": {"cores": 2},
+    run = {"date": "2026-12-06T01:00:00Z", "commit": {"sha": "abc", "dirty": True}, "machine": {"cores": 2},
+           "command": "make bench",
            "tables": {"control-cpu": _control()}}
     fleet.write_doc(doc, run)
     assert "Not measured yet" not in doc.read_text() and "| 8 | 9.0 | 9.5 |" in doc.read_text()
+    assert "`make bench` (2026-12-06T01:00:00Z, commit `abc` with uncommitted changes to tracked files)" in doc.read_text()
     with pytest.raises(common.BenchError):
         fleet.write_doc(doc, {**run, "tables": {}})
 
