@@ -48,8 +48,10 @@ def _new_summary(runs: Path, before: set[Path]) -> dict:
 
 
 # ---- isolation cost ----------------------------------------------------------------------------------
-def measure_isolation(b, host_vars) -> dict:
-    """``b`` is bench/ratios.py's Bench, ``host_vars`` its context manager for host variable files."""
+def measure_isolation(b, host_vars, has_image) -> dict:
+    """``b`` is bench/ratios.py's Bench, ``host_vars`` its context manager for host variable files,
+    ``has_image(rank)`` whether a rank holds the pinned image. Pairs that lack the image are provisioned
+    first (untimed), so that neither timed run copies the archive."""
     n = b.args.pairs
     if n < 2:
         raise BenchError("the isolation measurement needs at least 2 pairs")
@@ -58,6 +60,10 @@ def measure_isolation(b, host_vars) -> dict:
     forks = ["-f", str(b.args.forks)]
     runs = b.evidence / "runs"
     fault_env = b.engine_env(DSPARK_SIM_FAULT="crash_on_start")
+    lacking = [p for p in pairs if not all(has_image(r) for r in p.ranks)]
+    if lacking:
+        say(f"isolation: provision.yml of {_groups(lacking)} first (untimed): they lack the pinned image")
+        b.playbook("provision.yml", *forks, "--limit", _groups(lacking))
     timings: dict[str, list[float]] = {"with": [], "without": []}
     last: dict = {}
     for i in range(b.args.isolation_repeats):
@@ -110,7 +116,8 @@ def measure_isolation(b, host_vars) -> dict:
                 report.check("exit code", last["returncode"], 2, "==")],
         extra={f"with {broken.name} failing (s, each run)": ", ".join(f"{s:.2f}" for s in timings["with"]),
                f"{len(healthy)} pairs alone (s, each run)": ", ".join(f"{s:.2f}" for s in timings["without"]),
-               f"{broken.name}'s phase and reason": f"{last['broken_phase']}: {last['broken_reason']}"})
+               f"{broken.name}'s phase and reason": f"{last['broken_phase']}: {str(last['broken_reason'])[:300]}",
+               "pairs provisioned first, untimed (they lacked the image)": [p.name for p in lacking] or "none"})
 
 
 # ---- the control node's CPU per pair -------------------------------------------------------------------------

@@ -673,7 +673,8 @@ MEASUREMENTS = [  # the order they run in: the audits first, on the fleet as the
     ("reprovision", measure_reprovision),
     ("staging", measure_staging),
     ("relay-bytes", measure_relay_bytes),
-    ("isolation", lambda b: fleet_bench.measure_isolation(b, host_vars)),  # leaves every pair serving
+    ("isolation", lambda b: fleet_bench.measure_isolation(  # leaves every pair serving
+        b, host_vars, lambda rank: image_present(rank, b.pin["image_id"]))),
     ("rollout", measure_rollout),  # last: it tears every pair down (restore puts back what served)
 ]
 

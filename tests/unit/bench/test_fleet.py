@@ -219,7 +219,7 @@ class FakeBench:
 
 def test_isolation_compares_the_failing_run_with_the_others_alone_from_stopped_engines(tmp_path):
     b = FakeBench(tmp_path, pairs=8)
-    row = fleet.measure_isolation(b, b.host_vars)
+    row = fleet.measure_isolation(b, b.host_vars, lambda rank: True)
     seven = ",".join(f"pair_sim{i:02d}" for i in range(1, 8))
     eight = seven + ",pair_sim08"
     one_round = [("teardown.yml", eight, True), ("provision.yml", seven, True),
@@ -235,7 +235,14 @@ def test_isolation_compares_the_failing_run_with_the_others_alone_from_stopped_e
 def test_isolation_is_an_error_when_a_healthy_pair_does_not_pass(tmp_path):
     b = FakeBench(tmp_path, pairs=3, healthy_verdict="FAILED")
     with pytest.raises(common.BenchError, match="sim01"):
-        fleet.measure_isolation(b, b.host_vars)
+        fleet.measure_isolation(b, b.host_vars, lambda rank: True)
+
+
+def test_isolation_first_provisions_the_pairs_that_lack_the_image_so_no_timed_run_copies_it(tmp_path):
+    b = FakeBench(tmp_path, pairs=3)
+    fleet.measure_isolation(b, b.host_vars, lambda rank: rank.name != "sim02-worker")
+    assert b.calls[0] == ("provision.yml", "pair_sim02", True)
+    assert b.calls[1][0] == "teardown.yml"
 
 
 def test_control_cpu_counts_ansible_and_its_ssh_masters_at_each_pair_count(tmp_path):
