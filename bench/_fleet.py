@@ -50,8 +50,9 @@ def fit_line(points: list[tuple[float, float]]) -> tuple[float, float]:
 
 
 def cpu_table(samples: dict[int, dict[str, list[float]]]) -> list[dict]:
-    """Per pair count, the medians of its runs: ``samples`` is {pairs: {"wall": [s...], "cpu": [s...]}}.
-    Rows ``{"pairs", "wall_s", "cpu_s", "cpu_per_pair_s", "runs"}`` by pair count."""
+    """Per pair count, the medians of its runs: ``samples`` is {pairs: {"wall": [s...], "cpu": [s...]}}, with
+    "masters" (the SSH masters' part of "cpu") when known. Rows ``{"pairs", "wall_s", "cpu_s", "cpu_per_pair_s",
+    "runs"}`` (and "masters_s") by pair count."""
     out = []
     for n in sorted(samples):
         wall, cpu = samples[n]["wall"], samples[n]["cpu"]
@@ -60,6 +61,8 @@ def cpu_table(samples: dict[int, dict[str, list[float]]]) -> list[dict]:
         c = statistics.median(cpu)
         out.append({"pairs": n, "wall_s": round(statistics.median(wall), 2), "cpu_s": round(c, 2),
                     "cpu_per_pair_s": round(c / n, 2), "runs": len(wall)})
+        if samples[n].get("masters"):
+            out[-1]["masters_s"] = round(statistics.median(samples[n]["masters"]), 2)
     return out
 
 
@@ -120,6 +123,10 @@ def table_lines(control: dict) -> list[str]:
             f"+ {ma['per_pair_s']:.2f} s per pair (largest residual {ma['max_residual_s']:.2f} s); converged "
             f"re-provision {mp['fixed_s']:.2f} s + {mp['per_pair_s']:.2f} s per pair (largest residual "
             f"{mp['max_residual_s']:.2f} s)."]
+    big_a, big_p = audit.get(max(audit), {}), prov.get(max(prov), {})
+    if "masters_s" in big_a and "masters_s" in big_p:
+        out += ["", f"Of the CPU at {max(audit)} pairs, the persistent SSH masters spent {big_a['masters_s']:.2f} s "
+                f"(audit) and {big_p['masters_s']:.2f} s (re-provision)."]
     return out
 
 

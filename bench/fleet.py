@@ -132,7 +132,7 @@ def measure_control_cpu(b) -> dict:
     sizes = [k for k in CPU_PAIRS if k <= b.args.pairs]
     forks = ["-f", str(b.args.forks)]
     ev = {"dspark_audit_report_dir": str(b.tmp / "audit-cpu")}
-    samples = {kind: {k: {"wall": [], "cpu": []} for k in sizes} for kind in ("audit", "reprovision")}
+    samples = {kind: {k: {"wall": [], "cpu": [], "masters": []} for k in sizes} for kind in ("audit", "reprovision")}
     changed = {kind: 0 for kind in samples}  # the most tasks any run reported changed (converged: 0)
     say("control-cpu: warm-up (an audit of every pair: SSH masters)")
     b.playbook("audit.yml", *forks, "--limit", _groups(layout.pairs(max(sizes))), extra_vars=ev)
@@ -145,6 +145,7 @@ def measure_control_cpu(b) -> dict:
                 changed[kind] = max(changed[kind], run.changed())
                 samples[kind][k]["wall"].append(run.seconds)
                 samples[kind][k]["cpu"].append(run_cpu(run))
+                samples[kind][k]["masters"].append(run.ssh_masters_cpu_s)
     out = {}
     for kind in samples:
         table = fleet.cpu_table(samples[kind])

@@ -253,6 +253,9 @@ def test_control_cpu_counts_ansible_and_its_ssh_masters_at_each_pair_count(tmp_p
     assert [(r["pairs"], r["cpu_s"]) for r in out["audit"]["table"]] == [(1, 1.6), (2, 2.2), (4, 3.4), (8, 5.8)]
     assert out["audit"]["model"] == {"fixed_s": 1.0, "per_pair_s": 0.6, "max_residual_s": 0.0}
     assert out["audit"]["one_pair_wall_s"] == 11.0
+    assert [r["masters_s"] for r in out["reprovision"]["table"]] == [0.1, 0.2, 0.4, 0.8]
+    assert "the persistent SSH masters spent 0.80 s (audit) and 0.80 s (re-provision)" in "\n".join(
+        _fleet.table_lines(out))
     assert len(out["projection"]) == len(fleet.NODES) * len(fleet.FLEET_SIZES)
     audits = [c for c in b.calls if c[0] == "audit.yml"]
     assert len(audits) == 1 + 2 * 4 and len([c for c in b.calls if c[0] == "provision.yml"]) == 2 * 4
