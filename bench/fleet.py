@@ -65,6 +65,7 @@ def measure_isolation(b, host_vars, has_image) -> dict:
         say(f"isolation: provision.yml of {_groups(lacking)} first (untimed): they lack the pinned image")
         b.playbook("provision.yml", *forks, "--limit", _groups(lacking))
     timings: dict[str, list[float]] = {"with": [], "without": []}
+    cpu: dict[str, list[float]] = {"with": [], "without": []}  # the control node's CPU of each run
     last: dict = {}
     for i in range(b.args.isolation_repeats):
         say(f"isolation {i + 1}/{b.args.isolation_repeats}: teardown.yml of every pair (images kept), "
@@ -72,6 +73,7 @@ def measure_isolation(b, host_vars, has_image) -> dict:
         b.playbook("teardown.yml", *forks, "--limit", _groups(pairs))
         alone = b.playbook("provision.yml", *forks, "--limit", _groups(healthy))
         timings["without"].append(alone.seconds)
+        cpu["without"].append(run_cpu(alone))
         say(f"isolation {i + 1}: teardown.yml again, then provision.yml of {n} pairs, {broken.worker.name} "
             "crashing at start-up")
         b.playbook("teardown.yml", *forks, "--limit", _groups(pairs))
@@ -79,6 +81,7 @@ def measure_isolation(b, host_vars, has_image) -> dict:
         with host_vars({broken.worker.name: {"dspark_engine_extra_env": fault_env}}):
             run = b.playbook("provision.yml", *forks, "--limit", _groups(pairs), check=False)
         timings["with"].append(run.seconds)
+        cpu["with"].append(run_cpu(run))
         rows = fleet.summary_verdicts(_new_summary(runs, before))
         last = fleet.isolation_outcome(rows, [p.name for p in healthy], broken.name)
         last["returncode"] = run.returncode
@@ -105,8 +108,14 @@ def measure_isolation(b, host_vars, has_image) -> dict:
         f"{str(last['broken_reason'])[:160]}...; ansible-playbook exited {last['returncode']}.",
     ]
     cores = os.cpu_count() or 1
+    fast_with, fast_without = timings["with"].index(with_s), timings["without"].index(without_s)
     causes = [f"Both runs share this machine's {cores} cores with every simulated rank and with other work; the "
-              "failing pair's ranks still run their tasks until its engine exits."]
+              "failing pair's ranks still run their tasks until its engine exits.",
+              f"The control node's own CPU (ansible-playbook, its children and the SSH masters): "
+              f"{cpu['with'][fast_with]:.2f} s with {n} pairs against {cpu['without'][fast_without]:.2f} s with "
+              f"{len(healthy)} ({cpu['with'][fast_with] / max(cpu['without'][fast_without], 0.01):.3f}×; "
+              f"{n} / {len(healthy)} = {n / len(healthy):.3f}): where it is the bound, as on this machine, every "
+              "pair of a run adds its tasks' CPU until it fails."]
     return report.row(
         "isolation", f"Provision of {n} pairs with one failing at start-up vs the {len(healthy)} others alone",
         (f"provision.yml on {n} pairs, {broken.name} failing", with_s),

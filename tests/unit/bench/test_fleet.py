@@ -188,6 +188,7 @@ class FakeBench:
         self.calls: list[tuple] = []
         self.healthy_verdict = healthy_verdict
         self.host_vars_seen: list[dict] = []
+        self.slow_failing = False  # the failing run takes twice as long (a missed ratio)
 
     def engine_env(self, **overrides):
         return {**self.site["dspark_engine_extra_env"], **overrides}
@@ -204,7 +205,8 @@ class FakeBench:
             runs.mkdir(parents=True, exist_ok=True)
             verdicts = {p: self.healthy_verdict for p in pairs[:-1]} | {pairs[-1]: "FAILED"}
             (runs / f"{len(self.calls)}-provision.json").write_text(json.dumps(_summary(verdicts)))
-        return common.PlaybookRun([name], rc, seconds=10.0 + n, stdout="", stderr="",
+        return common.PlaybookRun([name], rc, seconds=(10.0 + n) * (2 if rc and self.slow_failing else 1),
+                                  stdout="", stderr="",
                                   controller_cpu_s=1.0 + 0.5 * n, ssh_masters_cpu_s=0.1 * n)
 
     @contextmanager
@@ -230,6 +232,11 @@ def test_isolation_compares_the_failing_run_with_the_others_alone_from_stopped_e
     assert (row["numerator_s"], row["denominator_s"], row["ratio"], row["target"]) == (18.0, 17.0, 1.059, 1.1)
     assert row["met"] and {c["name"]: c["value"] for c in row["checks"]} == {
         "healthy pairs at PASS": 7, "sim08 FAILED": 1, "exit code": 2}
+    # a miss says what the control node's CPU did: the fake's 1 + 0.6 n for 8 and 7 pairs
+    b.slow_failing = True
+    assert fleet.measure_isolation(b, b.host_vars, lambda rank: True)["why"][-1].startswith(
+        "The control node's own CPU (ansible-playbook, its children and the SSH masters): 5.80 s with 8 pairs "
+        "against 5.20 s with 7 (1.115×; 8 / 7 = 1.143)")
 
 
 def test_isolation_is_an_error_when_a_healthy_pair_does_not_pass(tmp_path):
