@@ -91,6 +91,35 @@ def peak_rss_while(fn, mark: str, interval: float = 0.02, proc: Path = Path("/pr
     return result, peaks
 
 
+# ---- CPU of the SSH masters (ControlPersist) ------------------------------------------------------
+def ssh_master_ticks(proc: Path = Path("/proc")) -> dict[int, int]:
+    """{pid: user + system clock ticks} of every persistent SSH master (``ssh: <control path> [mux]``) that
+    lives in ``proc``. A master leaves the ssh client that started it, so RUSAGE_CHILDREN never counts it."""
+    found: dict[int, int] = {}
+    try:
+        entries = os.listdir(proc)
+    except OSError:
+        return found
+    for pid in entries:
+        if not pid.isdigit():
+            continue
+        try:
+            cmdline = (proc / pid / "cmdline").read_bytes()
+            if not (cmdline.startswith(b"ssh: ") and b"[mux]" in cmdline):
+                continue
+            fields = (proc / pid / "stat").read_text().rsplit(")", 1)[1].split()
+            found[int(pid)] = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def ticks_spent(before: dict[int, int], after: dict[int, int]) -> int:
+    """Clock ticks the processes of ``after`` spent since ``before`` (a new process: all of its ticks;
+    one that ended in between is not seen)."""
+    return sum(t - before.get(pid, 0) if t >= before.get(pid, 0) else t for pid, t in after.items())
+
+
 # ---- Ansible ---------------------------------------------------------------------------------
 _ONELINE = re.compile(r"^(?P<host>\S+) \| (?P<status>SUCCESS|CHANGED|FAILED!) => (?P<json>\{.*\})\s*$")
 _ONELINE_UNREACHABLE = re.compile(r"^(?P<host>\S+) \| UNREACHABLE!: (?P<msg>.*)$")
@@ -165,6 +194,7 @@ class PlaybookRun:
     recap: dict[str, dict[str, int]] = field(default_factory=dict)
     junit: list[str] = field(default_factory=list)  # the junit callback's XML documents
     controller_cpu_s: float = 0.0  # ansible-playbook and its local children (local modules, ssh clients)
+    ssh_masters_cpu_s: float = 0.0  # the persistent SSH masters' CPU during the run (outside RUSAGE_CHILDREN)
     machine_busy: float | None = None  # share of all cores busy during the run (ranks included)
 
     def tail(self, chars: int = 4000) -> str:
@@ -188,14 +218,15 @@ def playbook(name: str, *extra: str, extra_vars: dict | None = None, junit_dir: 
             old.unlink()
         env = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.builtin.junit", "JUNIT_OUTPUT_DIR": str(junit_dir),
                "JUNIT_HIDE_TASK_ARGUMENTS": "true"}
-    cpu0, busy0 = children_cpu_s(), machine_cpu()
+    cpu0, busy0, masters0 = children_cpu_s(), machine_cpu(), ssh_master_ticks()
     t0 = time.monotonic()
     res = subprocess.run(argv, cwd=ROOT, env=ansible_env(**env), text=True, capture_output=True, timeout=timeout, check=False)
     seconds = time.monotonic() - t0
     cpu, busy = children_cpu_s() - cpu0, _report.busy_fraction(busy0, machine_cpu())
+    masters = ticks_spent(masters0, ssh_master_ticks()) / os.sysconf("SC_CLK_TCK")
     junit = [p.read_text() for p in sorted(junit_dir.glob("*.xml"))] if junit_dir is not None else []
     return PlaybookRun(argv, res.returncode, seconds, res.stdout, res.stderr, parse_recap(res.stdout), junit,
-                       controller_cpu_s=round(cpu, 2), machine_busy=busy)
+                       controller_cpu_s=round(cpu, 2), ssh_masters_cpu_s=round(masters, 2), machine_busy=busy)
 
 
 # ---- the simulator ---------------------------------------------------------------------------

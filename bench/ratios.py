@@ -14,7 +14,12 @@ pair simulator, written to artifacts/bench/ratios.json and artifacts/reports/PER
 4. playbooks/audit.yml on 8 pairs vs on 1 pair, same forks: ratio ≤ 2.5; and the one-call-per-rank
    audit vs bench/naive_audit.yml (one command task per fact) on 8 pairs: ratio ≤ 0.5;
 5. playbooks/guard.yml (64 prompts × 128 tokens, concurrency 16) against the stand-in with a fixed
-   per-token delay vs the theoretical server time: ratio ≤ 1.2.
+   per-token delay vs the theoretical server time: ratio ≤ 1.2;
+6. provision.yml on 8 pairs, one failing at start-up, vs on the 7 others alone: ratio ≤ 1.1, the 7 at
+   PASS (bench/fleet.py);
+7. not a ratio: the control node's CPU seconds per pair for an audit and a converged re-provision at
+   1, 2, 4 and 8 pairs, and a fleet audit projected to 100 and 1,000 pairs (bench/fleet.py; a table
+   of artifacts/reports/PERFORMANCE.md; `bench/fleet.py --write-doc` puts it into docs/fleet-scale.md).
 
 Run as root (the simulator needs it), usually through `make bench`:
     .venv/bin/python bench/ratios.py [--pairs 8] [--forks 16] [--only audit guard ...]
@@ -46,6 +51,7 @@ from pathlib import Path
 import yaml
 
 import _common as common  # bench/_common.py (this script's folder is on sys.path)
+import fleet as fleet_bench
 import _report as report
 from dspark_sim import layout, network
 from dspark_sim.image import _sha256_file
@@ -63,12 +69,15 @@ MARK = "AnsiballZ_image_identity"
 STAGE_TAG = "dspark-bench:ratios"
 
 TARGETS = {"reprovision": 0.2, "staging": 1.25, "relay-bytes": 1.02, "rollout": 1.15, "audit-scaling": 2.5,
-           "audit-naive": 0.5, "guard": 1.2}
+           "audit-naive": 0.5, "guard": 1.2, "isolation": fleet_bench.TARGET_ISOLATION}
 SECOND_STAGING_MAX_S = 3.0
 GATE_SUITE_TASK = "Provision GB10 pairs: gb10.dspark.gate : Gate | Run the runtime gate suite"
-ORDER = ["reprovision", "staging", "relay-bytes", "rollout", "audit-scaling", "audit-naive", "guard"]  # for the doc
+ORDER = ["reprovision", "staging", "relay-bytes", "rollout", "audit-scaling", "audit-naive", "guard",
+         "isolation"]  # for the doc
+TABLES = ["control-cpu"]  # figures that are not ratios: run["tables"][id], rendered by _report.render
 GROUPS = {"reprovision": ["reprovision"], "staging": ["staging"], "relay": ["relay-bytes", "rollout"],
-          "audit": ["audit-scaling", "audit-naive"], "guard": ["guard"]}
+          "audit": ["audit-scaling", "audit-naive"], "guard": ["guard"], "isolation": ["isolation"],
+          "control-cpu": ["control-cpu"]}
 RELAY_TAG = "dspark-bench:relay"
 
 BenchError = common.BenchError
@@ -657,12 +666,15 @@ def measure_guard(b: Bench) -> dict:
 
 
 MEASUREMENTS = [  # the order they run in: the audits first, on the fleet as the first provision left it
+    ("control-cpu", fleet_bench.measure_control_cpu),  # a table, not a row
     ("audit-scaling", measure_audit_scaling),
     ("audit-naive", measure_audit_naive),
     ("guard", measure_guard),
     ("reprovision", measure_reprovision),
     ("staging", measure_staging),
     ("relay-bytes", measure_relay_bytes),
+    ("isolation", lambda b: fleet_bench.measure_isolation(  # leaves every pair serving
+        b, host_vars, lambda rank: image_present(rank, b.pin["image_id"]))),
     ("rollout", measure_rollout),  # last: it tears every pair down (restore puts back what served)
 ]
 
@@ -738,16 +750,43 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--uplink-mbit", type=float, default=50.0,
                     help="the control node's uplink cap (Mbit/s) during the fleet rollout")
     ap.add_argument("--audit-repeats", type=int, default=3, help="timed rounds of each audit (the median is used)")
+    ap.add_argument("--isolation-repeats", type=int, default=1,
+                    help="runs of each side of the isolation measurement (the fastest of each is used)")
+    ap.add_argument("--cpu-repeats", type=int, default=2,
+                    help="rounds of the control-node CPU measurement at each pair count (the median is used)")
+    ap.add_argument("--carry", metavar="RATIOS_JSON",
+                    help="with --only: take the rows and tables not measured now from this earlier run's JSON, "
+                         "marked as carried over, so that a complete artifacts/reports/PERFORMANCE.md is written")
     ap.add_argument("--only", nargs="+", choices=sorted(GROUPS), metavar="NAME",
                     help=f"measure only these ({', '.join(sorted(GROUPS))}); artifacts/reports/PERFORMANCE.md is then left alone")
     ap.add_argument("--keep-fleet", action="store_true",
                     help="leave the pairs as the run leaves them (no restore provision or teardown)")
     args = ap.parse_args(argv)
-    if args.pairs < 1 or args.forks < 1 or args.audit_repeats < 1 or args.guard_concurrency < 1:
-        ap.error("--pairs, --forks, --audit-repeats and --guard-concurrency must be at least 1")
+    if min(args.pairs, args.forks, args.audit_repeats, args.guard_concurrency, args.isolation_repeats,
+           args.cpu_repeats) < 1:
+        ap.error("--pairs, --forks and every --*-repeats and --guard-concurrency must be at least 1")
     if args.archive_gib <= 0 or args.token_delay <= 0 or args.uplink_mbit <= 0 or args.startup_delay < 0:
         ap.error("--archive-gib, --token-delay and --uplink-mbit must be positive, --startup-delay not negative")
     return args
+
+
+def carry(run: dict, earlier: dict, source: str) -> None:
+    """Complete ``run`` with the rows and tables of an ``earlier`` run that it did not measure, each
+    marked as carried over from it (``run["carried"]`` names that run and what came from it)."""
+    have = {r["id"] for r in run["results"]}
+    taken = []
+    for r in earlier.get("results", []):
+        if r["id"] in ORDER and r["id"] not in have:
+            run["results"].append({**r, "carried": True})
+            taken.append(r["id"])
+    for tid, table in (earlier.get("tables") or {}).items():
+        if tid in TABLES and tid not in run["tables"]:
+            run["tables"][tid] = {**table, "carried": True}
+            taken.append(tid)
+    run["results"].sort(key=lambda r: ORDER.index(r["id"]))
+    if taken:
+        run["carried"] = {"source": source, "date": earlier["date"], "commit": earlier["commit"],
+                          "command": earlier["command"], "ids": taken}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -756,9 +795,10 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("bench/ratios.py: must run as root (the simulator needs it)", file=sys.stderr)
         return 2
-    wanted = [m for m in ORDER if not args.only or any(m in GROUPS[g] for g in args.only)]
+    wanted = [m for m in ORDER + TABLES if not args.only or any(m in GROUPS[g] for g in args.only)]
     started, t0 = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), time.monotonic()
     results: list[dict] = []
+    tables: dict[str, dict] = {}
     errors: list[str] = []
     pairs_before = sim_pairs()
     tmp = Path(tempfile.mkdtemp(prefix="gb10-dspark-ratios-"))
@@ -770,7 +810,8 @@ def main(argv: list[str] | None = None) -> int:
         site = yaml.safe_load((INVENTORY / "group_vars" / "all" / "site.yml").read_text())
         pin = yaml.safe_load((INVENTORY / "group_vars" / "all" / "pin.yml").read_text())["dspark_pin"]
         b = Bench(args, tmp, tree, site, pin)
-        fleet = layout.pairs(args.pairs) if any(m.startswith("audit") or m == "rollout" for m in wanted) else [PAIR]
+        fleet = (layout.pairs(args.pairs)
+                 if any(m.startswith("audit") or m in ("rollout", "isolation", "control-cpu") for m in wanted) else [PAIR])
         before = fleet_state(b, fleet)
         try:
             say(f"provision: {', '.join(p.group for p in fleet)} with -f {args.forks}")
@@ -783,6 +824,10 @@ def main(argv: list[str] | None = None) -> int:
                 except (BenchError, OSError, ValueError, KeyError, subprocess.SubprocessError) as exc:
                     errors.append(f"{mid}: {exc}")
                     say(f"{mid}: ERROR {exc}")
+                    continue
+                if mid in TABLES:
+                    tables[mid] = row
+                    say(f"{mid}: {json.dumps(row)[:2000]}")
                     continue
                 results.append(row)
                 print_row(row)
@@ -807,16 +852,23 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {"pairs": args.pairs, "forks": args.forks, "archive_gib": args.archive_gib,
                      "startup_delay_s": args.startup_delay, "token_delay_s": args.token_delay,
                      "guard_concurrency": args.guard_concurrency, "audit_repeats": args.audit_repeats,
-                     "uplink_mbit": args.uplink_mbit},
-        "results": results, "errors": errors,
+                     "uplink_mbit": args.uplink_mbit, "isolation_repeats": args.isolation_repeats,
+                     "cpu_repeats": args.cpu_repeats},
+        "results": results, "tables": tables, "errors": errors,
     }
+    if args.carry:
+        try:
+            carry(run, json.loads(Path(args.carry).read_text()), args.carry)
+        except (OSError, ValueError, KeyError) as exc:
+            errors.append(f"--carry {args.carry}: {exc}")
     OUT_JSON.parent.mkdir(parents=True, exist_ok=True)
     OUT_JSON.write_text(json.dumps(run, indent=2) + "\n")
     say(f"wrote {OUT_JSON.relative_to(ROOT)}")
-    if [r["id"] for r in results] == ORDER and not errors:
+    if [r["id"] for r in run["results"]] == ORDER and sorted(run["tables"]) == sorted(TABLES) and not errors:
         OUT_DOC.parent.mkdir(parents=True, exist_ok=True)
         OUT_DOC.write_text(report.render(run))
-        say(f"wrote {OUT_DOC.relative_to(ROOT)}: {sum(r['met'] for r in results)} of {len(results)} targets met")
+        say(f"wrote {OUT_DOC.relative_to(ROOT)}: {sum(r['met'] for r in run['results'])} of {len(run['results'])} "
+            "targets met")
     else:
         say(f"{OUT_DOC.relative_to(ROOT)} left as it was: " + ("errors" if errors else "a partial run (--only)"))
     if pairs_before and pairs_before != args.pairs:

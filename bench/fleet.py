@@ -1,0 +1,196 @@
+"""Benchmarks of a fleet of simulated pairs, run by bench/ratios.py (``--only isolation control-cpu``):
+
+- isolation cost: 8 pairs provisioned from stopped engines with one pair's worker crashing at start-up
+  (the stand-in's DSPARK_SIM_FAULT=crash_on_start, switched through host variables) against the same
+  provision of the 7 other pairs alone (``--limit``): the 7 must reach PASS in the run's pair summary,
+  and the run time must be within 1.1 × the run without the failing pair;
+- the control node's CPU seconds per pair for playbooks/audit.yml and for a converged re-provision,
+  at 1, 2, 4 and 8 pairs, and the projection of a fleet audit to 100 and 1,000 pairs (bench/_fleet.py).
+
+Also a command: ``python bench/fleet.py --write-doc [docs/fleet-scale.md]`` rewrites that document's
+"Control-node cost" section from the last run's artifacts/bench/ratios.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import _common as common  # bench/_common.py (this script's folder is on sys.path)
+import _fleet as fleet
+import _report as report
+from dspark_sim import layout
+
+ROOT = common.ROOT
+TARGET_ISOLATION = 1.1
+CPU_PAIRS = (1, 2, 4, 8)
+NODES = ((2, 16), (8, 20), (32, 100))  # (cores, forks) of the control nodes the audit is projected for
+FLEET_SIZES = (100, 1000)
+
+BenchError = common.BenchError
+
+
+def say(msg: str) -> None:
+    print(f"[fleet] {msg}", flush=True)
+
+
+def _groups(pairs: list[layout.Pair]) -> str:
+    return ",".join(p.group for p in pairs)
+
+
+def _new_summary(runs: Path, before: set[Path]) -> dict:
+    written = sorted(set(runs.glob("*.json")) - before) if runs.is_dir() else []
+    if len(written) != 1:
+        raise BenchError(f"expected one new pair summary in {runs}, found {[p.name for p in written]}")
+    return json.loads(written[0].read_text())
+
+
+# ---- isolation cost ----------------------------------------------------------------------------------
+def measure_isolation(b, host_vars, has_image) -> dict:
+    """``b`` is bench/ratios.py's Bench, ``host_vars`` its context manager for host variable files,
+    ``has_image(rank)`` whether a rank holds the pinned image. Pairs that lack the image are provisioned
+    first (untimed), so that neither timed run copies the archive."""
+    n = b.args.pairs
+    if n < 2:
+        raise BenchError("the isolation measurement needs at least 2 pairs")
+    pairs = layout.pairs(n)
+    healthy, broken = pairs[:-1], pairs[-1]
+    forks = ["-f", str(b.args.forks)]
+    runs = b.evidence / "runs"
+    fault_env = b.engine_env(DSPARK_SIM_FAULT="crash_on_start")
+    lacking = [p for p in pairs if not all(has_image(r) for r in p.ranks)]
+    if lacking:
+        say(f"isolation: provision.yml of {_groups(lacking)} first (untimed): they lack the pinned image")
+        b.playbook("provision.yml", *forks, "--limit", _groups(lacking))
+    timings: dict[str, list[float]] = {"with": [], "without": []}
+    cpu: dict[str, list[float]] = {"with": [], "without": []}  # the control node's CPU of each run
+    last: dict = {}
+    for i in range(b.args.isolation_repeats):
+        say(f"isolation {i + 1}/{b.args.isolation_repeats}: teardown.yml of every pair (images kept), "
+            f"then provision.yml of {len(healthy)} pairs")
+        b.playbook("teardown.yml", *forks, "--limit", _groups(pairs))
+        alone = b.playbook("provision.yml", *forks, "--limit", _groups(healthy))
+        timings["without"].append(alone.seconds)
+        cpu["without"].append(run_cpu(alone))
+        say(f"isolation {i + 1}: teardown.yml again, then provision.yml of {n} pairs, {broken.worker.name} "
+            "crashing at start-up")
+        b.playbook("teardown.yml", *forks, "--limit", _groups(pairs))
+        before = set(runs.glob("*.json")) if runs.is_dir() else set()
+        with host_vars({broken.worker.name: {"dspark_engine_extra_env": fault_env}}):
+            run = b.playbook("provision.yml", *forks, "--limit", _groups(pairs), check=False)
+        timings["with"].append(run.seconds)
+        cpu["with"].append(run_cpu(run))
+        rows = fleet.summary_verdicts(_new_summary(runs, before))
+        last = fleet.isolation_outcome(rows, [p.name for p in healthy], broken.name)
+        last["returncode"] = run.returncode
+        if last["healthy_not_passed"]:
+            raise BenchError(f"pairs other than {broken.name} did not reach PASS: {last['healthy_not_passed']}\n"
+                             f"{run.tail()}")
+    say(f"isolation: provision.yml of {broken.group} without the fault, so that it serves again")
+    b.playbook("provision.yml", "--limit", broken.group)
+    with_s = min(timings["with"])
+    without_s = min(timings["without"])
+    rep = b.args.isolation_repeats
+    pick = "one run each" if rep == 1 else f"the fastest of {rep} runs each"
+    notes = [
+        "Starting state of both runs: teardown.yml --limit every pair with the images kept, so every engine is "
+        "stopped and removed and both ranks of every pair hold the pinned image: each provision starts every "
+        "engine (a start-up failure needs an engine to start) and copies nothing, so the copy of the archive, "
+        "which competes for this machine's one disk, is not in either figure.",
+        f"Numerator: provision.yml -f {b.args.forks} on {n} pairs with DSPARK_SIM_FAULT=crash_on_start in "
+        f"{broken.worker.name}'s dspark_engine_extra_env (host variables, as the pair-isolation-crash simulator "
+        f"test does): its engine exits at start-up. Denominator: provision.yml -f {b.args.forks} --limit the "
+        f"{len(healthy)} other pairs. Wall time of the whole run, {pick}.",
+        f"The pair summary of the failing run (runs/*.json in the run's evidence folder): {len(last['passed'])} "
+        f"of {len(healthy)} healthy pairs PASS; {broken.name} {last['broken_verdict']} at {last['broken_phase']}: "
+        f"{str(last['broken_reason'])[:160]}...; ansible-playbook exited {last['returncode']}.",
+    ]
+    cores = os.cpu_count() or 1
+    fast_with, fast_without = timings["with"].index(with_s), timings["without"].index(without_s)
+    causes = [f"Both runs share this machine's {cores} cores with every simulated rank and with other work; the "
+              "failing pair's ranks still run their tasks until its engine exits.",
+              f"The control node's own CPU (ansible-playbook, its children and the SSH masters): "
+              f"{cpu['with'][fast_with]:.2f} s with {n} pairs against {cpu['without'][fast_without]:.2f} s with "
+              f"{len(healthy)} ({cpu['with'][fast_with] / max(cpu['without'][fast_without], 0.01):.3f}×; "
+              f"{n} / {len(healthy)} = {n / len(healthy):.3f}): where it is the bound, as on this machine, every "
+              "pair of a run adds its tasks' CPU until it fails."]
+    return report.row(
+        "isolation", f"Provision of {n} pairs with one failing at start-up vs the {len(healthy)} others alone",
+        (f"provision.yml on {n} pairs, {broken.name} failing", with_s),
+        (f"provision.yml on the {len(healthy)} others", without_s), TARGET_ISOLATION, notes=notes, causes=causes,
+        checks=[report.check("healthy pairs at PASS", len(last["passed"]), len(healthy), "=="),
+                report.check(f"{broken.name} FAILED", int(last["broken_verdict"] == "FAILED"), 1, "=="),
+                report.check("exit code", last["returncode"], 2, "==")],
+        extra={f"with {broken.name} failing (s, each run)": ", ".join(f"{s:.2f}" for s in timings["with"]),
+               f"{len(healthy)} pairs alone (s, each run)": ", ".join(f"{s:.2f}" for s in timings["without"]),
+               f"{broken.name}'s phase and reason": f"{last['broken_phase']}: {str(last['broken_reason'])[:300]}",
+               "pairs provisioned first, untimed (they lacked the image)": [p.name for p in lacking] or "none"})
+
+
+# ---- the control node's CPU per pair -------------------------------------------------------------------------
+def run_cpu(run: common.PlaybookRun) -> float:
+    """The control node's CPU of one run: ansible-playbook and its children, and the SSH masters."""
+    return run.controller_cpu_s + run.ssh_masters_cpu_s
+
+
+def measure_control_cpu(b) -> dict:
+    """Audit and converged re-provision on 1, 2, 4 and 8 pairs (as many as the fleet has), interleaved,
+    ``--cpu-repeats`` rounds after a warm-up; every pair converged before (the run's first provision)."""
+    sizes = [k for k in CPU_PAIRS if k <= b.args.pairs]
+    forks = ["-f", str(b.args.forks)]
+    ev = {"dspark_audit_report_dir": str(b.tmp / "audit-cpu")}
+    samples = {kind: {k: {"wall": [], "cpu": [], "masters": []} for k in sizes} for kind in ("audit", "reprovision")}
+    changed = {kind: 0 for kind in samples}  # the most tasks any run reported changed (converged: 0)
+    say("control-cpu: warm-up (an audit of every pair: SSH masters)")
+    b.playbook("audit.yml", *forks, "--limit", _groups(layout.pairs(max(sizes))), extra_vars=ev)
+    for i in range(b.args.cpu_repeats):
+        for k in sizes:
+            limit = ["--limit", _groups(layout.pairs(k))]
+            say(f"control-cpu round {i + 1}/{b.args.cpu_repeats}: audit.yml and provision.yml on {k} pair(s)")
+            for kind, name, extra in (("audit", "audit.yml", ev), ("reprovision", "provision.yml", None)):
+                run = b.playbook(name, *forks, *limit, extra_vars=extra)
+                changed[kind] = max(changed[kind], run.changed())
+                samples[kind][k]["wall"].append(run.seconds)
+                samples[kind][k]["cpu"].append(run_cpu(run))
+                samples[kind][k]["masters"].append(run.ssh_masters_cpu_s)
+    out = {}
+    for kind in samples:
+        table = fleet.cpu_table(samples[kind])
+        out[kind] = {"table": table, "model": fleet.cpu_model(table)}
+    one = out["audit"]["table"][0]
+    out["audit"]["one_pair_wall_s"] = one["wall_s"]
+    model = out["audit"]["model"]
+    out["projection"] = [fleet.project(p, c, f, model["fixed_s"], model["per_pair_s"], one["wall_s"])
+                         for c, f in NODES for p in FLEET_SIZES]
+    out.update(forks=b.args.forks, repeats=b.args.cpu_repeats, sizes=sizes, most_changed=changed)
+    return out
+
+
+# ---- docs/fleet-scale.md ----------------------------------------------------------------------------------------
+def write_doc(doc: Path, run: dict) -> None:
+    control = run.get("tables", {}).get("control-cpu")
+    if not control:
+        raise BenchError("the run has no control-cpu figures (bench/ratios.py --only control-cpu)")
+    m = run["machine"]
+    control = {**control, "date": run["date"], "commit": run["commit"]["sha"], "dirty": run["commit"].get("dirty"),
+               "command": run["command"],
+               "machine": f"{m.get('cores')} cores shared by the control node and every simulated rank"}
+    doc.write_text(fleet.replace_section(doc.read_text(), fleet.section(control)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="bench/fleet.py", description="Rewrite docs/fleet-scale.md's Control-node "
+                                 "cost section from a run of bench/ratios.py (the measurements run there).")
+    ap.add_argument("--write-doc", nargs="?", const=str(ROOT / "docs" / "fleet-scale.md"), required=True,
+                    metavar="PATH")
+    ap.add_argument("--run", default=str(common.ARTIFACTS / "ratios.json"), help="the run's JSON")
+    args = ap.parse_args(argv)
+    write_doc(Path(args.write_doc), json.loads(Path(args.run).read_text()))
+    print(f"[fleet] wrote the Control-node cost section of {args.write_doc} from {args.run}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
