@@ -82,7 +82,7 @@ def canary_problem(batch, canary_hosts, hostvars, passed_var: str = "__dspark_ro
     waiting = sorted({pair_of.get(str(h), str(h)) for h in batch or []})
     return (f"pair {', '.join(waiting)} not started: the canary pair {', '.join(bad)} did not pass (provision, gate "
             f"and serving guard), expected every canary pair to pass before any other pair is touched; the rollout "
-            f"halts (the pair summary gives the canary's reason)")
+            f"halts and no other pair is touched (the pair summary gives the canary's reason)")
 
 
 def report(steps: list[dict], rows: list[dict], planned: dict | None = None) -> dict:
