@@ -125,8 +125,9 @@ def report(steps: list[dict], rows: list[dict], planned: dict | None = None) -> 
                           "verdict": PASS if all(e["verdict"] in (PASS, SKIPPED) for e in entries) else "FAILED"})
     planned_pairs = list((planned or {}).get("canary") or []) + [p for w in (planned or {}).get("waves") or []
                                                                   for p in w]
+    # never taken by the canary or a wave, and not failed before (a pair whose staging failed is FAILED, not this)
     not_started = [p for p in planned_pairs
-                   if p not in reached and by_pair.get(p, {}).get("verdict", NOT_STARTED) == NOT_STARTED]
+                   if p not in reached and by_pair.get(p, {}).get("verdict", NOT_STARTED) in (NOT_STARTED, PASS)]
     halted = None
     canary_steps = [s for s in out_steps if s["step"] == CANARY]
     if canary_steps and canary_steps[0]["verdict"] != PASS:
