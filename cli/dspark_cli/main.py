@@ -63,6 +63,7 @@ PLAYBOOKS = {
     "provision": "gb10.dspark.provision",
     "rollback": "gb10.dspark.rollback",
     "rollforward": "gb10.dspark.rollforward",
+    "rollout": "gb10.dspark.rollout",
     "audit": "gb10.dspark.audit",
     "status": "gb10.dspark.audit",
     "guard": "gb10.dspark.guard",
@@ -85,6 +86,10 @@ HELP = {
     "rollback": "roll pairs back to the breakable CUDA-graph A/B profile with the image they already hold: "
                 "preflight, both engines replaced together (refused while the head serves), the runtime gate, "
                 "the evidence; --forward rolls forward to production; needs --limit or --all",
+    "rollout": "roll a new release (--release FILE: its pin and image archive) out in waves: the canary pair(s) "
+               "provisioned, gated and guarded first (a failing canary halts the run, no other pair touched), the "
+               "image staged on the other pairs, then waves of dspark_rollout_wave_pairs whole pairs, each drained "
+               "and gated before the next; a per-wave report in the evidence",
     "audit": "audit the fleet, read-only: one verdict per pair (OK, DRIFT, DOWN, HUNG, UNREACHABLE), a report "
              "(text, HTML, JSON) and the drift table; exit 2 when a pair is not OK",
     "status": "the audit of the pairs named by --limit (or of every pair with --all): read-only, prints their "
@@ -187,6 +192,10 @@ def build_parser() -> argparse.ArgumentParser:
             cmd.add_argument("--forward", action="store_true",
                              help=f"roll forward instead ({PLAYBOOKS['rollforward']}: production, or "
                                   "dspark_rollforward_profile)")
+        if name == "rollout":
+            cmd.add_argument("--release", required=True, metavar="FILE",
+                             help="the release file (dspark_pin and dspark_image_archive), passed on as -e @FILE "
+                                  "before any other -e")
         if name == "render":
             cmd.add_argument("--profile", required=True, metavar="NAME",
                              help="the serving profile to render: production, long-1m or breakable-ab "
@@ -221,6 +230,12 @@ def check_target(args: argparse.Namespace) -> None:
                          "or --all for every pair (that is `dspark audit`)")
     raise UsageError(f"{args.command} refuses to act on every pair of the inventory: name the pairs with "
                      "--limit PATTERN (e.g. --limit pair_sim01), or pass --all")
+
+
+def release_extravars(args: argparse.Namespace) -> list[str]:
+    """The ``-e`` items of the run: a rollout's ``--release FILE`` first (as ``@FILE``; a later ``-e`` wins)."""
+    release = getattr(args, "release", None)
+    return ([f"@{release}"] if release else []) + list(args.extra_vars)
 
 
 def _abspath(path: str, cwd: str) -> str:
@@ -944,7 +959,7 @@ def run(argv: list[str] | None = None, *, playbook: str | None = None, environ: 
     try:
         check_target(args)
         inventory = resolve_inventory(args.inventory, environ, cwd)
-        plan = parse_extravars(args.extra_vars, cwd)
+        plan = parse_extravars(release_extravars(args), cwd)
         known = known_vars(plan)
         options = ansible_options(args, cwd)
         if args.command == "render" and known.get(RENDER_OUTPUT_VAR) not in (None, "") and not _plain_path(
