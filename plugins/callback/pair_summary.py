@@ -20,7 +20,7 @@ description:
   - A rollout (C(playbooks/rollout.yml), whose plays set C(dspark_rollout_step)) also gets a per-wave report from the
     same rows - each step (the canary, the staging, each wave) with its pairs, its start and end times and the
     verdict it gave each pair - printed after the summary and written to C(<dspark_evidence_dir>/runs/) as
-    C(<stamp>-rollout-waves.json); C(dspark --json) has it as C(rollout).
+    C(<stamp>-rollout-waves-<pid>.json); the summary file (O(summary_file), C(pairs.json) in a C(dspark) run folder) has it as C(rollout).
   - A run in which a play sets C(dspark_pair_summary=false) (the fleet audit, whose report is its per-pair verdict;
     or C(-e dspark_pair_summary=false)) prints and writes no summary.
 options:
