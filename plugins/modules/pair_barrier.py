@@ -85,7 +85,7 @@ changed:
   sample: false
 not_started:
   description: True when the failure budget, or a rollout's canary that did not pass, keeps this rank's batch from starting.
-  returned: when the budget is exceeded
+  returned: when the budget is exceeded or the canary did not pass
   type: bool
   sample: true
 msg:
@@ -102,7 +102,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={"before": {"type": "str", "default": "the next step"}, "max_failed_pairs": {"type": "raw"}},
+        argument_spec={"before": {"type": "str", "default": "the next step"}, "max_failed_pairs": {"type": "raw"},
+                       "canary": {"type": "list", "elements": "str"}},
         supports_check_mode=True,
     )
     module.fail_json(msg="gb10.dspark.pair_barrier runs through its action plugin; it cannot run as a plain module")
