@@ -179,7 +179,8 @@ def test_the_canary_is_drained_the_request_in_flight_ends_whole_before_its_engin
     assert res.returncode == 0, flat(res)[-4000:]
     assert "error" not in request, request
     assert request["done"] and request["finish"] == "length", request
-    assert request["usage"]["completion_tokens"] == DRAIN_TOKENS and request["chunks"] == DRAIN_TOKENS, request
+    # every token came (a chunk carries one decode step's tokens, so the usage counts them)
+    assert request["usage"]["completion_tokens"] == DRAIN_TOKENS and request["chunks"] > 0, request
     head = rollouts["engines"][rollouts["pairs"][0].head.name]
     assert head["started"] > request["ended"], (head, request)  # replaced only after the request had ended
     assert rollouts["readiness"]["drained_s"] > 0, rollouts["readiness"]  # the stop waited for it
