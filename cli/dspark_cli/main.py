@@ -64,6 +64,7 @@ PLAYBOOKS = {
     "rollback": "gb10.dspark.rollback",
     "rollforward": "gb10.dspark.rollforward",
     "release_rollback": "gb10.dspark.release_rollback",
+    "rollout": "gb10.dspark.rollout",
     "audit": "gb10.dspark.audit",
     "status": "gb10.dspark.audit",
     "guard": "gb10.dspark.guard",
@@ -88,6 +89,10 @@ HELP = {
                 "serves), the runtime gate, the evidence; --forward rolls forward to production. --to previous: "
                 "return pairs to the release each ran before (its pin, profile and image, recorded on both ranks; "
                 "nothing copied), gated; needs --limit or --all",
+    "rollout": "roll a new release (--release FILE: its pin and image archive) out in waves: the canary pair(s) "
+               "provisioned, gated and guarded first (a failing canary halts the run, no other pair touched), the "
+               "image staged on the other pairs, then waves of dspark_rollout_wave_pairs whole pairs, each drained "
+               "and gated before the next; a per-wave report in the evidence",
     "audit": "audit the fleet, read-only: one verdict per pair (OK, DRIFT, DOWN, HUNG, UNREACHABLE), a report "
              "(text, HTML, JSON) and the drift table; exit 2 when a pair is not OK",
     "status": "the audit of the pairs named by --limit (or of every pair with --all): read-only, prints their "
@@ -196,6 +201,10 @@ def build_parser() -> argparse.ArgumentParser:
             cmd.add_argument("--to", choices=ROLLBACK_TO, default="breakable-ab",
                              help=f"breakable-ab (default, {PLAYBOOKS['rollback']}): the A/B profile, same release; "
                                   f"previous ({PLAYBOOKS['release_rollback']}): the release the pair ran before")
+        if name == "rollout":
+            cmd.add_argument("--release", required=True, metavar="FILE",
+                             help="the release file (dspark_pin and dspark_image_archive), passed on as -e @FILE "
+                                  "before any other -e")
         if name == "render":
             cmd.add_argument("--profile", required=True, metavar="NAME",
                              help="the serving profile to render: production, long-1m or breakable-ab "
@@ -236,6 +245,12 @@ def check_target(args: argparse.Namespace) -> None:
                          "or --all for every pair (that is `dspark audit`)")
     raise UsageError(f"{args.command} refuses to act on every pair of the inventory: name the pairs with "
                      "--limit PATTERN (e.g. --limit pair_sim01), or pass --all")
+
+
+def release_extravars(args: argparse.Namespace) -> list[str]:
+    """The ``-e`` items of the run: a rollout's ``--release FILE`` first (as ``@FILE``; a later ``-e`` wins)."""
+    release = getattr(args, "release", None)
+    return ([f"@{release}"] if release else []) + list(args.extra_vars)
 
 
 def _abspath(path: str, cwd: str) -> str:
@@ -959,7 +974,7 @@ def run(argv: list[str] | None = None, *, playbook: str | None = None, environ: 
     try:
         check_target(args)
         inventory = resolve_inventory(args.inventory, environ, cwd)
-        plan = parse_extravars(args.extra_vars, cwd)
+        plan = parse_extravars(release_extravars(args), cwd)
         known = known_vars(plan)
         options = ansible_options(args, cwd)
         if args.command == "render" and known.get(RENDER_OUTPUT_VAR) not in (None, "") and not _plain_path(

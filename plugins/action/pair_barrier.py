@@ -8,11 +8,12 @@ from __future__ import annotations
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gb10.dspark.plugins.module_utils.fleet._pair import barrier, budget_problem
+from ansible_collections.gb10.dspark.plugins.module_utils.fleet._rollout import canary_problem
 
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("before", "max_failed_pairs"))
+    _VALID_ARGS = frozenset(("before", "max_failed_pairs", "canary"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -27,6 +28,9 @@ class ActionModule(ActionBase):
         except ValueError as exc:  # a budget that is neither a count nor a percentage: refused on every rank
             result.update(failed=True, msg=f"rank {me}: {exc}")
             return result
+        if not problem and self._task.args.get("canary") is not None:  # a rollout: its canary must have passed
+            problem = canary_problem(task_vars.get("ansible_play_batch"), self._task.args.get("canary"),
+                                     task_vars.get("hostvars") or {})
         if problem:  # the budget: this batch does not start (the run's pair summary says NOT STARTED)
             result.update(failed=True, msg=problem, not_started=True)
             return result

@@ -17,6 +17,10 @@ description:
     run), except in check mode, which writes nothing.
   - The pairs are the topology's (C(dspark_play_pairs)); the phases are the prefixes of the collection's task names.
   - A message of a task marked C(no_log) is never shown or written.
+  - A rollout (C(playbooks/rollout.yml), whose plays set C(dspark_rollout_step)) also gets a per-wave report from the
+    same rows - each step (the canary, the staging, each wave) with its pairs, its start and end times and the
+    verdict it gave each pair - printed after the summary and written to C(<dspark_evidence_dir>/runs/) as
+    C(<stamp>-rollout-waves-<pid>.json); the summary file (O(summary_file), C(pairs.json) in a C(dspark) run folder) has it as C(rollout).
   - A run in which a play sets C(dspark_pair_summary=false) (the fleet audit, whose report is its per-pair verdict;
     or C(-e dspark_pair_summary=false)) prints and writes no summary.
 options:
@@ -37,6 +41,7 @@ author:
   - gb10.dspark contributors (!UNKNOWN)
 """
 
+import datetime
 import json
 import os
 import time
@@ -45,10 +50,17 @@ from ansible import context
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.callback import CallbackBase
 
+from ansible_collections.gb10.dspark.plugins.module_utils.fleet import _rollout as R
 from ansible_collections.gb10.dspark.plugins.module_utils.fleet import _run_summary as S
 
 EVIDENCE_VAR = "dspark_evidence_dir"
 SWITCH_VAR = "dspark_pair_summary"  # false in a play's vars (or -e): no summary for the run
+STEP_VAR = "dspark_rollout_step"  # a rollout's play: canary, stage or wave (one step per serial batch)
+PLAN_FACT = "dspark_rollout_plan"
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class CallbackModule(CallbackBase):
@@ -65,6 +77,9 @@ class CallbackModule(CallbackBase):
         self._started = time.gmtime()
         self._play_hosts = []
         self._off = False
+        self._steps = []  # a rollout's steps, one per batch of its canary, stage and wave plays
+        self._step = None
+        self._plan = None
 
     def v2_playbook_on_start(self, playbook):
         self._playbook = os.path.basename(getattr(playbook, "_file_name", "") or "")
@@ -76,6 +91,12 @@ class CallbackModule(CallbackBase):
         inventory = getattr(manager, "_inventory", None)
         hosts = inventory.get_hosts(play.hosts) if inventory is not None else []
         self._play_hosts = [h.get_name() for h in hosts]
+        self._end_step()
+        step = (play.vars or {}).get(STEP_VAR) if isinstance(play.vars, dict) else None
+        if step in (R.CANARY, R.STAGE, R.WAVE):  # the batch's hosts (Ansible restricts the inventory to it)
+            self._step = {"kind": step, "hosts": list(self._play_hosts), "started": _now(), "ended": None,
+                          "failed": {}}
+            self._steps.append(self._step)
         # where the run's summary goes: the evidence folder the inventory names (read once, from the play's first host)
         if hosts and not self._evidence_dir:
             value = manager.get_vars(play=play, host=hosts[0]).get(EVIDENCE_VAR)
@@ -85,6 +106,8 @@ class CallbackModule(CallbackBase):
     def v2_runner_on_ok(self, result):
         facts = result._result.get("ansible_facts") if isinstance(result._result, dict) else None
         self._recorder.ran(result._host.get_name(), result._task.get_name(), facts)
+        if isinstance(facts, dict) and isinstance(facts.get(PLAN_FACT), dict):
+            self._plan = facts[PLAN_FACT]
 
     def v2_runner_on_failed(self, result, ignore_errors=False):
         if ignore_errors:
@@ -92,13 +115,26 @@ class CallbackModule(CallbackBase):
         data = result._result if isinstance(result._result, dict) else {}
         self._recorder.failed(result._host.get_name(), result._task.get_name(), S.result_message(data),
                               not_started=bool(data.get("not_started")))
+        self._step_failed(result._host.get_name())
         task = result._task
         if boolean(task.run_once, strict=False) or boolean(task.any_errors_fatal, strict=False):  # every host ends
             self._recorder.failed_everywhere(self._play_hosts, task.get_name(), S.result_message(data))
+            for host in self._play_hosts:
+                self._step_failed(host)
 
     def v2_runner_on_unreachable(self, result):
         self._recorder.unreachable(result._host.get_name(), result._task.get_name(),
                                    S.result_message(result._result if isinstance(result._result, dict) else {}))
+        self._step_failed(result._host.get_name())
+
+    def _step_failed(self, host: str) -> None:
+        if self._step is not None:
+            self._step["failed"][str(host)] = True
+
+    def _end_step(self) -> None:
+        if self._step is not None:
+            self._step["ended"] = _now()
+            self._step = None
 
     def v2_playbook_on_stats(self, stats):
         failed = [h for h in stats.processed if stats.failures.get(h)]
@@ -110,6 +146,11 @@ class CallbackModule(CallbackBase):
         stamp = time.strftime("%Y%m%dT%H%M%SZ", self._started)
         doc = {"playbook": self._playbook, "started": stamp, "check": bool(context.CLIARGS.get("check")),
                "pairs": summary}
+        self._end_step()
+        waves = R.report(self._steps, summary, self._plan) if self._steps or self._plan else None
+        if waves is not None:
+            self._display.display(R.table(waves))
+            doc["rollout"] = waves
         wanted = self.get_option("summary_file")
         if wanted:
             self._write(os.path.abspath(wanted), doc)
@@ -117,6 +158,9 @@ class CallbackModule(CallbackBase):
             return
         name = f"{stamp}-{os.path.splitext(self._playbook)[0] or 'run'}-{os.getpid()}.json"
         self._write(os.path.join(self._evidence_dir, "runs", name), doc)
+        if waves is not None:
+            self._write(os.path.join(self._evidence_dir, "runs", f"{stamp}-rollout-waves-{os.getpid()}.json"),
+                        {"playbook": self._playbook, "started": stamp, **waves})
 
     def _write(self, path: str, doc: dict) -> None:
         folder = os.path.dirname(path)

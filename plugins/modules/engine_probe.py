@@ -57,6 +57,17 @@ options:
     description: With I(refuse_busy), warn instead of failing (the operator's C(dspark_engine_force_replace)).
     type: bool
     default: false
+  drain_timeout:
+    description:
+      - With I(refuse_busy), wait up to this many seconds for the head's requests in flight to end, reading
+        its C(/metrics) every I(drain_interval) seconds, before refusing; nothing is cut. 0 refuses at once.
+        A head whose load or container cannot be read refuses at once whatever the timeout.
+    type: float
+    default: 0
+  drain_interval:
+    description: Seconds between two reads of the head's load while I(drain_timeout) waits.
+    type: float
+    default: 2
   rank:
     description: The rank's inventory name, for the messages.
     type: str
@@ -111,6 +122,11 @@ changed:
   description: Always false.
   returned: always
   type: bool
+drained_s:
+  description: Seconds I(refuse_busy) waited for the head's requests in flight to end (I(drain_timeout)); 0 without a wait.
+  returned: always
+  type: float
+  sample: 12.4
 probe:
   description: The pair's state.
   returned: always
@@ -161,7 +177,7 @@ from ansible_collections.gb10.dspark.plugins.module_utils.engine._docker_engine 
 from ansible_collections.gb10.dspark.plugins.module_utils.engine._engine_probe import (
     ARGUMENT_SPEC,
     PROBE_ARGUMENT_SPEC,
-    busy_message,
+    drain,
     foreign_message,
     probe,
 )
@@ -191,13 +207,21 @@ def main() -> None:
             module.fail_json(msg=foreign, probe=result)
         if foreign:
             module.warn(f"{foreign} (replace_foreign: it will be replaced)")
+    drained = 0.0
     if p["refuse_busy"]:
-        busy = busy_message(result, p["rank"] or "head")
+        def read() -> dict:
+            return probe(engine, p["container"], p["base_url"], p["model"], p["log_lines"], p["timeout"],
+                         p["api_key"], p["read_api"])
+        timeout = 0.0 if p["force"] or module.check_mode else p["drain_timeout"]
+        try:
+            result, busy, drained = drain(read, p["rank"] or "head", timeout, p["drain_interval"], first=result)
+        except EngineError as exc:
+            module.fail_json(msg=f"rank {p['rank'] or 'this rank'}: {exc}")
         if busy and not p["force"]:
-            module.fail_json(msg=busy, probe=result)
+            module.fail_json(msg=busy, probe=result, drained_s=drained)
         if busy:
             module.warn(f"{busy} (forced: stopping it anyway)")
-    module.exit_json(changed=False, probe=result)
+    module.exit_json(changed=False, probe=result, drained_s=drained)
 
 
 if __name__ == "__main__":

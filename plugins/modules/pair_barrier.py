@@ -33,6 +33,14 @@ options:
         play's pairs (C('25%')); once more pairs have failed, the batches not yet started are not started. Unset or
         empty, there is no budget.
     type: raw
+  canary:
+    description:
+      - A rollout's canary ranks (C(playbooks/rollout.yml)); the batch starts only when every one of them reached the
+        end of the canary play (provision, gate and serving guard; the fact C(__dspark_rollout_canary_passed)).
+        Otherwise every rank of the batch fails as not started, naming the canary pair that did not pass, so that no
+        other pair is touched. An empty list refuses too.
+    type: list
+    elements: str
 attributes:
   check_mode:
     support: full
@@ -62,6 +70,11 @@ EXAMPLES = r"""
   gb10.dspark.pair_barrier:
     before: the pair's lock
     max_failed_pairs: 1
+
+- name: Rollout | The canary passed (otherwise no other pair is touched)
+  gb10.dspark.pair_barrier:
+    before: the release's image
+    canary: "{{ groups['__dspark_rollout_canary'] | default([]) }}"
 """
 
 RETURN = r"""
@@ -71,8 +84,8 @@ changed:
   type: bool
   sample: false
 not_started:
-  description: True when the failure budget keeps this rank's batch from starting.
-  returned: when the budget is exceeded
+  description: True when the failure budget, or a rollout's canary that did not pass, keeps this rank's batch from starting.
+  returned: when the budget is exceeded or the canary did not pass
   type: bool
   sample: true
 msg:
@@ -89,7 +102,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={"before": {"type": "str", "default": "the next step"}, "max_failed_pairs": {"type": "raw"}},
+        argument_spec={"before": {"type": "str", "default": "the next step"}, "max_failed_pairs": {"type": "raw"},
+                       "canary": {"type": "list", "elements": "str"}},
         supports_check_mode=True,
     )
     module.fail_json(msg="gb10.dspark.pair_barrier runs through its action plugin; it cannot run as a plain module")

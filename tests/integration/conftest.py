@@ -19,7 +19,7 @@ from simhelpers import INVENTORY, PAIRS, layout, sim_cli  # noqa: E402
 # `--lane last` run the whole-fleet files alone, before and after them. `--lane all` (the default) runs
 # everything in one process, in file order, as `pytest tests/integration` always did.
 FLEET_FIRST = ("test_10_simulated_bed.py",)
-FLEET_LAST = ("test_80_fleet.py", "test_90_teardown.py")
+FLEET_LAST = ("test_80_fleet.py", "test_82_rollout.py", "test_90_teardown.py")
 PAIR_LANES = {"pair_a": "a", "pair_b": "b", "pair_c": "c"}
 LANES = ("all", "first", *PAIR_LANES.values(), "last")
 

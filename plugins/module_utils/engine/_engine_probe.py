@@ -38,6 +38,8 @@ PROBE_ARGUMENT_SPEC = {
     "replace_foreign": {"type": "bool", "default": False},
     "refuse_busy": {"type": "bool", "default": False},
     "force": {"type": "bool", "default": False},
+    "drain_timeout": {"type": "float", "default": 0.0},
+    "drain_interval": {"type": "float", "default": 2.0},
     "rank": {"type": "str"},
     "inspect": {"type": "bool", "default": False},
     "labelled": {"type": "str"},
@@ -338,3 +340,46 @@ def busy_message(result: dict, rank: str) -> str | None:
                 f"{waiting}), expected 0; stopping the engine would cut them off. Drain it, or set "
                 f"dspark_engine_force_replace=true")
     return None
+
+
+def in_flight(result: dict) -> tuple[int, int] | None:
+    """(running, waiting) of a running head whose ``/metrics`` read both gauges; None for anything else (a head
+    that does not run, or whose counts or container cannot be read: :func:`busy_message` judges those)."""
+    container = result.get("container") or {}
+    if container.get("status") == "unknown" or not container.get("running"):
+        return None
+    api = result.get("api") or {}
+    running, waiting = api.get("num_requests_running"), api.get("num_requests_waiting")
+    if running is None or waiting is None:
+        return None
+    return running, waiting
+
+
+def drain(read, rank: str, timeout: float, interval: float = 2.0, first: dict | None = None, clock=time.monotonic,
+          sleep=time.sleep) -> tuple[dict, str | None, float]:
+    """Wait, up to ``timeout`` seconds, until the head may be stopped: ``read()`` is one probe (:func:`probe`),
+    repeated every ``interval`` seconds while the head's only reason to refuse is requests in flight. Returns
+    (the last probe, why it may not be stopped or None, the seconds waited).
+
+    Nothing is ever cut: the wait only reads ``/metrics``. A head whose load or container cannot be read refuses
+    at once (unknown is never idle, and waiting would not make it known); with ``timeout`` 0 a busy head refuses
+    at once too (the rule of every play but a rollout). A head still busy at the deadline refuses, naming the
+    rank, the requests still in flight and the timeout. ``first``: a probe already made, read first.
+    """
+    started = clock()
+    result = first if first is not None else read()
+    while True:
+        busy = busy_message(result, rank)
+        counts = in_flight(result)
+        waited = round(clock() - started, 2)
+        if busy is None or counts is None or timeout <= 0:
+            return result, busy, waited
+        if clock() - started >= timeout:
+            running, waiting = counts
+            return result, (f"rank {rank}: the head still has {running + waiting} request(s) in flight (running "
+                            f"{running}, waiting {waiting}) after waiting {timeout:g} s for them to end "
+                            f"(dspark_engine_drain_timeout), expected 0; its engine was not stopped and no request "
+                            f"was cut. Let them end and run again, raise the drain timeout, or set "
+                            f"dspark_engine_force_replace=true"), waited
+        sleep(max(0.0, min(interval, timeout - (clock() - started))))
+        result = read()

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import ansible_runner
+import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "cli"))
@@ -285,3 +286,28 @@ def test_real_run_with_one_failing_host(tmp_path, monkeypatch):
         if path.is_file():
             content = path.read_bytes()
             assert b"sk-real-77e0" not in content and vault_password.encode() not in content, path
+
+
+def test_rollout_passes_the_release_file_first_so_a_later_e_wins(tmp_path, monkeypatch):
+    calls = setup(tmp_path, monkeypatch, lambda kw, ev: FakeRunner("successful", 0, {"failures": {}}))
+    (tmp_path / "release.yml").write_text("dspark_pin: {image_id: 'sha256:new'}\ndspark_image_archive: /srv/new.tar\n"
+                                          "dspark_rollout_wave_pairs: 4\n")
+    code, _out, _err = run_cli(tmp_path, "rollout", "--release", "release.yml", "-e", "dspark_rollout_wave_pairs=2",
+                               "--artifacts", "runs")
+    assert code == 0
+    (call,) = calls
+    assert call["kwargs"]["playbook"] == "gb10.dspark.rollout"
+    assert call["files"][0]["path"] == str(tmp_path / "release.yml")  # the release as -e @FILE, first
+    assert call["extravars"] == {"dspark_pin": {"image_id": "sha256:new"}, "dspark_image_archive": "/srv/new.tar",
+                                 "dspark_rollout_wave_pairs": "2"}
+    assert run_dirs(tmp_path / "runs")[0].name.startswith("rollout-")
+
+
+def test_rollout_needs_a_release_file_that_exists(tmp_path, monkeypatch):
+    calls = setup(tmp_path, monkeypatch, lambda kw, ev: FakeRunner("successful", 0, {"failures": {}}))
+    with pytest.raises(SystemExit) as exc:
+        run_cli(tmp_path, "rollout")
+    assert exc.value.code == cli.EX_USAGE
+    code, _out, err = run_cli(tmp_path, "rollout", "--release", "nope.yml")
+    assert code == cli.EX_USAGE and "-e @nope.yml: no such file" in err
+    assert calls == []

@@ -16,7 +16,7 @@ TASK_FILES = sorted((REPO / "roles").glob("*/tasks/*.yml"))
 BLOCK_KEYS = ("block", "rescue", "always")
 # Actions that Ansible runs inside the controller's own process: they never connect to a host.
 CONTROLLER_ACTIONS = {"ansible.builtin.assert", "ansible.builtin.debug", "ansible.builtin.fail",
-                      "ansible.builtin.set_fact", "ansible.builtin.meta"}
+                      "ansible.builtin.set_fact", "ansible.builtin.meta", "ansible.builtin.add_host"}
 # Plays that never connect to a rank, and so need no root there (render computes on the control node).
 NO_RANK_PLAYS = {("render.yml", "Render the engine launch of GB10 pairs (control node only)")}
 

@@ -345,3 +345,65 @@ def test_engine_info_names_the_engine_and_an_unreachable_one_is_an_engine_error(
         with pytest.raises(EngineError, match="cannot reach the Docker engine"):
             ep.probe(Engine(f"unix://{tmp_path}/none.sock", timeout=5), "dspark_vllm", "http://127.0.0.1:9", "m",
                      log_lines=0, read_api=False, **kw)
+
+
+def _busy_head(running, waiting=0, status="running"):
+    return {"container": {"running": status == "running", "status": status},
+            "api": {"num_requests_running": running, "num_requests_waiting": waiting}}
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 100.0
+        self.slept = []
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def test_drain_waits_for_the_requests_in_flight_to_end_reading_the_metrics_and_cuts_nothing():
+    reads = iter([_busy_head(1, 1), _busy_head(1, 0), _busy_head(0, 0)])
+    clock = _Clock()
+    result, busy, waited = ep.drain(lambda: next(reads), "sim01-head", timeout=30, interval=2, clock=clock,
+                                    sleep=clock.sleep)
+    assert busy is None
+    assert result["api"]["num_requests_running"] == 0
+    assert clock.slept == [2, 2] and waited == 4
+
+
+def test_drain_refuses_at_the_timeout_naming_the_rank_the_requests_and_the_timeout():
+    clock = _Clock()
+    result, busy, waited = ep.drain(lambda: _busy_head(2, 1), "sim01-head", timeout=5, interval=2, clock=clock,
+                                    sleep=clock.sleep)
+    assert busy.startswith("rank sim01-head: the head still has 3 request(s) in flight (running 2, waiting 1) "
+                           "after waiting 5 s")
+    assert "no request was cut" in busy and "dspark_engine_drain_timeout" in busy
+    assert clock.slept == [2, 2, 1] and waited == 5
+
+
+def test_drain_without_a_timeout_refuses_at_once_as_before():
+    clock = _Clock()
+    first = _busy_head(1)
+    result, busy, waited = ep.drain(lambda: pytest.fail("read again"), "h", timeout=0, first=first, clock=clock,
+                                    sleep=clock.sleep)
+    assert busy == ep.busy_message(first, "h") and "1 request(s) in flight" in busy
+    assert clock.slept == [] and waited == 0
+
+
+def test_drain_never_waits_on_a_load_or_container_it_cannot_read():
+    for unknown in (_busy_head(None), _busy_head(0, None), {"container": {"status": "unknown", "error": "down"}, "api": {}}):
+        clock = _Clock()
+        _result, busy, _waited = ep.drain(lambda u=unknown: u, "h", timeout=60, clock=clock, sleep=clock.sleep)
+        assert busy and busy.startswith("rank h: cannot tell")
+        assert clock.slept == []
+
+
+def test_drain_lets_an_idle_or_stopped_head_go_at_once():
+    for head in (_busy_head(0), _busy_head(3, status="exited")):
+        clock = _Clock()
+        _result, busy, _waited = ep.drain(lambda h=head: h, "h", timeout=60, clock=clock, sleep=clock.sleep)
+        assert busy is None and clock.slept == []

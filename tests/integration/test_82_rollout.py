@@ -1,0 +1,213 @@
+"""A release rolled out in waves (playbooks/rollout.yml) on the 4 pairs test_80 leaves up, to the simulator's next
+release (sim-v027: the same layer under another tag and label, so another image ID). Two runs in all:
+
+1. a rollout halted by its canary: sim01's stand-in answers with inconsistent usage, so its runtime gate fails; no
+   other pair is touched (not even staged);
+2. the rollout that goes through: sim01 (the canary, its fault gone) is drained first - a streamed request to its
+   head is in flight when the run reaches its engine; the run waits for it, the request gets all its tokens, and
+   only then is the engine replaced - then the image is staged on sim02-04 in one play, then two waves of whole
+   pairs (sim02+sim03, then sim04), each gated before the next starts. Every rank ends on the new image, loaded once.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from simhelpers import INVENTORY, on_rank, playbook, sim_cli, site, snapshot
+from dspark_sim import layout
+
+PAIRS = 4
+DRAIN_MARK = "dspark-rollout-drain"  # only the test's own request is slow, never the gate's or the guard's
+DRAIN_TOKENS, TOKEN_DELAY_S = 90, 0.5  # a request of 45 s (the run reaches the canary's stop within ~10 s), in flight when the run reaches the canary's engine
+
+
+def release() -> Path:
+    return layout.RELEASES_DIR / "sim-v027.yml"
+
+
+def release_pin() -> dict:
+    return yaml.safe_load(release().read_text())["dspark_pin"]
+
+
+def evidence() -> Path:
+    return Path(site()["dspark_evidence_dir"])
+
+
+def waves_report(since: float) -> dict:
+    files = [f for f in (evidence() / "runs").glob("*-rollout-waves-*.json") if f.stat().st_mtime >= since]
+    assert len(files) == 1, files
+    return json.loads(files[0].read_text())
+
+
+def when(stamp: str) -> datetime.datetime:
+    """An RFC 3339 time (Docker's StartedAt has nanoseconds; the report milliseconds) as an aware datetime."""
+    stamp = stamp.replace("Z", "+00:00")
+    head, _, rest = stamp.partition(".")
+    if rest:
+        frac, zone = rest[:rest.index("+")], rest[rest.index("+"):]
+        stamp = f"{head}.{frac[:6]}{zone}"
+    return datetime.datetime.fromisoformat(stamp)
+
+
+def engine(rank) -> dict:
+    out = on_rank(rank, ["docker", "inspect", "--format", "{{json .}}", "dspark_vllm"]).stdout
+    doc = json.loads(out)
+    return {"image": doc["Image"], "started": when(doc["State"]["StartedAt"]), "running": doc["State"]["Running"]}
+
+
+def loads_since(rank, since: str) -> int:
+    out = on_rank(rank, ["docker", "events", "--since", since, "--until", "0s", "--filter", "type=image",
+                         "--filter", "event=load", "--format", "{{.Action}}"]).stdout
+    return len([line for line in out.splitlines() if line.strip()])
+
+
+def put_host_vars(rank, data: dict | None) -> None:
+    path = INVENTORY / "host_vars" / f"{rank.name}.yml"
+    if data is None:
+        path.unlink(missing_ok=True)
+        return
+    path.parent.mkdir(exist_ok=True)
+    temp = INVENTORY / f".{rank.name}.yml.tmp"
+    temp.write_text(yaml.safe_dump(data))
+    temp.replace(path)
+
+
+def streamed_request(head, seen: dict) -> None:
+    """One streamed completion with the drain marker, read to its end; what came back goes into ``seen``."""
+    body = json.dumps({"model": site()["dspark_served_model_name"], "prompt": f"hello {DRAIN_MARK}",
+                       "max_tokens": DRAIN_TOKENS, "ignore_eos": True, "stream": True,
+                       "stream_options": {"include_usage": True}}).encode()
+    req = urllib.request.Request(f"http://{head.mgmt_ip}:8888/v1/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    seen["started"] = datetime.datetime.now(datetime.timezone.utc)
+    chunks, finish, usage, done = 0, None, None, False
+    try:
+        with urllib.request.urlopen(req, timeout=300) as answer:
+            for raw in answer:
+                line = raw.decode().strip()
+                if not line.startswith("data: "):
+                    continue
+                if line == "data: [DONE]":
+                    done = True
+                    continue
+                event = json.loads(line[len("data: "):])
+                for choice in event.get("choices") or []:
+                    chunks += 1 if choice.get("text") else 0
+                    finish = choice.get("finish_reason") or finish
+                usage = event.get("usage") or usage
+    except OSError as exc:
+        seen["error"] = repr(exc)
+    seen.update(ended=datetime.datetime.now(datetime.timezone.utc), chunks=chunks, finish=finish, usage=usage,
+                done=done)
+
+
+@pytest.fixture(scope="module")
+def rollouts(sim, clean_tree):
+    """The two rollouts (halted, then through) and what each did. Four pairs: test_80 left them up (a no-op then);
+    run alone, the session's two pairs are resized."""
+    sim_cli("up", "--pairs", str(PAIRS))
+    pairs = layout.pairs(PAIRS)
+    canary, others = pairs[0], pairs[1:]
+    ranks = [r for p in pairs for r in p.ranks]
+    args = ("-e", f"@{release()}", "-e", "dspark_rollout_wave_pairs=2")
+    env = {**(site().get("dspark_engine_extra_env") or {}), "DSPARK_SIM_TOKEN_DELAY_S": str(TOKEN_DELAY_S),
+           "DSPARK_SIM_TOKEN_DELAY_MATCH": DRAIN_MARK}
+    seen: dict = {"pairs": pairs}
+    try:
+        for r in canary.ranks:  # the canary's gate fails (usage inconsistent); its engine keeps serving slowly
+            put_host_vars(r, {"dspark_engine_extra_env": {**env, "DSPARK_SIM_FAULT": "wrong_usage"}})
+        seen["before_halted"] = {r.name: snapshot(r) for p in others for r in p.ranks}
+        started = time.time()
+        seen["halted"] = playbook("rollout.yml", clean_tree, *args, check=False, timeout=1800)
+        seen["halted_s"] = time.time() - started
+        seen["after_halted"] = {r.name: snapshot(r) for p in others for r in p.ranks}
+        seen["halted_waves"] = waves_report(started)
+
+        for r in canary.ranks:  # the canary's fault is gone; the release goes through
+            put_host_vars(r, None)
+        since = {r.name: on_rank(r, ["date", "+%s"]).stdout.strip() for r in ranks}
+        request: dict = {}
+        thread = threading.Thread(target=streamed_request, args=(canary.head, request), daemon=True)
+        thread.start()
+        started = time.time()
+        seen["through"] = playbook("rollout.yml", clean_tree, *args, "-e", "dspark_rollout_drain_timeout=180",
+                                   check=False, timeout=2400)
+        seen["through_s"] = time.time() - started
+        thread.join(timeout=300)
+        seen["request"] = request
+        seen["waves"] = waves_report(started)
+        seen["engines"] = {r.name: engine(r) for r in ranks}
+        seen["loads"] = {r.name: loads_since(r, since[r.name]) for r in ranks}
+        seen["readiness"] = json.loads((evidence() / canary.name / "readiness.json").read_text())
+        seen["gated"] = {p.name: datetime.datetime.fromtimestamp(
+            (evidence() / p.name / "runtime-gate.json").stat().st_mtime, datetime.timezone.utc) for p in pairs}
+        seen["guarded"] = datetime.datetime.fromtimestamp(
+            (evidence() / canary.name / "serving-guard.json").stat().st_mtime, datetime.timezone.utc)
+    finally:
+        for r in canary.ranks:
+            put_host_vars(r, None)
+    return seen
+
+
+def flat(res) -> str:
+    return " ".join((res.stdout + res.stderr).split())
+
+
+@pytest.mark.fault("rollout-canary-fails")
+def test_a_failing_canary_halts_the_rollout_and_touches_no_other_pair(rollouts):
+    res, doc = rollouts["halted"], rollouts["halted_waves"]
+    out = flat(res)
+    assert res.returncode == 2, out[-4000:]
+    assert rollouts["after_halted"] == rollouts["before_halted"], "a pair other than the canary was changed"
+    assert "usage is inconsistent" in out, out[-3000:]
+    assert "HALTED: the canary pair sim01 did not pass: no other pair was touched" in out, out[-3000:]
+    assert [(s["step"], s["verdict"]) for s in doc["steps"]] == [("canary", "FAILED")]
+    assert doc["steps"][0]["pairs"][0]["phase"] == "Gate", doc
+    assert doc["not_started"] == ["sim02", "sim03", "sim04"]
+
+
+@pytest.mark.fault("rollout-drain-waits")
+def test_the_canary_is_drained_the_request_in_flight_ends_whole_before_its_engine_is_replaced(rollouts):
+    res, request = rollouts["through"], rollouts["request"]
+    assert res.returncode == 0, flat(res)[-4000:]
+    assert "error" not in request, request
+    assert request["done"] and request["finish"] == "length", request
+    # every token came (a chunk carries one decode step's tokens, so the usage counts them)
+    assert request["usage"]["completion_tokens"] == DRAIN_TOKENS and request["chunks"] > 0, request
+    head = rollouts["engines"][rollouts["pairs"][0].head.name]
+    assert head["started"] > request["ended"], (head, request)  # replaced only after the request had ended
+    assert rollouts["readiness"]["drained_s"] > 0, rollouts["readiness"]  # the stop waited for it
+
+
+@pytest.mark.fault("rollout-two-waves")
+def test_the_rollout_goes_canary_first_then_waves_of_whole_pairs_each_gated_before_the_next(rollouts):
+    doc, engines, gated = rollouts["waves"], rollouts["engines"], rollouts["gated"]
+    assert [(s["step"], s["wave"], [e["pair"] for e in s["pairs"]], s["verdict"]) for s in doc["steps"]] == [
+        ("canary", None, ["sim01"], "PASS"), ("stage", None, ["sim02", "sim03", "sim04"], "PASS"),
+        ("wave", 1, ["sim02", "sim03"], "PASS"), ("wave", 2, ["sim04"], "PASS")], doc
+    assert doc["halted"] is None and doc["not_started"] == []
+    steps = {(s["step"], s["wave"]): (when(s["started"]), when(s["ended"])) for s in doc["steps"]}
+    # whole pairs: both ranks of each pair started within their own step, and no engine started while staging
+    for step, names in ((("canary", None), ["sim01"]), (("wave", 1), ["sim02", "sim03"]), (("wave", 2), ["sim04"])):
+        begin, end = steps[step]
+        for name in names:
+            for role in ("head", "worker"):
+                assert begin < engines[f"{name}-{role}"]["started"] < end, (step, name, role, engines)
+    # each step gated before the next one's engines start: the canary before everything, wave 1 before wave 2
+    first_other = min(engines[f"{p}-{r}"]["started"] for p in ("sim02", "sim03", "sim04") for r in ("head", "worker"))
+    assert gated["sim01"] < rollouts["guarded"] < steps[("stage", None)][0] < first_other  # gate, guard, then others
+    wave2 = min(engines[f"sim04-{r}"]["started"] for r in ("head", "worker"))
+    assert max(gated["sim02"], gated["sim03"]) < wave2, (gated, wave2)
+    # every rank serves the new release, and its image was loaded once (sim01's by the halted run before)
+    assert {name: e["image"] for name, e in engines.items()} == {name: release_pin()["image_id"] for name in engines}
+    assert all(e["running"] for e in engines.values())
+    assert rollouts["loads"] == {name: (0 if name.startswith("sim01-") else 1) for name in engines}, rollouts["loads"]
+    took = rollouts["halted_s"] + rollouts["through_s"]
+    print(f"rollout runs: halted {rollouts['halted_s']:.0f} s, through {rollouts['through_s']:.0f} s ({took:.0f} s)")
