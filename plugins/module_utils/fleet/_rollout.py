@@ -123,8 +123,8 @@ def report(steps: list[dict], rows: list[dict], planned: dict | None = None) -> 
         out_steps.append({"step": step.get("kind"), "wave": wave_no if step.get("kind") == WAVE else None,
                           "pairs": entries, "started": step.get("started"), "ended": step.get("ended"),
                           "verdict": PASS if all(e["verdict"] in (PASS, SKIPPED) for e in entries) else "FAILED"})
-    planned_pairs = list((planned or {}).get("canary") or []) + [p for w in (planned or {}).get("waves") or []
-                                                                  for p in w]
+    waves = (planned or {}).get("waves") or []
+    planned_pairs = list((planned or {}).get("canary") or []) + [p for w in waves for p in w]
     # never taken by the canary or a wave, and not failed before (a pair whose staging failed is FAILED, not this)
     not_started = [p for p in planned_pairs
                    if p not in reached and by_pair.get(p, {}).get("verdict", NOT_STARTED) in (NOT_STARTED, PASS)]
