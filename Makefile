@@ -117,7 +117,7 @@ test-vllm: deps
 	@$(PY) -m tools.vllm_lane.install
 	@DSPARK_VLLM_REPORT=$(CURDIR)/artifacts/reports/VLLM.md $(PY) -m pytest --durations=0 tests/vllm
 
-# In lanes (tests/support/lanes.py): the whole-fleet files alone, then the three pairs' tests side by side,
+# In lanes (tests/support/lanes.py): the whole-fleet files alone, then the two pairs' tests side by side,
 # then the whole-fleet files that end the run. `pytest tests/integration` runs them all in one process.
 test-integration: deps
 	@DSPARK_RELIABILITY_REPORT=$(CURDIR)/artifacts/reports/RELIABILITY.md $(PY) -m tests.support.lanes

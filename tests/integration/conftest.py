@@ -12,15 +12,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from simhelpers import INVENTORY, PAIRS, layout, sim_cli  # noqa: E402
 
 
-# ---- lanes: the pairs' tests run side by side (tests/support/lanes.py) ------------------------------
-# A test that works on one pair asks for it as ``pair_a`` (sim01), ``pair_b`` (sim02) or ``pair_c`` (sim03);
-# a test that asks for ``sim`` itself works on the whole fleet. `--lane a`, `--lane b` and `--lane c` run the
-# one-pair tests of one pair, in three pytest processes at once, each pair's tests in file order; `--lane first` and
+# ---- lanes: the two pairs' tests run side by side (tests/support/lanes.py) --------------------------
+# A test that works on one pair asks for it as ``pair_a`` (sim01) or ``pair_b`` (sim02); a test that
+# asks for ``sim`` itself works on the whole fleet. `--lane a` and `--lane b` run the one-pair tests of
+# one pair, in two pytest processes at once, each pair's tests in file order; `--lane first` and
 # `--lane last` run the whole-fleet files alone, before and after them. `--lane all` (the default) runs
 # everything in one process, in file order, as `pytest tests/integration` always did.
 FLEET_FIRST = ("test_10_simulated_bed.py",)
 FLEET_LAST = ("test_80_fleet.py", "test_82_rollout.py", "test_90_teardown.py")
-PAIR_LANES = {"pair_a": "a", "pair_b": "b", "pair_c": "c"}
+# Two lanes, not more: both cores are busy with two (a third lane, tried, made the lanes longer, not shorter).
+PAIR_LANES = {"pair_a": "a", "pair_b": "b"}
 LANES = ("all", "first", *PAIR_LANES.values(), "last")
 
 
@@ -30,7 +31,7 @@ def pytest_addoption(parser):
 
 
 def lane_of(item) -> str:
-    """first or last for a test of a whole-fleet file, a, b or c for a test that asks for one pair only."""
+    """first or last for a test of a whole-fleet file, a or b for a test that asks for one pair only."""
     name = Path(str(item.fspath)).name
     if name in FLEET_FIRST:
         return "first"
@@ -43,7 +44,7 @@ def lane_of(item) -> str:
         return "a"  # touches no pair: either lane may run it
     if "sim" in direct or len(pairs) != 1:
         raise pytest.UsageError(f"{item.nodeid}: a test outside {', '.join(FLEET_FIRST + FLEET_LAST)} works on one "
-                                f"pair: ask for pair_a, pair_b or pair_c (it asks for {sorted(pairs) or 'neither'}"
+                                f"pair: ask for pair_a or pair_b (it asks for {sorted(pairs) or 'neither'}"
                                 f"{' and for sim' if 'sim' in direct else ''})")
     return PAIR_LANES[pairs.pop()]
 
@@ -51,7 +52,7 @@ def lane_of(item) -> str:
 @pytest.fixture(scope="session")
 def sim(request):
     """The simulated fleet. One process (--lane all) brings it down and up at the start and down at the
-    end; the lanes share it: `first` brings it down and up, `a`, `b` and `c` find it up, `last` takes it down."""
+    end; the lanes share it: `first` brings it down and up, `a` and `b` find it up, `last` takes it down."""
     if os.geteuid() != 0:
         pytest.fail("the simulator needs root")
     lane = request.config.getoption("--lane")
@@ -78,12 +79,6 @@ def pair_a(sim):
 def pair_b(sim):
     """Pair sim02, for a test that works on it alone (lane b)."""
     return sim[1]
-
-
-@pytest.fixture(scope="session")
-def pair_c(sim):
-    """Pair sim03, for a test that works on it alone (lane c)."""
-    return sim[2]
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ sys.path.insert(0, str(ROOT / "sim"))
 from dspark_sim import drive, layout  # noqa: E402  (drive: the simulator's CLI, SSH and Ansible env)
 
 INVENTORY = ROOT / "inventories" / "sim"
-PAIRS = 3  # one per lane of the one-pair tests (tests/support/lanes.py)
+PAIRS = 2  # one per lane of the one-pair tests (tests/support/lanes.py)
 
 
 def site() -> dict:

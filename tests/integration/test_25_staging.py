@@ -65,8 +65,8 @@ def archive_sha(rank) -> str:
 
 
 @pytest.fixture
-def pair2(pair_c):
-    pair = pair_c
+def pair2(pair_b):
+    pair = pair_b
     unconverge(pair)
     return pair
 

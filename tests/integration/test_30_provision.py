@@ -70,8 +70,8 @@ def test_a_limit_that_splits_a_pair_is_refused(pair_a, clean_tree):
 
 @pytest.mark.fault("sliced-half-pair")
 def test_a_slice_of_a_sliced_awx_job_is_refused_on_every_host_before_anything_changes(pair_a, clean_tree, tmp_path):
-    """The inventory AWX hands slice 2 of a job_slice_count 3 job over the simulator's fleet (its four hosts
-    sorted by name, every third from the second: sim01-worker alone), made as AWX makes it: every group kept,
+    """The inventory AWX hands slice 2 of a job over the simulator's fleet whose job_slice_count is one less than
+    its hosts (sorted by name, every (n-1)th from the second: sim01-worker alone), made as AWX makes it: every group kept,
     only the slice's hosts in them, the site's group_vars beside. Provision and the read-only audit are both
     refused by the topology, their first task, naming the half pair, the rank it lacks and the fix."""
     from dspark_sim import drive, layout
@@ -80,7 +80,7 @@ def test_a_slice_of_a_sliced_awx_job_is_refused_on_every_host_before_anything_ch
 
     pair = pair_a
     inventory = [r.name for p in layout.pairs(PAIRS) for r in p.ranks]
-    keep = slice_hosts(inventory, 2, 3)
+    keep = slice_hosts(inventory, 2, len(inventory) - 1)
     assert keep == [pair.worker.name], keep
     sliced = tmp_path / "slice"
     shutil.copytree(INVENTORY / "group_vars", sliced / "group_vars")

@@ -3,7 +3,7 @@ invariants and bad input refused before anything changes, a master port held by 
 rank's dockerd restarted under a serving pair, a control node killed mid-provision, and the
 engine container's privileges and mounts.
 
-Pair 3 (pair_c) is provisioned first; every refusal is checked against a snapshot of both ranks
+Pair 1 (pair_a) is provisioned first; every refusal is checked against a snapshot of both ranks
 (images, containers with their IDs, start times and restart counts, files)."""
 from __future__ import annotations
 
@@ -69,8 +69,8 @@ def background_provision(pair, tree, *extra: str) -> subprocess.Popen:
 
 
 @pytest.fixture(scope="module")
-def served(pair_c, clean_tree):
-    pair = pair_c
+def served(pair_a, clean_tree):
+    pair = pair_a
     provision(pair, clean_tree, check=True)
     return pair
 

@@ -4,7 +4,7 @@ Docker engine goes away during readiness. The stand-in hangs as vLLM does: the h
 answering /health, /v1/models and /metrics, generation stalls, and only a step that outlives
 VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS ends the engine.
 
-Pair 3 (pair_c) is used and provisioned again with the site's settings at the end."""
+Pair 2 (pair_b) is used and provisioned again with the site's settings at the end."""
 from __future__ import annotations
 
 import json
@@ -79,8 +79,8 @@ def end(proc: subprocess.Popen) -> None:
 
 
 @pytest.fixture(scope="module")
-def pair(pair_c, clean_tree):
-    p = pair_c
+def pair(pair_b, clean_tree):
+    p = pair_b
     provision(p, clean_tree)
     yield p
     provision(p, clean_tree, "-e", "dspark_engine_force_replace=true")  # the site's engine again, serving
