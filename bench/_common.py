@@ -47,23 +47,32 @@ def ansible_env(**extra: str) -> dict:
 
 
 # ---- peak memory of a module's process --------------------------------------------------------
-def scan_vmhwm(mark: str, proc: Path = Path("/proc")) -> dict[int, int]:
-    """One look at ``proc``: {pid: VmHWM in KiB} of every process whose command line holds ``mark``."""
-    found: dict[int, int] = {}
-    needle = mark.encode()
+def _processes(proc: Path):
+    """(pid, its /proc folder, its command line) of every process in ``proc`` still there when read."""
     try:
         entries = os.listdir(proc)
     except OSError:
-        return found
+        return
     for pid in entries:
         if not pid.isdigit():
             continue
         try:
-            if needle not in (proc / pid / "cmdline").read_bytes():
-                continue
-            for line in (proc / pid / "status").read_text().splitlines():
+            yield int(pid), proc / pid, (proc / pid / "cmdline").read_bytes()
+        except OSError:
+            continue
+
+
+def scan_vmhwm(mark: str, proc: Path = Path("/proc")) -> dict[int, int]:
+    """One look at ``proc``: {pid: VmHWM in KiB} of every process whose command line holds ``mark``."""
+    found: dict[int, int] = {}
+    needle = mark.encode()
+    for pid, folder, cmdline in _processes(proc):
+        if needle not in cmdline:
+            continue
+        try:
+            for line in (folder / "status").read_text().splitlines():
                 if line.startswith("VmHWM:"):
-                    found[int(pid)] = int(line.split()[1])
+                    found[pid] = int(line.split()[1])
         except (OSError, ValueError, IndexError):
             continue
     return found
@@ -96,19 +105,12 @@ def ssh_master_ticks(proc: Path = Path("/proc")) -> dict[int, int]:
     """{pid: user + system clock ticks} of every persistent SSH master (``ssh: <control path> [mux]``) that
     lives in ``proc``. A master leaves the ssh client that started it, so RUSAGE_CHILDREN never counts it."""
     found: dict[int, int] = {}
-    try:
-        entries = os.listdir(proc)
-    except OSError:
-        return found
-    for pid in entries:
-        if not pid.isdigit():
+    for pid, folder, cmdline in _processes(proc):
+        if not (cmdline.startswith(b"ssh: ") and b"[mux]" in cmdline):
             continue
         try:
-            cmdline = (proc / pid / "cmdline").read_bytes()
-            if not (cmdline.startswith(b"ssh: ") and b"[mux]" in cmdline):
-                continue
-            fields = (proc / pid / "stat").read_text().rsplit(")", 1)[1].split()
-            found[int(pid)] = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+            fields = (folder / "stat").read_text().rsplit(")", 1)[1].split()
+            found[pid] = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
         except (OSError, ValueError, IndexError):
             continue
     return found
