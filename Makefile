@@ -86,18 +86,19 @@ demo: sim-up
 	  echo "  .venv/bin/ansible -i inventories/sim all -m ansible.builtin.ping"; \
 	  echo "  make sim-status | make sim-down"
 
-# Phases run in this order: the checks (lint and the unit tests in two halves, side by side: each uses about one
-# core, and nothing of the simulator), the simulator integration tests, then molecule and the real-vLLM lane side
-# by side (molecule's one pair waits on its cold start much of the time; the lane needs no simulator); each
-# one's time goes to artifacts/reports/TESTS.md (tools/test_report: standard library only, so the system python
-# runs it before the virtualenv exists), with the 15 slowest simulator tests.
+# Phases: deps; then the simulator integration tests with the checks beside them (lint and the unit tests in two
+# halves) on idle CPU only (SCHED_IDLE: they take no cycle the simulator's lanes want, and fill the cores the
+# lanes leave idle; the lanes' output is shown as it comes, each check's when it ends); then molecule and the
+# real-vLLM lane side by side (molecule's one pair waits on its cold start much of the time; the lane needs no
+# simulator). Each one's time goes to artifacts/reports/TESTS.md (tools/test_report: standard library only, so
+# the system python runs it before the virtualenv exists), with the 15 slowest simulator tests.
 TIMED := python3 -m tools.test_report
 test:
 	@$(TIMED) begin
 	@$(TIMED) run deps -- $(MAKE) --no-print-directory deps
-	@MAKE="$(MAKE)" $(TIMED) together checks lint=lint "unit-plugins=test-unit UNIT=tests/unit/plugins" \
+	@MAKE="$(MAKE)" $(TIMED) together simulator-and-checks integration=test-integration \
+	  --idle lint=lint "unit-plugins=test-unit UNIT=tests/unit/plugins" \
 	  "unit-others=test-unit UNIT='tests/unit --ignore=tests/unit/plugins'"
-	@$(TIMED) run integration -- $(MAKE) --no-print-directory test-integration
 	@MAKE="$(MAKE)" $(TIMED) together tail molecule=test-molecule vllm-lane=test-vllm
 	@$(TIMED) end
 

@@ -83,10 +83,10 @@ def _remove_cgroups() -> int:
 
 def down() -> None:
     """Tear everything down, from the state file or, after a crash, from the names alone."""
-    for ns in network.list_netns():
-        left = rank.kill_netns_processes(ns)
-        if left:
-            raise SimError(f"could not stop {left} process(es) in {ns}; nothing else removed")
+    left = rank.kill_netns_processes(network.list_netns())
+    if left:
+        raise SimError("could not stop " + ", ".join(f"{len(pids)} process(es) in {ns}" for ns, pids in left.items())
+                       + "; nothing else removed")
     network.teardown_net()
     _remove_cgroups()
     rank.remove_operator()

@@ -211,23 +211,26 @@ def host_key_line(rank: layout.Rank) -> str:
     return f"{rank.mgmt_ip} {pub[0]} {pub[1]}\n"
 
 
-def kill_netns_processes(netns: str, grace: float = 10) -> int:
-    """Stop every process living in the rank's network namespace: sshd, dockerd, containerd,
-    shims and engine containers (host networking puts them all there). TERM first, then KILL."""
-    pids = network.netns_pids(netns)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
+def kill_netns_processes(namespaces: list[str], grace: float = 10) -> dict[str, list[int]]:
+    """Stop every process living in the ranks' network namespaces: sshd, dockerd, containerd, shims and
+    engine containers (host networking puts them all there). TERM to all of them at once, then KILL what is
+    left after ``grace`` seconds: the ranks stop side by side, so a fleet stops in one rank's time, not the sum.
+    Returns the namespaces whose processes outlived the KILL, with their PIDs (empty when all are gone)."""
+    pids = {ns: network.netns_pids(ns) for ns in namespaces}
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5)):
+        for pid in (p for ns_pids in pids.values() for p in ns_pids):
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
-        deadline = time.monotonic() + (grace if sig == signal.SIGTERM else 5)
-        while time.monotonic() < deadline:
-            pids = network.netns_pids(netns)
+        deadline = time.monotonic() + wait
+        while True:
+            pids = {ns: left for ns in pids if (left := network.netns_pids(ns))}
             if not pids:
-                return 0
+                return {}
+            if time.monotonic() >= deadline:
+                break
             time.sleep(0.2)
-    left = network.netns_pids(netns)
-    if left:
-        say(f"processes still alive in {netns}: {left}")
-    return len(left)
+    for ns, left in pids.items():
+        say(f"processes still alive in {ns}: {left}")
+    return pids

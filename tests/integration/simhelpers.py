@@ -95,13 +95,19 @@ def unconverge(pair: layout.Pair) -> None:
         assert snapshot(r)["images"] == []
 
 
+SNAPSHOT_SCRIPT = (
+    "docker image ls --all --no-trunc --format '{{.ID}} {{.Repository}}:{{.Tag}}' || exit 1; echo '#containers'; "
+    "ids=$(docker ps -aq --no-trunc) || exit 1; [ -z \"$ids\" ] || docker inspect --format "
+    "'{{.Id}} {{.Name}} {{.State.Status}} {{.State.StartedAt}} {{.RestartCount}}' $ids || exit 1; echo '#files'; "
+    "find /var/lib/dspark /etc/dspark /srv/dspark/models -printf '%p %s %T@\\n'")
+
+
 def snapshot(rank: layout.Rank) -> dict:
     """Everything on a rank that a run could change: images, containers (ID, name, state, start time,
-    restart count) and the files under the collection's folders and the model directory."""
-    images = on_rank(rank, ["docker", "image", "ls", "--all", "--no-trunc", "--format", "{{.ID}} {{.Repository}}:{{.Tag}}"]).stdout
-    containers = on_rank(rank, ["sh", "-c", "ids=$(docker ps -aq --no-trunc); [ -z \"$ids\" ] || docker inspect --format "
-                                "'{{.Id}} {{.Name}} {{.State.Status}} {{.State.StartedAt}} {{.RestartCount}}' $ids"]).stdout
-    files = on_rank(rank, ["find", "/var/lib/dspark", "/etc/dspark", "/srv/dspark/models", "-printf", "%p %s %T@\n"]).stdout
+    restart count) and the files under the collection's folders and the model directory (one SSH call)."""
+    out = on_rank(rank, ["sh", "-c", SNAPSHOT_SCRIPT]).stdout
+    images, rest = out.split("#containers\n", 1)
+    containers, files = rest.split("#files\n", 1)
     return {"images": sorted(images.splitlines()), "containers": sorted(containers.splitlines()),
             "files": sorted(files.splitlines())}
 

@@ -25,7 +25,7 @@ from dspark_sim import layout
 
 PAIRS = 4
 DRAIN_MARK = "dspark-rollout-drain"  # only the test's own request is slow, never the gate's or the guard's
-DRAIN_TOKENS, TOKEN_DELAY_S = 90, 0.5  # a request of 45 s (the run reaches the canary's stop within ~10 s), in flight when the run reaches the canary's engine
+DRAIN_TOKENS, TOKEN_DELAY_S = 60, 0.5  # a request of 30 s (the run reaches the canary's stop within ~10 s), in flight when the run reaches the canary's engine
 
 
 def release() -> Path:

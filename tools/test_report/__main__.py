@@ -2,11 +2,12 @@
 
     python -m tools.test_report begin                 # a new record (artifacts/reports/test-phases.json)
     python -m tools.test_report run NAME -- CMD ...   # run CMD, record NAME's seconds and exit code
-    python -m tools.test_report together GROUP NAME=TARGET ...
+    python -m tools.test_report together GROUP NAME=TARGET ... [--idle NAME=TARGET ...]
                                                       # run `make TARGET` (TARGET may add make variables,
                                                       # "test-unit UNIT=tests/unit/plugins") for each NAME
                                                       # side by side (each one's
                                                       # output in artifacts/reports/NAME.log, shown when it ends);
+                                                      # those after --idle on idle CPU only (SCHED_IDLE);
                                                       # record each NAME and GROUP's wall time
     python -m tools.test_report end                   # write TESTS.md: phases, total, the 15 slowest simulator tests
 
@@ -14,10 +15,15 @@ The simulator tests' own times come from the JUnit XML that `make test-integrati
 (artifacts/reports/integration-junit.xml). A phase that fails still has its time recorded and TESTS.md
 written; `run` then exits with the phase's code, so `make test` stops as before.
 
-`together` is for the phases that share nothing and leave each other room (lint and the two halves of the unit
-tests; molecule, which waits on its pair's cold start, and the real-vLLM lane): on a 2-core machine they take the
-wall time of the longest instead of the sum. The total counts the group's
-wall time once; its members' own times are listed under it.
+`together` is for the phases that share nothing and leave each other room (molecule, which waits on its pair's
+cold start, and the real-vLLM lane): on a 2-core machine they take the wall time of the longest instead of the sum.
+The total counts the group's wall time once; its members' own times are listed under it.
+
+`--idle` members run under Linux's SCHED_IDLE policy (their children too): they get a core only when nothing else
+wants it, so they take no CPU from the members before ``--idle``. ``make test`` runs the checks (lint and the two
+halves of the unit tests) that way beside the simulator tests, whose lanes leave a core idle much of the time (the
+first and last lanes run alone, and an Ansible run waits on its ranks); the simulator tests run as fast as they would
+alone, and the checks fill the gaps instead of taking minutes of their own.
 """
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ import os
 import shlex
 import subprocess
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
@@ -112,52 +119,98 @@ def _record(entries: list[dict], code: int) -> None:
 
 def _phase_name(phase: dict) -> str:
     if phase.get("within"):
-        return f"&nbsp;&nbsp;{phase['name']} (in {phase['within']})"
+        return f"&nbsp;&nbsp;{phase['name']} (in {phase['within']}{', on idle CPU' if phase.get('idle') else ''})"
     if phase.get("members"):
         return f"{phase['name']}: {' ‖ '.join(phase['members'])}, side by side"
     return phase["name"]
 
 
+_OUT = threading.Lock()  # a member's log shown whole, never cut by a line of a member shown live
+
+
 def _show(name: str, code: int, seconds: float, log: Path) -> None:
+    with _OUT:
+        _show_unlocked(name, code, seconds, log)
+
+
+def _show_unlocked(name: str, code: int, seconds: float, log: Path) -> None:
     print(f"[test] ---- {name}: exit {code} after {_clock(seconds)} (its output, {log.relative_to(ROOT)}) ----",
           flush=True)
     sys.stdout.write(log.read_text(errors="replace"))
     print(f"[test] ---- end of {name} ----", flush=True)
 
 
+def _tee(stream, log: Path) -> None:
+    """Copy a member's output to the terminal as it comes and to its log."""
+    with open(log, "wb") as handle:
+        for line in iter(stream.readline, b""):
+            handle.write(line)
+            handle.flush()
+            with _OUT:
+                sys.stdout.flush()
+                sys.stdout.buffer.write(line)
+                sys.stdout.buffer.flush()
+    stream.close()
+
+
+def _idle() -> None:
+    """In the child, before make starts: CPU only when no other process wants it (inherited by its children)."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):  # not Linux: the lowest priority nice allows
+        os.nice(19)
+
+
 def together(group: str, pairs: list[str]) -> int:
-    """Run ``make TARGET`` for each ``NAME=TARGET`` side by side; record each and the group's wall time. The
-    group's code is the first failing member's (all members run to their end either way)."""
-    members = [p.split("=", 1) for p in pairs]
-    if not members or any(len(m) != 2 or not all(m) for m in members):
+    """Run ``make TARGET`` for each ``NAME=TARGET`` side by side, those after ``--idle`` on idle CPU only; record
+    each and the group's wall time. The group's code is the first failing member's (all members run to their end
+    either way)."""
+    idle_from = pairs.index("--idle") if "--idle" in pairs else len(pairs)
+    members = [(*p.split("=", 1), i > idle_from) for i, p in enumerate(pairs) if i != idle_from]
+    if not members or any(len(m) != 3 or not all(m[:2]) for m in members):
         print(f"together {group}: expected NAME=TARGET pairs, got {pairs}", file=sys.stderr)
         return 64
     REPORTS.mkdir(parents=True, exist_ok=True)
     make = shlex.split(os.environ.get("MAKE") or "make")
     started = time.monotonic()
     running = {}
-    for name, target in members:
+    # With idle members, the others' output is shown as it comes (a long phase is never silent), the idle
+    # members' when they end; without, every member's when it ends.
+    live = any(idle for _n, _t, idle in members)
+    for name, target, idle in members:
         log = REPORTS / f"{name}.log"
-        with open(log, "wb") as handle:
-            proc = subprocess.Popen([*make, "--no-print-directory", *shlex.split(target)], stdout=handle, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL)
-        running[proc] = (name, log, time.monotonic())
-        print(f"[test] {name}: started (make {target}) beside the others of {group}", flush=True)
+        argv = [*make, "--no-print-directory", *shlex.split(target)]
+        if live and not idle:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            pump = threading.Thread(target=_tee, args=(proc.stdout, log), daemon=True)
+            pump.start()
+        else:
+            pump = None
+            with open(log, "wb") as handle:
+                proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        preexec_fn=_idle if idle else None)
+        running[proc] = (name, log, time.monotonic(), pump)
+        print(f"[test] {name}: started (make {target}) beside the others of {group}"
+              f"{' on idle CPU' if idle else ''}", flush=True)
     results = {}
     while running:
         ended = [proc for proc in running if proc.poll() is not None]
         if not ended:
             time.sleep(0.5)
         for proc in ended:
-            name, log, begun = running.pop(proc)
+            name, log, begun, pump = running.pop(proc)
             results[name] = (proc.returncode, round(time.monotonic() - begun, 1))
-            _show(name, proc.returncode, results[name][1], log)
-    codes = [results[name][0] for name, _t in members]
+            if pump:
+                pump.join(timeout=5)
+                print(f"[test] ---- {name}: exit {proc.returncode} after {_clock(results[name][1])} ----", flush=True)
+            else:
+                _show(name, proc.returncode, results[name][1], log)
+    codes = [results[name][0] for name, _t, _i in members]
     code = next((c for c in codes if c != 0), 0)
     _record([{"name": group, "seconds": round(time.monotonic() - started, 1), "code": code,
-              "members": [name for name, _t in members]}]
-            + [{"name": name, "seconds": results[name][1], "code": results[name][0], "within": group}
-               for name, _t in members], code)
+              "members": [name for name, _t, _i in members]}]
+            + [{"name": name, "seconds": results[name][1], "code": results[name][0], "within": group,
+                **({"idle": True} if idle else {})} for name, _t, idle in members], code)
     return code
 
 

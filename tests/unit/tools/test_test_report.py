@@ -97,3 +97,29 @@ def test_a_group_counts_once_in_the_total_and_its_members_are_listed_under_it():
     assert "- total **2 min 20 s** (FAILED in checks)" in text
     assert "| checks: lint ‖ unit, side by side | 2 min 00 s | 3 |" in text
     assert "| &nbsp;&nbsp;unit (in checks) | 1 min 59 s | 3 |" in text
+
+
+def test_idle_members_run_on_idle_cpu_and_the_others_are_shown_as_they_come(tmp_path, monkeypatch, capfd):
+    monkeypatch.setattr(report, "ROOT", tmp_path)
+    monkeypatch.setattr(report, "REPORTS", tmp_path / "reports")
+    monkeypatch.setattr(report, "RECORD", tmp_path / "reports" / "r.json")
+    monkeypatch.setattr(report, "OUT", tmp_path / "reports" / "TESTS.md")
+    monkeypatch.setattr(report, "JUNIT", tmp_path / "none.xml")
+    # A stand-in for make that says which scheduling policy it runs under (SCHED_IDLE is 5 on Linux).
+    (tmp_path / "mk").write_text("import os, sys\n"
+                                 "print('target', sys.argv[-1], 'policy', os.sched_getscheduler(0), flush=True)\n"
+                                 "raise SystemExit(4 if sys.argv[-1] == 'late' else 0)\n")
+    monkeypatch.setenv("MAKE", f"{sys.executable} {tmp_path / 'mk'}")
+    assert report.main(["begin"]) == 0
+    assert report.main(["together", "all", "main=sims", "--idle", "lint=checks", "unit=late"]) == 4
+    out = capfd.readouterr().out
+    import os
+    assert f"target sims policy {os.SCHED_OTHER}" in out and f"target checks policy {os.SCHED_IDLE}" in out
+    assert f"target late policy {os.SCHED_IDLE}" in out
+    # the live member's output is kept in its log as well, and its end is announced without showing it again
+    assert (tmp_path / "reports" / "main.log").read_text() == f"target sims policy {os.SCHED_OTHER}\n"
+    assert out.count("target sims") == 1 and "---- main: exit 0 after" in out
+    text = (tmp_path / "reports" / "TESTS.md").read_text()
+    assert "| all: main ‖ lint ‖ unit, side by side |" in text and "FAILED in all" in text
+    assert "| &nbsp;&nbsp;lint (in all, on idle CPU) | " in text and "| &nbsp;&nbsp;main (in all) | " in text
+    assert report.main(["together", "x", "--idle"]) == 64
