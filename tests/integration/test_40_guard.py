@@ -79,8 +79,8 @@ def test_slow_tokens_stop_at_the_bound(pair_a, clean_tree, host_vars):
     doc = report(pair)
     assert doc["elapsed_s"] < 60
     assert any("time bound" in e or "transport" in e for e in doc["errors"])
-    # the requests cut at the bound are still finishing on the stand-in (drained's note): the pair's next test
-    # starts on an idle head, not on one the busy check must refuse to replace
+    # the requests cut at the bound are aborted on the head (drained's note): the pair's next test starts on an
+    # idle head, not on one the busy check must refuse to replace
     assert drained(pair) == 0
 
 
@@ -99,8 +99,8 @@ def in_flight(pair) -> int:
 
 def drained(pair, bound_s: float = 120) -> int:
     """Wait (on the head's own counts) until it serves nothing: a guard that ended at its bound has closed its
-    last requests' connections, and the stand-in finishes a non-streamed request whose client has gone (vLLM
-    aborts it instead: a known difference of the stand-in)."""
+    last requests' connections, and the stand-in, as vLLM, aborts a request whose client has gone (within one
+    token's delay)."""
     deadline = time.monotonic() + bound_s
     while (left := in_flight(pair)) and time.monotonic() < deadline:
         time.sleep(1)

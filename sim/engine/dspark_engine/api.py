@@ -17,6 +17,7 @@ a chat stream opens with a role-only chunk, and each chunk carries the tokens of
 (with speculative decoding, the accepted drafts and the bonus token arrive together).
 """
 import json
+import threading
 import time
 import uuid
 
@@ -76,6 +77,9 @@ def _sse(obj):
 
 
 DONE = "data: [DONE]\n\n"
+# What the HTTP server knows of the request this thread answers: ``client_gone() -> bool`` (server.py sets it),
+# so that a non-streamed generation stops when its client has gone.
+REQUEST = threading.local()
 
 
 class Api:
@@ -170,6 +174,7 @@ class Api:
             raise ApiError(500, DEAD_MESSAGE) from None
 
     def _consume(self, generation):
+        generation.client_gone = getattr(REQUEST, "client_gone", None)
         try:
             return list(generation)
         except EngineDead:

@@ -26,6 +26,12 @@ class EngineDead(Exception):
         super().__init__(DEAD_MESSAGE)
 
 
+class ClientGone(ConnectionResetError):
+    """The client of a non-streamed request has gone: the request is aborted, as vLLM's API server does (its
+    completion and chat handlers are wrapped in ``with_cancellation``, which cancels the handler, and so the
+    request, when the connection closes). A streamed request ends the same way when a chunk finds no client."""
+
+
 class Engine:
     def __init__(self, cfg, settings, procs, lifecycle):
         self.cfg, self.settings, self.procs, self.lifecycle = cfg, settings, procs, lifecycle
@@ -156,6 +162,7 @@ class Generation:
         self.engine, self.prompt_ids, self.output = engine, prompt_ids, output
         self.token_delay_s = token_delay_s
         self.arrival = time.monotonic()
+        self.client_gone = None  # () -> bool, asked before each token of a non-streamed request (api.py)
 
     def __iter__(self):
         eng, m = self.engine, self.engine.metrics
@@ -163,12 +170,14 @@ class Generation:
             m.waiting += 1
         if len(self.prompt_ids) > eng.cfg.kv_tokens:
             # never schedulable (only possible with DSPARK_SIM_KV_OVERCOMMIT=1): it waits, as in vLLM's
-            # scheduler, until the engine dies or exits; the client's timeout ends it
-            while not eng.dead:
+            # scheduler, until the engine dies or exits, or its client gives up (then it is aborted)
+            gone = False
+            while not eng.dead and not gone:
                 time.sleep(0.5)
+                gone = self.client_gone is not None and self.client_gone()
             with m.lock:
                 m.waiting -= 1
-            raise EngineDead()
+            raise ClientGone("the client closed the connection") if gone else EngineDead()
         eng._slots.acquire()
         with m.lock:
             m.waiting -= 1
@@ -182,6 +191,8 @@ class Generation:
             for token in self.output.tokens:
                 if self.token_delay_s:
                     time.sleep(self.token_delay_s)
+                if self.client_gone is not None and self.client_gone():
+                    raise ClientGone("the client closed the connection")
                 eng.wait_for_peers()
                 if ttft is None:
                     ttft = time.monotonic() - self.arrival

@@ -8,6 +8,7 @@ does (``text/plain; version=1.0.0``).  Access lines are logged in uvicorn's form
 """
 import hmac
 import json
+import select
 import socket
 import socketserver
 import threading
@@ -16,8 +17,8 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
-from .api import Api, ApiError, Json, Sse
-from .engine import DEAD_MESSAGE, EngineDead
+from .api import REQUEST, Api, ApiError, Json, Sse
+from .engine import DEAD_MESSAGE, ClientGone, EngineDead
 from .strict_json import StrictJSONError, loads
 
 MAX_BODY = 256 * 2 ** 20
@@ -124,6 +125,18 @@ class Handler(BaseHTTPRequestHandler):
         given = self.headers.get("authorization", "")
         return hmac.compare_digest(given.encode(), f"Bearer {key}".encode())
 
+    def _client_gone(self):
+        """The client has closed its end: the socket reads as ended (a keep-alive client's next request, already
+        sent, reads as data and is no end)."""
+        try:
+            if not select.select([self.connection], [], [], 0)[0]:
+                return False
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True
+
     def _answer_quietly(self, status, obj):
         """An error answer to a client that may have gone (a timed-out client of a stalled engine): as
         uvicorn, a vanished client is no error of the server's and logs nothing."""
@@ -146,7 +159,11 @@ class Handler(BaseHTTPRequestHandler):
             if not self._authorized(path):
                 return self._send_json(401, {"error": "Unauthorized"})
             body = self._parse_body(raw) if method == "POST" and path != "/ping" else {}
-            result = route[1](api, body)
+            REQUEST.client_gone = self._client_gone
+            try:
+                result = route[1](api, body)
+            finally:
+                REQUEST.client_gone = None
             if isinstance(result, Sse):
                 return self._send_sse(result.events)
             if isinstance(result, str):
@@ -156,6 +173,9 @@ class Handler(BaseHTTPRequestHandler):
             self._answer_quietly(exc.status, exc.body())
         except EngineDead:
             self._answer_quietly(500, ApiError(500, DEAD_MESSAGE).body())
+        except ClientGone:  # aborted; uvicorn writes no access line for a client that has gone
+            self.status = None
+            self.close_connection = True
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         except Exception as exc:  # noqa: BLE001 - a server must answer 500, not die
@@ -166,10 +186,14 @@ class Handler(BaseHTTPRequestHandler):
             except OSError:
                 self.close_connection = True
         finally:
-            client = self.client_address
-            phrase = HTTPStatus(self.status).phrase if self.status in HTTPStatus._value2member_map_ else ""
-            api.engine.procs.api.raw(f'INFO:     {client[0]}:{client[1]} - "{method} {self.path} '
-                                     f'{self.request_version}" {self.status} {phrase}')
+            if self.status is not None:
+                self._access_line(method)
+
+    def _access_line(self, method):
+        client = self.client_address
+        phrase = HTTPStatus(self.status).phrase if self.status in HTTPStatus._value2member_map_ else ""
+        self.server.api.engine.procs.api.raw(f'INFO:     {client[0]}:{client[1]} - "{method} {self.path} '
+                                             f'{self.request_version}" {self.status} {phrase}')
 
 
 class Server(ThreadingHTTPServer):

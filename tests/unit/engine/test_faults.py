@@ -1,5 +1,8 @@
 """Fault injection through DSPARK_SIM_* environment variables."""
+import json
+import re
 import signal
+import socket
 import time
 
 import pytest
@@ -85,6 +88,39 @@ def test_slow_tokens_only_for_matching_prompts(engines, model_dir):
     started = time.monotonic()
     assert proc.post("/v1/completions", {"prompt": "Hi slow-me", "max_tokens": 5, "ignore_eos": True})[0] == 200
     assert time.monotonic() - started >= 1.0
+
+
+def _gauge(proc, name: str, labels: str = "") -> float:
+    status, body = proc.get("/metrics")
+    assert status == 200
+    pattern = rf"^{re.escape(name)}\{{[^}}]*{re.escape(labels)}[^}}]*\}} (\S+)$"
+    return sum(float(v) for v in re.findall(pattern, body.decode(), re.M))
+
+
+def test_a_non_streamed_request_whose_client_goes_is_aborted(engines, model_dir):
+    """As vLLM's API server (with_cancellation): the client closes its connection mid-request, the engine stops
+    generating at once and counts it aborted, and writes no access line for it (uvicorn writes none for a client
+    that has gone); a client that stays gets every token."""
+    proc = start_head(engines, model_dir, {"DSPARK_SIM_TOKEN_DELAY_S": "0.1",
+                                           "DSPARK_SIM_TOKEN_DELAY_MATCH": "slow-me"}).wait_ready()
+    body = json.dumps({"prompt": "Hi slow-me", "max_tokens": 300, "ignore_eos": True}).encode()  # 30 s if left
+    client = socket.create_connection(("127.0.0.1", proc.port), timeout=10)
+    client.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    deadline = time.monotonic() + 10
+    while _gauge(proc, "vllm:num_requests_running") != 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gauge(proc, "vllm:num_requests_running") == 1
+    aborted = _gauge(proc, "vllm:request_success_total", 'finished_reason="abort"')
+    client.close()
+    gone = time.monotonic()
+    while _gauge(proc, "vllm:num_requests_running") and time.monotonic() - gone < 10:
+        time.sleep(0.05)
+    assert _gauge(proc, "vllm:num_requests_running") == 0 and time.monotonic() - gone < 5
+    assert _gauge(proc, "vllm:request_success_total", 'finished_reason="abort"') == aborted + 1
+    assert not [line for line in proc.stdout().splitlines() if '"POST /v1/completions HTTP/1.1"' in line]
+    status, answer = proc.post("/v1/completions", {"prompt": "Hi slow-me", "max_tokens": 3, "ignore_eos": True})
+    assert status == 200 and answer["usage"]["completion_tokens"] == 3
 
 
 def test_die_after_requests(engines, model_dir):
