@@ -86,17 +86,20 @@ demo: sim-up
 	  echo "  .venv/bin/ansible -i inventories/sim all -m ansible.builtin.ping"; \
 	  echo "  make sim-status | make sim-down"
 
-# Phases: deps; then the simulator integration tests with the checks beside them (lint and the unit tests in two
-# halves) on idle CPU only (SCHED_IDLE: they take no cycle the simulator's lanes want, and fill the cores the
-# lanes leave idle; the lanes' output is shown as it comes, each check's when it ends); then molecule and the
-# real-vLLM lane side by side (molecule's one pair waits on its cold start much of the time; the lane needs no
-# simulator). Each one's time goes to artifacts/reports/TESTS.md (tools/test_report: standard library only, so
-# the system python runs it before the virtualenv exists), with the 15 slowest simulator tests.
+# Phases: deps; the simulator tests' first and pair steps (tests/support/lanes.py; a failure there does not stop
+# the run: the last step brings the simulator down, and the end reports the failure); then the last step, which
+# runs alone and leaves a core idle, with the checks beside it (lint and the unit tests in two halves) on idle CPU
+# only (SCHED_IDLE: they take no cycle the last step wants; its output is shown as it comes, each check's when it
+# ends); then molecule and the real-vLLM lane side by side (molecule's one pair waits on its cold start much of the
+# time; the lane needs no simulator). Each one's time goes to artifacts/reports/TESTS.md (tools/test_report:
+# standard library only, so the system python runs it before the virtualenv exists), with the 15 slowest
+# simulator tests; `end` fails when a phase did.
 TIMED := python3 -m tools.test_report
 test:
 	@$(TIMED) begin
 	@$(TIMED) run deps -- $(MAKE) --no-print-directory deps
-	@MAKE="$(MAKE)" $(TIMED) together simulator-and-checks integration=test-integration \
+	-@$(TIMED) run integration-first-and-pairs -- $(MAKE) --no-print-directory test-integration STEPS=first,pairs
+	@MAKE="$(MAKE)" $(TIMED) together integration-last-and-checks "integration-last=test-integration STEPS=last" \
 	  --idle lint=lint "unit-plugins=test-unit UNIT=tests/unit/plugins" \
 	  "unit-others=test-unit UNIT='tests/unit --ignore=tests/unit/plugins'"
 	@MAKE="$(MAKE)" $(TIMED) together tail molecule=test-molecule vllm-lane=test-vllm
@@ -121,7 +124,8 @@ test-vllm: deps
 # In lanes (tests/support/lanes.py): the whole-fleet files alone, then the two pairs' tests side by side,
 # then the whole-fleet files that end the run. `pytest tests/integration` runs them all in one process.
 test-integration: deps
-	@DSPARK_RELIABILITY_REPORT=$(CURDIR)/artifacts/reports/RELIABILITY.md $(PY) -m tests.support.lanes
+	@DSPARK_RELIABILITY_REPORT=$(CURDIR)/artifacts/reports/RELIABILITY.md $(PY) -m tests.support.lanes \
+	  $(if $(STEPS),--steps $(STEPS))
 
 test-molecule: deps
 	@$(VENV)/bin/molecule test

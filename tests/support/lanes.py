@@ -5,11 +5,15 @@ and on this machine's two cores one pair's Ansible run leaves room for the other
 busy: a third, tried, only made each lane slower).
 
     python -m tests.support.lanes [pytest options...]      # what `make test-integration` runs
+    python -m tests.support.lanes --steps first,pairs ...  # some of the steps (first, pairs, last), in that order
 
 Every lane runs whatever happened before it (a failed lane does not stop the next: `last` brings the
 simulator down). The lanes' JUnit files are merged into artifacts/reports/integration-junit.xml and their
-fault-matrix outcomes into the report that DSPARK_RELIABILITY_REPORT names. Each line a lane prints is
-prefixed with its name; the exit status is the first non-zero lane's, else 0.
+fault-matrix outcomes into the report that DSPARK_RELIABILITY_REPORT names: every lane's that is on disk, so a
+run of `--steps last` after one of `--steps first,pairs` reports the whole suite (a run that starts with the
+first step forgets every lane of an earlier run first). `make test` runs the steps that way, in two parts, so
+that its checks run beside the last step alone, which leaves a core idle. Each line a lane prints is prefixed
+with its name; the exit status is the first non-zero lane's, else 0.
 """
 from __future__ import annotations
 
@@ -26,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[2]
 REPORTS = ROOT / "artifacts" / "reports"
 JUNIT = REPORTS / "integration-junit.xml"
 MATRIX = ROOT / "tests" / "integration" / "fault_matrix.yml"
-STEPS = (("first",), ("a", "b"), ("last",))  # lanes of a step run at the same time
+STEPS = {"first": ("first",), "pairs": ("a", "b"), "last": ("last",)}  # lanes of a step run at the same time
+ALL_LANES = [lane for step in STEPS.values() for lane in step]
 
 
 def _pump(name: str, stream, out, lock: threading.Lock) -> None:
@@ -89,19 +94,35 @@ def merge_reliability(parts: list[Path], target: Path) -> bool:
     return True
 
 
+def steps_of(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(the steps to run, in suite order; the pytest options left): ``--steps a,b`` picks them, default all."""
+    if "--steps" not in argv:
+        return list(STEPS), argv
+    at = argv.index("--steps")
+    if at + 1 >= len(argv):
+        raise SystemExit("--steps needs a value: a comma-separated list of " + ", ".join(STEPS))
+    chosen = [s.strip() for s in argv[at + 1].split(",") if s.strip()]
+    unknown = [s for s in chosen if s not in STEPS]
+    if unknown or not chosen:
+        raise SystemExit(f"--steps: unknown step(s) {unknown or chosen}; the steps are " + ", ".join(STEPS))
+    return [s for s in STEPS if s in chosen], argv[:at] + argv[at + 2:]
+
+
 def main(argv: list[str]) -> int:
     REPORTS.mkdir(parents=True, exist_ok=True)
-    lanes = [lane for step in STEPS for lane in step]
-    for lane in lanes:  # nothing from an earlier run is merged
+    steps, argv = steps_of(argv)
+    lanes = [lane for step in steps for lane in STEPS[step]]
+    # nothing from an earlier run is merged: a run from the first step forgets every lane, a later part its own
+    for lane in ALL_LANES if steps[0] == "first" else lanes:
         for stale in (REPORTS / f"integration-junit-{lane}.xml", REPORTS / f"reliability-{lane}.json"):
             stale.unlink(missing_ok=True)
     codes: dict[str, int] = {}
-    for step in STEPS:
-        codes.update(run_step(step, argv))
-    merge_junit([REPORTS / f"integration-junit-{lane}.xml" for lane in lanes], JUNIT)
+    for step in steps:
+        codes.update(run_step(STEPS[step], argv))
+    merge_junit([REPORTS / f"integration-junit-{lane}.xml" for lane in ALL_LANES], JUNIT)
     target = os.environ.get("DSPARK_RELIABILITY_REPORT")
     if target:
-        merge_reliability([REPORTS / f"reliability-{lane}.json" for lane in lanes], Path(target))
+        merge_reliability([REPORTS / f"reliability-{lane}.json" for lane in ALL_LANES], Path(target))
     # pytest exits 5 when a lane collected no test: a lane with nothing to run has not failed.
     failed = {lane: code for lane, code in codes.items() if code not in (0, 5)}
     print("lanes: " + ", ".join(f"{lane} exit {codes[lane]}" for lane in lanes), flush=True)

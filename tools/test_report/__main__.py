@@ -9,7 +9,8 @@
                                                       # output in artifacts/reports/NAME.log, shown when it ends);
                                                       # those after --idle on idle CPU only (SCHED_IDLE);
                                                       # record each NAME and GROUP's wall time
-    python -m tools.test_report end                   # write TESTS.md: phases, total, the 15 slowest simulator tests
+    python -m tools.test_report end                   # write TESTS.md: phases, total, the 15 slowest simulator tests;
+                                                      # exits 1 if a phase failed
 
 The simulator tests' own times come from the JUnit XML that `make test-integration` writes
 (artifacts/reports/integration-junit.xml). A phase that fails still has its time recorded and TESTS.md
@@ -20,10 +21,9 @@ cold start, and the real-vLLM lane): on a 2-core machine they take the wall time
 The total counts the group's wall time once; its members' own times are listed under it.
 
 `--idle` members run under Linux's SCHED_IDLE policy (their children too): they get a core only when nothing else
-wants it, so they take no CPU from the members before ``--idle``. ``make test`` runs the checks (lint and the two
-halves of the unit tests) that way beside the simulator tests, whose lanes leave a core idle much of the time (the
-first and last lanes run alone, and an Ansible run waits on its ranks); the simulator tests run as fast as they would
-alone, and the checks fill the gaps instead of taking minutes of their own.
+wants it, so they take almost no CPU from the members before ``--idle``. ``make test`` runs the checks (lint and the
+two halves of the unit tests) that way beside the simulator tests' last step, which runs alone and leaves a core
+idle: the checks fill that core instead of taking minutes of their own.
 """
 from __future__ import annotations
 
@@ -226,9 +226,13 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["together"] and len(argv) >= 3:
         return together(argv[1], argv[2:])
     if argv[:1] == ["end"]:
-        OUT.write_text(render(_load(), _commit(), slowest_tests()))
+        record = _load()
+        OUT.write_text(render(record, _commit(), slowest_tests()))
         print(f"[test] phase times: {OUT.relative_to(ROOT)}")
-        return 0
+        failed = [p["name"] for p in record.get("phases", []) if p["code"] != 0 and not p.get("within")]
+        if failed:  # a phase whose failure did not stop make (its make line ignores errors) still fails the run
+            print(f"[test] FAILED: {', '.join(failed)}", file=sys.stderr)
+        return 1 if failed else 0
     print(__doc__, file=sys.stderr)
     return 64
 

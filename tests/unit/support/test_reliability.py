@@ -112,3 +112,38 @@ def test_lanes_merge_every_lanes_junit(tmp_path):
     import xml.etree.ElementTree as ET
 
     assert [c.get("name") for c in ET.parse(tmp_path / "all.xml").getroot().iter("testcase")] == ["t1", "t2"]
+
+
+def test_lanes_steps_are_picked_in_suite_order_and_a_bad_step_is_refused():
+    from tests.support import lanes
+
+    assert lanes.steps_of(["-x"]) == (["first", "pairs", "last"], ["-x"])
+    assert lanes.steps_of(["-x", "--steps", "last,first", "-q"]) == (["first", "last"], ["-x", "-q"])
+    for bad in (["--steps", "middle"], ["--steps", ","], ["--steps"]):
+        with pytest.raises(SystemExit):
+            lanes.steps_of(bad)
+
+
+def test_a_later_part_forgets_only_its_own_lanes_and_reports_every_lane_on_disk(tmp_path, monkeypatch):
+    from tests.support import lanes
+
+    monkeypatch.setattr(lanes, "REPORTS", tmp_path)
+    monkeypatch.setattr(lanes, "JUNIT", tmp_path / "all.xml")
+    monkeypatch.delenv("DSPARK_RELIABILITY_REPORT", raising=False)
+    ran = []
+
+    def fake_step(step_lanes, extra, out=None):
+        for lane in step_lanes:
+            ran.append(lane)
+            (tmp_path / f"integration-junit-{lane}.xml").write_text(
+                f'<testsuite name="pytest"><testcase classname="c" name="{lane}" time="1"/></testsuite>')
+        return {lane: 0 for lane in step_lanes}
+
+    monkeypatch.setattr(lanes, "run_step", fake_step)
+    (tmp_path / "integration-junit-last.xml").write_text("stale")  # an earlier run's
+    assert lanes.main(["--steps", "first,pairs"]) == 0
+    assert ran == ["first", "a", "b"] and not (tmp_path / "integration-junit-last.xml").exists()
+    assert lanes.main(["--steps", "last"]) == 0
+    import xml.etree.ElementTree as ET
+
+    assert [c.get("name") for c in ET.parse(tmp_path / "all.xml").getroot().iter("testcase")] == ["first", "a", "b", "last"]
