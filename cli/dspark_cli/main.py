@@ -79,8 +79,8 @@ PLAYBOOKS = {
 # What each playbook does, from its header comment.
 HELP = {
     "preflight": "identity preflight of pairs: the pin, the inventory's pairs, a clean checkout, the runtime manifest, "
-                 "and on every rank the GPU, fabric links, model checkpoint, head-to-worker SSH trust and master "
-                 "port (changes nothing)",
+                 "and on every rank the GPU, fabric links and model checkpoint, then what holds the engine's name "
+                 "and the master port (changes nothing)",
     "provision": "provision pairs end to end: identity preflight, the pinned image on both ranks, the serving profile, "
                  "the dual-rank engine (worker first, then the head), the readiness wait and the runtime gate "
                  "(a converged pair is left alone)",

@@ -232,6 +232,10 @@ def test_dspark_audit_prints_the_table_and_exits_non_zero(fleet, drifted, tmp_pa
     assert [line.split()[:2] for line in table] == [["sim01", "OK"], ["sim02", "DRIFT"], ["sim03", "DOWN"],
                                                     ["sim04", "UNREACHABLE"]]
     assert "failing pairs: sim02" in out and "sim03" in out.split("failing pairs:")[-1]
+    # the progress line of the fleet's verdict: its name says what failed, its counts read as words, not a dict
+    verdict = [line for line in out.splitlines() if "FAILED Audit | The fleet's verdict" in line]
+    assert len(verdict) == 1 and "not OK (1 OK, 1 DRIFT, 1 DOWN, 0 HUNG, 1 UNREACHABLE, 0 FAILED)" in verdict[0], verdict or out[-3000:]
+    assert "{'" not in verdict[0]
     runs = list(tmp_path.iterdir())
     assert len(runs) == 1 and (runs[0] / "audit" / "audit.html").is_file()
 

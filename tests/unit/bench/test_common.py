@@ -33,7 +33,7 @@ def test_parse_oneline_ignores_other_output():
 
 # ansible ends recap lines in blanks; the last blank of each is written \x20 (no trailing whitespace in the source).
 RECAP = """\
-TASK [audit | Every pair is OK] ***
+TASK [audit | The fleet's verdict (the run fails unless every pair is OK)] ***
 ok: [sim01-head]
 
 PLAY RECAP *********************************************************************

@@ -436,3 +436,18 @@ def test_callbacks_enabled_keeps_what_the_configuration_enables(tmp_path):
     cfg.write_text("[defaults]\ncallbacks_enabled = gb10.dspark.pair_summary\n")
     assert cli.callbacks_enabled({}, str(cfg)) == "gb10.dspark.pair_summary"
     assert cli.callbacks_enabled({"ANSIBLE_CALLBACKS_ENABLED": ""}, str(cfg)) == "gb10.dspark.pair_summary"
+
+
+def test_the_preflight_help_names_only_checks_the_preflight_play_runs():
+    """Each rank check `dspark preflight --help` names is the name of a task that preflight.yml runs (it once
+    promised a head-to-worker SSH trust check that was gone)."""
+    import yaml
+
+    root = Path(cli.__file__).resolve().parents[2]
+    names = []
+    for tasks in ("roles/preflight/tasks/main.yml", "roles/engine/tasks/foreign.yml"):
+        names += [t["name"].lower() for t in yaml.safe_load((root / tasks).read_text()) if "name" in t]
+    ranks = cli.HELP["preflight"].split("on every rank ", 1)[1].split(" (changes nothing)")[0]
+    checks = [re.sub(r"^(the|what holds the) ", "", c.strip()) for c in re.split(r",| and |then ", ranks) if c.strip()]
+    assert checks == ["GPU", "fabric links", "model checkpoint", "engine's name", "master port"]
+    assert all(any(check.lower() in n for n in names) for check in checks), (checks, names)
