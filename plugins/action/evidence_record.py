@@ -19,11 +19,17 @@ class ActionModule(ActionBase):
         if not isinstance(files, list):
             result.update(failed=True, msg=f"files must be a list, got {type(files).__name__}")
             return result
+        # Check mode changes nothing, on the control node either: an entry this action would write (its content
+        # given) is neither written nor recorded; files already there are recorded as always (in memory only).
+        unwritten = [str(f.get("name")) for f in files if self._task.check_mode and isinstance(f, dict) and "content" in f]
+        if unwritten:
+            files = [f for f in files if not (isinstance(f, dict) and "content" in f)]
         recorded = record_result(self._templar.template(task_vars.get(RUN_FILES_FACT, [])), files)
         result.update(recorded)
         if recorded.get("failed"):
             return result
         result["changed"] = False
         result["msg"] = (f"recorded {', '.join(r['name'] for r in recorded['recorded']) or 'nothing'}"
-                         + (f"; not written by this run: {', '.join(recorded['missing'])}" if recorded["missing"] else ""))
+                         + (f"; not written by this run: {', '.join(recorded['missing'])}" if recorded["missing"] else "")
+                         + (f"; check mode: not written: {', '.join(unwritten)}" if unwritten else ""))
         return result

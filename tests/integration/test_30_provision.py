@@ -152,12 +152,24 @@ def test_second_run_changes_nothing_and_restarts_nothing(pair_a, clean_tree):
     assert started(pair) == before
 
 
+def control_node_files() -> dict:
+    """Every file under the control node's evidence folder, with its size and modification time."""
+    root = Path(site()["dspark_evidence_dir"])
+    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.mark.fault("check-mode-writes-nothing")
 def test_check_mode_diff_shows_a_profile_change_and_changes_nothing(pair_a, clean_tree):
+    """--check --diff shows the change and changes nothing: no engine restarted, no file on a rank and none on the
+    control node (its evidence folder, where the preflight's tree record once went) written."""
     pair = pair_a
-    before = started(pair)
+    before, ranks, files = started(pair), {r.name: snapshot(r) for r in pair.ranks}, control_node_files()
     res = provision(pair, clean_tree, "-e", "dspark_profile=long-1m", "--check", "--diff", check=True)
     assert "1048576" in res.stdout
     assert started(pair) == before
+    assert {r.name: snapshot(r) for r in pair.ranks} == ranks
+    written = sorted(set(control_node_files().items()) - set(files.items()))
+    assert written == [], written
 
 
 def test_profile_change_replaces_both_ranks(pair_a, clean_tree):

@@ -139,3 +139,16 @@ def test_content_with_a_bad_entry_writes_nothing(tmp_path):
     res = run({"files": [{"name": "readiness.json", "src": "relative.json", "kind": "readiness", "content": {"a": 1}}]})
     assert res["failed"] and "an absolute path on the control node" in res["msg"], res
     assert not Path("relative.json").exists()
+
+
+def test_check_mode_writes_no_content_and_records_only_what_is_there(tmp_path):
+    """`--check` changes nothing on the control node: an entry with content (the preflight's wrapper-tree.json)
+    is neither written (not even its folder) nor recorded; a file already there is recorded as always."""
+    guard = put(tmp_path / "serving-guard.json", {"status": "PASS"})
+    dest = tmp_path / "sim01" / "wrapper-tree.json"
+    res = run({"files": [{"name": "wrapper-tree.json", "src": str(dest), "kind": "tree", "content": {"clean": True}},
+                         {"name": "serving-guard.json", "src": str(guard), "kind": "guard"}]}, check_mode=True)
+    assert not res.get("failed"), res
+    assert not dest.parent.exists()
+    assert res["ansible_facts"] == {FACT: [entry("serving-guard.json", guard, "guard")]}
+    assert res["msg"] == "recorded serving-guard.json; check mode: not written: wrapper-tree.json"
