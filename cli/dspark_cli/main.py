@@ -187,9 +187,10 @@ def build_parser() -> argparse.ArgumentParser:
                          action="store_true", help="ask for the vault password (dspark asks before the run)")
 
     parser = _Parser(prog="dspark", description="Run the gb10.dspark playbooks with live progress per GB10 pair.",
-                     epilog="Exit codes: 0 success, 2 failed hosts or audit drift (else the playbook's rc), "
-                            "64 usage, 69 no ansible-playbook, 130 interrupted (Ctrl-C); 143 on SIGTERM, 129 on SIGHUP "
-                            "(the session dropped), 131 on SIGQUIT: the run was stopped.")
+                     epilog="Exit codes (docs/operator-guide.md, 2.4): 0 success; else the playbook's rc: 2 failed "
+                            "hosts or audit drift, 4 an unreachable host; 64 usage, 69 no ansible-playbook; 130 "
+                            "interrupted (Ctrl-C), 143 on SIGTERM, 129 on SIGHUP (the session dropped), 131 on SIGQUIT: "
+                            "the run was stopped.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="<command>", required=True, parser_class=_Parser)
     for name, text in HELP.items():
