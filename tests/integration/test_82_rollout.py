@@ -1,12 +1,16 @@
 """A release rolled out in waves (playbooks/rollout.yml) on the 4 pairs test_80 leaves up, to the simulator's next
-release (sim-v027: the same layer under another tag and label, so another image ID). Two runs in all:
+release (sim-v027: the same layer under another tag and label, so another image ID). Three runs in all:
 
 1. a rollout halted by its canary: sim01's stand-in answers with inconsistent usage, so its runtime gate fails; no
    other pair is touched (not even staged);
-2. the rollout that goes through: sim01 (the canary, its fault gone) is drained first - a streamed request to its
-   head is in flight when the run reaches its engine; the run waits for it, the request gets all its tokens, and
-   only then is the engine replaced - then the image is staged on sim02-04 in one play, then two waves of whole
-   pairs (sim02+sim03, then sim04), each gated before the next starts. Every rank ends on the new image, loaded once.
+2. a rollout stopped by the failure budget: sim01 (the canary, its fault gone) is drained first - a streamed request
+   to its head is in flight when the run reaches its engine; the run waits for it, the request gets all its tokens,
+   and only then is the engine replaced - then the image is staged on sim02-04 in one play, then waves of one pair:
+   sim02 passes, sim03 fails its gate (its stand-in now answers with inconsistent usage), and the budget (0, the
+   rollout's default) keeps sim04's wave from starting: sim04's engines are not touched;
+3. the rollout again, sim03's fault gone, in waves of two: it takes up where the budget stopped it - the canary and
+   sim02, converged, are left alone; sim02+sim03, then sim04, each wave gated before the next starts. Every rank
+   ends on the new image, loaded once.
 """
 from __future__ import annotations
 
@@ -108,54 +112,75 @@ def streamed_request(head, seen: dict) -> None:
                 done=done)
 
 
+def gate_times(pairs) -> dict:
+    return {p.name: datetime.datetime.fromtimestamp((evidence() / p.name / "runtime-gate.json").stat().st_mtime,
+                                                    datetime.timezone.utc) for p in pairs}
+
+
 @pytest.fixture(scope="module")
 def rollouts(sim, clean_tree):
-    """The two rollouts (halted, then through) and what each did. Four pairs: test_80 left them up (a no-op then);
-    run alone, the session's two pairs are resized."""
+    """The three rollouts (halted by the canary, stopped by the budget, then through) and what each did. Four pairs:
+    test_80 left them up (a no-op then); run alone, the session's two pairs are resized."""
     sim_cli("up", "--pairs", str(PAIRS))
     pairs = layout.pairs(PAIRS)
-    canary, others = pairs[0], pairs[1:]
+    canary, others, failing = pairs[0], pairs[1:], pairs[2]
     ranks = [r for p in pairs for r in p.ranks]
-    args = ("-e", f"@{release()}", "-e", "dspark_rollout_wave_pairs=2")
+    release_args = ("-e", f"@{release()}", "-e", "dspark_rollout_drain_timeout=180")
     env = {**(site().get("dspark_engine_extra_env") or {}), "DSPARK_SIM_TOKEN_DELAY_S": str(TOKEN_DELAY_S),
            "DSPARK_SIM_TOKEN_DELAY_MATCH": DRAIN_MARK}
+    wrong_usage = {"dspark_engine_extra_env": {**env, "DSPARK_SIM_FAULT": "wrong_usage"}}
     seen: dict = {"pairs": pairs}
     try:
         for r in canary.ranks:  # the canary's gate fails (usage inconsistent); its engine keeps serving slowly
-            put_host_vars(r, {"dspark_engine_extra_env": {**env, "DSPARK_SIM_FAULT": "wrong_usage"}})
+            put_host_vars(r, wrong_usage)
         seen["before_halted"] = {r.name: snapshot(r) for p in others for r in p.ranks}
         started = time.time()
-        seen["halted"] = playbook("rollout.yml", clean_tree, *args, check=False, timeout=1800)
+        seen["halted"] = playbook("rollout.yml", clean_tree, *release_args, "-e", "dspark_rollout_wave_pairs=2",
+                                  check=False, timeout=1800)
         seen["halted_s"] = time.time() - started
         seen["after_halted"] = {r.name: snapshot(r) for p in others for r in p.ranks}
         seen["halted_waves"] = waves_report(started)
 
-        for r in canary.ranks:  # the canary's fault is gone; the release goes through
+        # the canary's fault is gone, sim03's gate now fails: waves of one pair, the rollout's budget (0)
+        for r in canary.ranks:
             put_host_vars(r, None)
+        for r in failing.ranks:
+            put_host_vars(r, wrong_usage)
         since = {r.name: on_rank(r, ["date", "+%s"]).stdout.strip() for r in ranks}
         # a rank may hold the release's image already (sim01's from the halted run; another pair's from an earlier
         # test of its lane, e.g. the release rollback's): such a rank loads nothing
         seen["held"] = {r.name: on_rank(r, ["docker", "image", "inspect", release_pin()["image_id"]],
                                         check=False).returncode == 0 for r in ranks}
+        seen["before_budget"] = {r.name: engine(r) for r in ranks}
         request: dict = {}
         thread = threading.Thread(target=streamed_request, args=(canary.head, request), daemon=True)
         thread.start()
         started = time.time()
-        seen["through"] = playbook("rollout.yml", clean_tree, *args, "-e", "dspark_rollout_drain_timeout=180",
-                                   check=False, timeout=2400)
-        seen["through_s"] = time.time() - started
+        seen["budget"] = playbook("rollout.yml", clean_tree, *release_args, "-e", "dspark_rollout_wave_pairs=1",
+                                  check=False, timeout=2400)
+        seen["budget_s"] = time.time() - started
         thread.join(timeout=300)
         seen["request"] = request
+        seen["budget_waves"] = waves_report(started)
+        seen["after_budget"] = {r.name: engine(r) for r in ranks}
+        seen["gated_budget"] = gate_times(pairs[:2])
+        seen["readiness"] = json.loads((evidence() / canary.name / "readiness.json").read_text())
+        seen["guarded"] = datetime.datetime.fromtimestamp(
+            (evidence() / canary.name / "serving-guard.json").stat().st_mtime, datetime.timezone.utc)
+
+        # sim03's fault is gone: the rollout again, waves of two pairs
+        for r in failing.ranks:
+            put_host_vars(r, None)
+        started = time.time()
+        seen["through"] = playbook("rollout.yml", clean_tree, *release_args, "-e", "dspark_rollout_wave_pairs=2",
+                                   check=False, timeout=2400)
+        seen["through_s"] = time.time() - started
         seen["waves"] = waves_report(started)
         seen["engines"] = {r.name: engine(r) for r in ranks}
         seen["loads"] = {r.name: loads_since(r, since[r.name]) for r in ranks}
-        seen["readiness"] = json.loads((evidence() / canary.name / "readiness.json").read_text())
-        seen["gated"] = {p.name: datetime.datetime.fromtimestamp(
-            (evidence() / p.name / "runtime-gate.json").stat().st_mtime, datetime.timezone.utc) for p in pairs}
-        seen["guarded"] = datetime.datetime.fromtimestamp(
-            (evidence() / canary.name / "serving-guard.json").stat().st_mtime, datetime.timezone.utc)
+        seen["gated"] = gate_times(pairs)
     finally:
-        for r in canary.ranks:
+        for r in (*canary.ranks, *failing.ranks):
             put_host_vars(r, None)
     return seen
 
@@ -179,34 +204,60 @@ def test_a_failing_canary_halts_the_rollout_and_touches_no_other_pair(rollouts):
 
 @pytest.mark.fault("rollout-drain-waits")
 def test_the_canary_is_drained_the_request_in_flight_ends_whole_before_its_engine_is_replaced(rollouts):
-    res, request = rollouts["through"], rollouts["request"]
-    assert res.returncode == 0, flat(res)[-4000:]
+    request, doc = rollouts["request"], rollouts["budget_waves"]
+    assert doc["steps"][0]["step"] == "canary" and doc["steps"][0]["verdict"] == "PASS", doc
     assert "error" not in request, request
     assert request["done"] and request["finish"] == "length", request
     # every token came (a chunk carries one decode step's tokens, so the usage counts them)
     assert request["usage"]["completion_tokens"] == DRAIN_TOKENS and request["chunks"] > 0, request
-    head = rollouts["engines"][rollouts["pairs"][0].head.name]
+    head = rollouts["after_budget"][rollouts["pairs"][0].head.name]
     assert head["started"] > request["ended"], (head, request)  # replaced only after the request had ended
     assert rollouts["readiness"]["drained_s"] > 0, rollouts["readiness"]  # the stop waited for it
+
+
+@pytest.mark.fault("rollout-failure-budget")
+def test_the_failure_budget_stops_the_waves_not_yet_started_and_touches_none_of_their_pairs(rollouts):
+    res, doc = rollouts["budget"], rollouts["budget_waves"]
+    out = flat(res)
+    assert res.returncode == 2, out[-4000:]
+    assert [(s["step"], s["wave"], [e["pair"] for e in s["pairs"]], s["verdict"]) for s in doc["steps"]] == [
+        ("canary", None, ["sim01"], "PASS"), ("stage", None, ["sim02", "sim03", "sim04"], "PASS"),
+        ("wave", 1, ["sim02"], "PASS"), ("wave", 2, ["sim03"], "FAILED"), ("wave", 3, ["sim04"], "FAILED")], doc
+    assert doc["steps"][3]["pairs"][0]["phase"] == "Gate", doc
+    assert doc["steps"][4]["pairs"][0]["verdict"] == "NOT STARTED", doc  # its batch stopped at the budget's barrier
+    assert doc["not_started"] == ["sim04"] and "failure budget" in doc["halted"], doc
+    assert "pair sim04 not started: 1 of 3 pairs failed (sim03), expected at most 0" in out, out[-3000:]
+    assert "HALTED: the failure budget (dspark_fleet_max_failed_pairs) stopped the waves of sim04" in out, out[-3000:]
+    # sim04 was staged (its image loaded) but its engines were not touched: same containers, the old image
+    before, after = rollouts["before_budget"], rollouts["after_budget"]
+    for role in ("head", "worker"):
+        assert after[f"sim04-{role}"] == before[f"sim04-{role}"], (before, after)
+        assert after[f"sim04-{role}"]["image"] != release_pin()["image_id"]
+    assert after["sim02-head"]["image"] == release_pin()["image_id"]  # the wave before the failure went through
 
 
 @pytest.mark.fault("rollout-two-waves")
 def test_the_rollout_goes_canary_first_then_waves_of_whole_pairs_each_gated_before_the_next(rollouts):
     doc, engines, gated = rollouts["waves"], rollouts["engines"], rollouts["gated"]
+    assert rollouts["through"].returncode == 0, flat(rollouts["through"])[-4000:]
     assert [(s["step"], s["wave"], [e["pair"] for e in s["pairs"]], s["verdict"]) for s in doc["steps"]] == [
         ("canary", None, ["sim01"], "PASS"), ("stage", None, ["sim02", "sim03", "sim04"], "PASS"),
         ("wave", 1, ["sim02", "sim03"], "PASS"), ("wave", 2, ["sim04"], "PASS")], doc
     assert doc["halted"] is None and doc["not_started"] == []
     steps = {(s["step"], s["wave"]): (when(s["started"]), when(s["ended"])) for s in doc["steps"]}
-    # whole pairs: both ranks of each pair started within their own step, and no engine started while staging
-    for step, names in ((("canary", None), ["sim01"]), (("wave", 1), ["sim02", "sim03"]), (("wave", 2), ["sim04"])):
-        begin, end = steps[step]
+    budget = {(s["step"], s["wave"]): (when(s["started"]), when(s["ended"])) for s in rollouts["budget_waves"]["steps"]}
+    # whole pairs: both ranks of each pair started within their own step; a pair the budget's run had converged
+    # (the canary, sim02) was left alone by this run, and no engine started while staging
+    for run, step, names in ((budget, ("canary", None), ["sim01"]), (budget, ("wave", 1), ["sim02"]),
+                             (steps, ("wave", 1), ["sim03"]), (steps, ("wave", 2), ["sim04"])):
+        begin, end = run[step]
         for name in names:
             for role in ("head", "worker"):
                 assert begin < engines[f"{name}-{role}"]["started"] < end, (step, name, role, engines)
-    # each step gated before the next one's engines start: the canary before everything, wave 1 before wave 2
-    first_other = min(engines[f"{p}-{r}"]["started"] for p in ("sim02", "sim03", "sim04") for r in ("head", "worker"))
-    assert gated["sim01"] < rollouts["guarded"] < steps[("stage", None)][0] < first_other  # gate, guard, then others
+    # each step gated before the next one's engines start: the canary (guarded too) before everything else,
+    # wave 1 before wave 2
+    first_other = min(rollouts["after_budget"][f"sim02-{r}"]["started"] for r in ("head", "worker"))
+    assert rollouts["gated_budget"]["sim01"] < rollouts["guarded"] < budget[("stage", None)][0] < first_other
     wave2 = min(engines[f"sim04-{r}"]["started"] for r in ("head", "worker"))
     assert max(gated["sim02"], gated["sim03"]) < wave2, (gated, wave2)
     # every rank serves the new release; a rank that lacked its image loaded it once (sim01 in the halted run)
@@ -215,6 +266,7 @@ def test_the_rollout_goes_canary_first_then_waves_of_whole_pairs_each_gated_befo
     assert rollouts["held"]["sim01-head"] and rollouts["held"]["sim01-worker"], rollouts["held"]  # the halted run's load
     assert rollouts["loads"] == {name: (0 if rollouts["held"][name] else 1) for name in engines}, (rollouts["loads"],
                                                                                                    rollouts["held"])
-    assert not all(rollouts["held"].values()), rollouts["held"]  # the run did load the release somewhere
-    took = rollouts["halted_s"] + rollouts["through_s"]
-    print(f"rollout runs: halted {rollouts['halted_s']:.0f} s, through {rollouts['through_s']:.0f} s ({took:.0f} s)")
+    assert not all(rollouts["held"].values()), rollouts["held"]  # the runs did load the release somewhere
+    took = rollouts["halted_s"] + rollouts["budget_s"] + rollouts["through_s"]
+    print(f"rollout runs: halted {rollouts['halted_s']:.0f} s, budget {rollouts['budget_s']:.0f} s, "
+          f"through {rollouts['through_s']:.0f} s ({took:.0f} s)")
