@@ -2,10 +2,12 @@
 node's CPU per pair fitted from runs on 1 to 8 pairs, the projection of a fleet audit to 100 and 1,000
 pairs, the CPU table, and the "Control-node cost" section of docs/fleet-scale.md rendered from a run.
 
-Nothing here touches the simulator, the clock or the file system; tests/unit/bench covers it.
+Also the serving capacity of a fleet during a release rollout, from the sampler's samples and the rollout's per-wave
+report. Nothing here touches the simulator, the clock or the file system; tests/unit/bench covers it.
 """
 from __future__ import annotations
 
+import datetime
 import math
 import statistics
 
@@ -215,3 +217,46 @@ def replace_section(text: str, body: str, heading: str = SECTION) -> str:
     end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith(level)), len(lines))
     tail = "".join(lines[end:])
     return "".join(lines[:start]) + body.rstrip("\n") + "\n" + ("\n" + tail if tail else "")
+
+
+# ---- serving capacity during a rollout ---------------------------------------------------------------------------
+def capacity(samples: list[tuple[float, list[str]]], pairs: list[str]) -> dict:
+    """From ``(seconds since the start, the pairs serving then)`` samples: the lowest count of serving pairs and
+    when, and each pair's longest run of samples not serving (its outage, in samples)."""
+    if not samples:
+        raise ValueError("no samples: the sampler did not run")
+    counts = [(t, len(set(up) & set(pairs))) for t, up in samples]
+    low_t, low = min(counts, key=lambda c: (c[1], c[0]))
+    outage: dict[str, int] = {}
+    for pair in pairs:
+        run = longest = 0
+        for _t, up in samples:
+            run = 0 if pair in up else run + 1
+            longest = max(longest, run)
+        outage[pair] = longest
+    return {"samples": len(samples), "lowest": low, "lowest_at_s": round(low_t, 1), "pairs": len(pairs),
+            "longest_outage_samples": outage}
+
+
+def _seconds(step: dict) -> float | None:
+    try:
+        began = datetime.datetime.fromisoformat(str(step["started"]).replace("Z", "+00:00"))
+        ended = datetime.datetime.fromisoformat(str(step["ended"]).replace("Z", "+00:00"))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return (ended - began).total_seconds()
+
+
+def wave_times(doc: dict) -> dict:
+    """From a rollout's per-wave report (``<evidence>/runs/*-rollout-waves-*.json``): each step's seconds, the
+    number of waves the rollout took (the canary counts as one), and one wave's time (the median of the waves that
+    took the full count of pairs)."""
+    steps = [{"step": s.get("step"), "wave": s.get("wave"), "pairs": [e.get("pair") for e in s.get("pairs") or []],
+              "seconds": _seconds(s), "verdict": s.get("verdict")} for s in doc.get("steps") or []]
+    waves = [s for s in steps if s["step"] == "wave"]
+    if not waves or any(s["seconds"] is None for s in steps):
+        raise ValueError(f"the report has no timed waves: {steps}")
+    full = max(len(s["pairs"]) for s in waves)
+    one = statistics.median(s["seconds"] for s in waves if len(s["pairs"]) == full)
+    counted = len(waves) + sum(1 for s in steps if s["step"] == "canary")
+    return {"steps": steps, "waves": counted, "one_wave_s": round(one, 2), "wave_pairs": full}

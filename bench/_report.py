@@ -27,8 +27,9 @@ RATIO_DIGITS = 3  # ratios are shown, and judged, at this precision
 OPS = {
     "<=": lambda value, target: value <= target,
     "==": lambda value, target: value == target,
+    ">=": lambda value, target: value >= target,
 }
-OP_SIGN = {"<=": "≤", "==": "="}
+OP_SIGN = {"<=": "≤", "==": "=", ">=": "≥"}
 
 
 # ---- ratios and targets ---------------------------------------------------------------------

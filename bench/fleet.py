@@ -4,6 +4,9 @@
   (the stand-in's DSPARK_SIM_FAULT=crash_on_start, switched through host variables) against the same
   provision of the 7 other pairs alone (``--limit``): the 7 must reach PASS in the run's pair summary,
   and the run time must be within 1.1 × the run without the failing pair;
+- serving capacity during a release rollout: playbooks/rollout.yml of the simulator's next release on 8 pairs in
+  waves of 2 while every pair's /v1/models and a one-token completion are sampled each second: the lowest count of
+  serving pairs must be at least 8 - 2, and the run's time within 1.15 × waves × one wave's time;
 - the control node's CPU seconds per pair for playbooks/audit.yml and for a converged re-provision,
   at 1, 2, 4 and 8 pairs, and the projection of a fleet audit to 100 and 1,000 pairs (bench/_fleet.py).
 
@@ -16,6 +19,10 @@ import argparse
 import json
 import os
 import sys
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import _common as common  # bench/_common.py (this script's folder is on sys.path)
@@ -25,6 +32,7 @@ from dspark_sim import layout
 
 ROOT = common.ROOT
 TARGET_ISOLATION = 1.1
+TARGET_ROLLOUT = 1.15  # a release rollout's time against waves × one wave's time
 CPU_PAIRS = (1, 2, 4, 8)
 NODES = ((2, 16), (8, 20), (32, 100))  # (cores, forks) of the control nodes the audit is projected for
 FLEET_SIZES = (100, 1000)
@@ -127,6 +135,104 @@ def measure_isolation(b, host_vars, has_image) -> dict:
                f"{len(healthy)} pairs alone (s, each run)": ", ".join(f"{s:.2f}" for s in timings["without"]),
                f"{broken.name}'s phase and reason": f"{last['broken_phase']}: {str(last['broken_reason'])[:300]}",
                "pairs provisioned first, untimed (they lacked the image)": [p.name for p in lacking] or "none"})
+
+
+# ---- serving capacity during a release rollout ---------------------------------------------------------------
+def _serving(pair: layout.Pair, timeout: float = 3.0) -> bool:
+    """The pair's head answers /v1/models and a one-token completion of the model it lists."""
+    base = f"http://{pair.head.mgmt_ip}:8888"
+    try:
+        with urllib.request.urlopen(f"{base}/v1/models", timeout=timeout) as answer:
+            model = json.loads(answer.read())["data"][0]["id"]
+        body = json.dumps({"model": model, "prompt": "ping", "max_tokens": 1}).encode()
+        request = urllib.request.Request(f"{base}/v1/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            return answer.status == 200 and len(json.loads(answer.read()).get("choices") or []) == 1
+    except (OSError, ValueError, KeyError, IndexError):
+        return False
+
+
+class CapacitySampler:
+    """Every second, every pair's /v1/models and a one-token completion, all pairs at once, in a thread of its own;
+    ``samples`` holds (seconds since the start, the pairs that answered both)."""
+
+    def __init__(self, pairs: list[layout.Pair], interval: float = 1.0):
+        self.pairs, self.interval = pairs, interval
+        self.samples: list[tuple[float, list[str]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(max_workers=len(self.pairs)) as pool:
+            while not self._stop.is_set():
+                tick = time.monotonic()
+                up = [p.name for p, ok in zip(self.pairs, pool.map(_serving, self.pairs)) if ok]
+                self.samples.append((tick - t0, up))
+                self._stop.wait(max(0.0, self.interval - (time.monotonic() - tick)))
+
+    def __enter__(self) -> "CapacitySampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+def measure_rollout_capacity(b) -> dict:
+    """playbooks/rollout.yml of the simulator's next release on every pair (8), waves of 2, while every pair is
+    sampled each second; then provision.yml puts every pair back on the inventory's release."""
+    pairs = layout.pairs(b.args.pairs)
+    if len(pairs) < 4:
+        raise BenchError("the rollout capacity measurement needs at least 4 pairs")
+    release = layout.RELEASES_DIR / "sim-v027.yml"
+    if not release.is_file():
+        raise BenchError(f"{release} is missing: `sim up` writes the next release's file")
+    forks = ["-f", str(b.args.forks)]
+    runs = b.evidence / "runs"
+    before = set(runs.glob("*-rollout-waves-*.json")) if runs.is_dir() else set()
+    say(f"rollout-capacity: rollout.yml of {release.stem} on {len(pairs)} pairs in waves of 2, every pair sampled "
+        "each second")
+    with CapacitySampler(pairs) as sampler:
+        time.sleep(3)  # a few samples of the fleet before the run: every pair serves
+        run = b.playbook("rollout.yml", *forks, "-e", f"@{release}", "-e", "dspark_rollout_wave_pairs=2",
+                         check=False)
+        time.sleep(3)
+    written = sorted(set(runs.glob("*-rollout-waves-*.json")) - before) if runs.is_dir() else []
+    if run.returncode != 0 or len(written) != 1:
+        raise BenchError(f"rollout.yml exited {run.returncode} with {len(written)} wave report(s):\n{run.tail()}")
+    doc = json.loads(written[0].read_text())
+    cap = fleet.capacity(sampler.samples, [p.name for p in pairs])
+    waves = fleet.wave_times(doc)
+    say("rollout-capacity: provision.yml of every pair back on the inventory's release")
+    b.playbook("provision.yml", *forks, "--limit", _groups(pairs))
+    need = len(pairs) - waves["wave_pairs"]
+    steps = "; ".join(f"{s['step']}{' ' + str(s['wave']) if s['wave'] else ''} {'+'.join(s['pairs'])} "
+                      f"{s['seconds']:.1f} s {s['verdict']}" for s in waves["steps"])
+    notes = [
+        f"Every pair served the inventory's release (sim-v026); playbooks/rollout.yml -f {b.args.forks} -e @{release.name} "
+        "-e dspark_rollout_wave_pairs=2 took it to the next one (another image ID, staged and loaded by the run): the "
+        "canary pair (provision, gate, serving guard), the image staged on the other pairs, then the waves.",
+        f"A sampler asked every pair's head for /v1/models and a one-token completion every second, all pairs at once, "
+        f"from 3 s before the run to 3 s after it ({cap['samples']} samples); a pair served when both answered.",
+        f"Numerator: the run's wall time. Denominator: {waves['waves']} waves (the canary counts as one) × one wave's "
+        f"time, the median of the waves of {waves['wave_pairs']} pairs in the run's per-wave report. Steps: {steps}.",
+    ]
+    causes = ["The staging play (the release's image copied to and loaded on every other pair, before the first wave) "
+              "and the canary's serving guard are in the numerator and in no wave; the simulated pairs start in "
+              "seconds, where a GB10 pair's cold start of 12 to 60 minutes makes each wave, not the copies, the pace."]
+    return report.row(
+        "rollout-capacity", f"Release rollout to {len(pairs)} pairs in waves of 2 vs waves × one wave's time",
+        (f"rollout.yml on {len(pairs)} pairs", run.seconds),
+        (f"{waves['waves']} waves × {waves['one_wave_s']:.1f} s", waves["waves"] * waves["one_wave_s"]),
+        TARGET_ROLLOUT, notes=notes, causes=causes,
+        checks=[report.check("lowest count of serving pairs", cap["lowest"], need, ">=")],
+        extra={"lowest serving pairs (and when, s into the sampling)": f"{cap['lowest']} of {cap['pairs']} at "
+                                                                      f"{cap['lowest_at_s']} s",
+               "each pair's longest outage (samples of 1 s)": cap["longest_outage_samples"],
+               "waves report": written[0].name})
 
 
 # ---- the control node's CPU per pair -------------------------------------------------------------------------

@@ -69,15 +69,16 @@ MARK = "AnsiballZ_image_identity"
 STAGE_TAG = "dspark-bench:ratios"
 
 TARGETS = {"reprovision": 0.2, "staging": 1.25, "relay-bytes": 1.02, "rollout": 1.15, "audit-scaling": 2.5,
-           "audit-naive": 0.5, "guard": 1.2, "isolation": fleet_bench.TARGET_ISOLATION}
+           "audit-naive": 0.5, "guard": 1.2, "isolation": fleet_bench.TARGET_ISOLATION,
+           "rollout-capacity": fleet_bench.TARGET_ROLLOUT}
 SECOND_STAGING_MAX_S = 3.0
 GATE_SUITE_TASK = "Provision GB10 pairs: gb10.dspark.gate : Gate | Run the runtime gate suite"
 ORDER = ["reprovision", "staging", "relay-bytes", "rollout", "audit-scaling", "audit-naive", "guard",
-         "isolation"]  # for the doc
+         "isolation", "rollout-capacity"]  # for the doc
 TABLES = ["control-cpu"]  # figures that are not ratios: run["tables"][id], rendered by _report.render
 GROUPS = {"reprovision": ["reprovision"], "staging": ["staging"], "relay": ["relay-bytes", "rollout"],
           "audit": ["audit-scaling", "audit-naive"], "guard": ["guard"], "isolation": ["isolation"],
-          "control-cpu": ["control-cpu"]}
+          "control-cpu": ["control-cpu"], "rollout-capacity": ["rollout-capacity"]}
 RELAY_TAG = "dspark-bench:relay"
 
 BenchError = common.BenchError
@@ -675,6 +676,7 @@ MEASUREMENTS = [  # the order they run in: the audits first, on the fleet as the
     ("relay-bytes", measure_relay_bytes),
     ("isolation", lambda b: fleet_bench.measure_isolation(  # leaves every pair serving
         b, host_vars, lambda rank: image_present(rank, b.pin["image_id"]))),
+    ("rollout-capacity", fleet_bench.measure_rollout_capacity),  # leaves every pair serving the pinned release
     ("rollout", measure_rollout),  # last: it tears every pair down (restore puts back what served)
 ]
 
@@ -811,7 +813,8 @@ def main(argv: list[str] | None = None) -> int:
         pin = yaml.safe_load((INVENTORY / "group_vars" / "all" / "pin.yml").read_text())["dspark_pin"]
         b = Bench(args, tmp, tree, site, pin)
         fleet = (layout.pairs(args.pairs)
-                 if any(m.startswith("audit") or m in ("rollout", "isolation", "control-cpu") for m in wanted) else [PAIR])
+                 if any(m.startswith("audit") or m in ("rollout", "isolation", "control-cpu", "rollout-capacity")
+                        for m in wanted) else [PAIR])
         before = fleet_state(b, fleet)
         try:
             say(f"provision: {', '.join(p.group for p in fleet)} with -f {args.forks}")

@@ -281,3 +281,37 @@ def test_ssh_master_ticks_reads_only_the_persistent_masters(tmp_path):
     (tmp_path / "self").mkdir()
     assert common.ssh_master_ticks(tmp_path) == {10: 10}
     assert common.ticks_spent({10: 4, 99: 8}, {10: 10, 13: 5}) == 6 + 5
+
+
+# ---- serving capacity during a rollout ------------------------------------------------------------------------
+def test_capacity_finds_the_lowest_count_of_serving_pairs_and_each_pair_s_outage():
+    pairs = ["p1", "p2", "p3", "p4"]
+    samples = [(0.0, pairs), (1.0, ["p2", "p3", "p4"]), (2.0, ["p3", "p4"]), (3.0, ["p1", "p3", "p4"]),
+               (4.0, ["p1", "p2", "p4", "stray"]), (5.0, pairs)]
+    cap = _fleet.capacity(samples, pairs)
+    assert cap["lowest"] == 2 and cap["lowest_at_s"] == 2.0 and cap["samples"] == 6
+    assert cap["longest_outage_samples"] == {"p1": 2, "p2": 2, "p3": 1, "p4": 0}
+    with pytest.raises(ValueError):
+        _fleet.capacity([], pairs)
+
+
+def test_wave_times_count_the_canary_as_a_wave_and_take_the_median_of_the_full_waves():
+    def step(kind, wave, pairs, start, end):
+        return {"step": kind, "wave": wave, "pairs": [{"pair": p} for p in pairs], "verdict": "PASS",
+                "started": f"2026-12-06T05:00:{start:02d}.000Z", "ended": f"2026-12-06T05:00:{end:02d}.500Z"}
+
+    doc = {"steps": [step("canary", None, ["p1"], 0, 10), step("stage", None, ["p2", "p3", "p4", "p5"], 10, 14),
+                     step("wave", 1, ["p2", "p3"], 15, 20), step("wave", 2, ["p4", "p5"], 20, 27),
+                     step("wave", 3, ["p6"], 27, 29)]}
+    out = _fleet.wave_times(doc)
+    assert out["waves"] == 4 and out["wave_pairs"] == 2 and out["one_wave_s"] == 6.5  # median of 5.5 and 7.5
+    assert [s["seconds"] for s in out["steps"]] == [10.5, 4.5, 5.5, 7.5, 2.5]
+    with pytest.raises(ValueError):
+        _fleet.wave_times({"steps": [step("canary", None, ["p1"], 0, 10)]})
+    with pytest.raises(ValueError):
+        _fleet.wave_times({"steps": [{"step": "wave", "wave": 1, "pairs": [], "started": "x", "ended": None}]})
+
+
+def test_the_report_judges_a_lower_bound_check():
+    assert report.check("serving pairs", 6, 6, ">=")["met"] and not report.check("serving pairs", 5, 6, ">=")["met"]
+    assert report.check_text(report.check("serving pairs", 5, 6, ">=")) == "serving pairs 5, target ≥ 6"
