@@ -4,6 +4,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+import pytest
+
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 report = importlib.import_module("tools.test_report.__main__")
@@ -15,6 +17,16 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testcase classname="tests.integration.test_40_guard" name="test_c" time="3.2"><skipped/></testcase>
 </testsuite></testsuites>
 """
+
+
+@pytest.fixture
+def reports(tmp_path, monkeypatch):
+    """The report's paths under tmp_path: reports/ for the record, TESTS.md and the members' logs."""
+    monkeypatch.setattr(report, "ROOT", tmp_path)
+    monkeypatch.setattr(report, "REPORTS", tmp_path / "reports")
+    monkeypatch.setattr(report, "RECORD", tmp_path / "reports" / "r.json")
+    monkeypatch.setattr(report, "OUT", tmp_path / "reports" / "TESTS.md")
+    monkeypatch.setattr(report, "JUNIT", tmp_path / "none.xml")
 
 
 def test_the_slowest_tests_come_from_the_junit_xml_slowest_first(tmp_path):
@@ -49,12 +61,7 @@ def test_run_records_the_phase_and_passes_its_exit_code_on(tmp_path, monkeypatch
     assert report.main(["end"]) == 1  # a failed phase that did not stop make still fails the run at its end
 
 
-def test_together_runs_the_members_side_by_side_and_counts_the_group_once(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(report, "ROOT", tmp_path)
-    monkeypatch.setattr(report, "REPORTS", tmp_path / "reports")
-    monkeypatch.setattr(report, "RECORD", tmp_path / "reports" / "r.json")
-    monkeypatch.setattr(report, "OUT", tmp_path / "reports" / "TESTS.md")
-    monkeypatch.setattr(report, "JUNIT", tmp_path / "none.xml")
+def test_together_runs_the_members_side_by_side_and_counts_the_group_once(tmp_path, monkeypatch, capsys, reports):
     # A stand-in for make: each target says it started, then waits until all three have started (so they can
     # only end if they run side by side; one at a time, the first gives up and fails), and says its name; "bad"
     # fails at once.
@@ -102,12 +109,7 @@ def test_a_group_counts_once_in_the_total_and_its_members_are_listed_under_it():
     assert "| &nbsp;&nbsp;unit (in checks) | 1 min 59 s | 3 |" in text
 
 
-def test_idle_members_run_on_idle_cpu_and_the_others_are_shown_as_they_come(tmp_path, monkeypatch, capfd):
-    monkeypatch.setattr(report, "ROOT", tmp_path)
-    monkeypatch.setattr(report, "REPORTS", tmp_path / "reports")
-    monkeypatch.setattr(report, "RECORD", tmp_path / "reports" / "r.json")
-    monkeypatch.setattr(report, "OUT", tmp_path / "reports" / "TESTS.md")
-    monkeypatch.setattr(report, "JUNIT", tmp_path / "none.xml")
+def test_idle_members_run_on_idle_cpu_and_the_others_are_shown_as_they_come(tmp_path, monkeypatch, capfd, reports):
     # A stand-in for make that says which scheduling policy it runs under (SCHED_IDLE is 5 on Linux).
     (tmp_path / "mk").write_text("import os, sys\n"
                                  "print('target', sys.argv[-1], 'policy', os.sched_getscheduler(0), flush=True)\n"
