@@ -53,6 +53,8 @@ from ansible_collections.gb10.dspark.plugins.module_utils.engine._profile_launch
 )
 
 RUNTIME_LANE = "native-v026"
+# The variables that name the runtime manifest inside the containers (the pin's runtime_manifest_path)
+MANIFEST_ENV = ("RUNTIME_AUDIT_MANIFEST", "DSPARK_RUNTIME_AUDIT_MANIFEST")
 TUPLE_KEYS = ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization",
               "kv_cache_memory_bytes", "mtp_tokens")
 # What an override may change; changing any of it departs from the qualified profile.
@@ -301,6 +303,12 @@ def _resolve(catalog: Any, name: str, overrides: Any, allow_experimental: bool, 
     qualified["env"] = _check_env(entry.get("env", {}), "catalog env", problems)
     # The dtype is the pin's (_pin.KV_CACHE_DTYPE), not catalog data: every profile serves it.
     qualified["env"].setdefault("KV_CACHE_DTYPE", KV_CACHE_DTYPE)
+    # The launch names the runtime manifest where the engine mounts it (the pin's runtime_manifest_path), under
+    # both names the wrapper exports for the launch (seed 003 L87-L91, L145-L146).
+    manifest_path = pin.get("runtime_manifest_path") if isinstance(pin, dict) else None
+    if isinstance(manifest_path, str) and manifest_path:
+        for variable in MANIFEST_ENV:
+            qualified["env"].setdefault(variable, manifest_path)
     _check_gate(qualified, problems)
 
     resolved = _apply_overrides(qualified, overrides if overrides is not None else {}, problems)
