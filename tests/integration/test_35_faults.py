@@ -82,6 +82,20 @@ def test_compilation_mode_3_is_refused(served, clean_tree):
             expect=["compilation_config.mode is 3, expected 0"])
 
 
+@pytest.mark.fault("tags-out-of-order")
+def test_a_tag_selection_out_of_the_fail_closed_order_is_refused_and_preflight_alone_changes_nothing(served, clean_tree):
+    refused(served, clean_tree, "--skip-tags", "preflight",
+            expect=["the tags select the phases image, profile, engine, gate of preflight, image, profile, engine, "
+                    "gate, without preflight"])
+    before = {r.name: snapshot(r) for r in served.ranks}
+    res = provision(served, clean_tree, "--tags", "preflight")
+    assert res.returncode == 0, res.stdout[-4000:]
+    assert "Preflight | The rank holds the pinned model checkpoint" in res.stdout
+    assert "Engine | Plan" not in res.stdout and "Gate | Run" not in res.stdout and "Image | Probe" not in res.stdout
+    assert {r.name: snapshot(r) for r in served.ranks} == before
+    assert not locked(served)
+
+
 @pytest.mark.fault("profile-batched-tokens")
 def test_16384_batched_tokens_on_long_1m_is_refused(served, clean_tree):
     refused(served, clean_tree, "-e", json.dumps({"dspark_profile": "long-1m",
