@@ -168,7 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     ansible.add_argument("-C", "--check", action="store_true", help="run in check mode (changes nothing)")
     ansible.add_argument("-D", "--diff", action="store_true", help="show the differences in changed files")
     ansible.add_argument("-t", "--tags", action="append", default=[], metavar="TAGS",
-                         help="run only tasks tagged with these; repeatable")
+                         help="run only tasks tagged with these (preflight, image, profile, engine, gate, evidence, "
+                              "...; docs/operator-guide.md, 2.5: a selection out of the fail-closed order is "
+                              "refused); repeatable")
     ansible.add_argument("--skip-tags", dest="skip_tags", action="append", default=[], metavar="TAGS",
                          help="skip tasks tagged with these; repeatable")
     ansible.add_argument("-f", "--forks", type=_forks, metavar="N", help="parallel processes")
