@@ -60,9 +60,13 @@ def when(stamp: str) -> datetime.datetime:
     return datetime.datetime.fromisoformat(stamp)
 
 
-def engine(rank) -> dict:
-    out = on_rank(rank, ["docker", "inspect", "--format", "{{json .}}", "dspark_vllm"]).stdout
-    doc = json.loads(out)
+def engine(rank, absent_ok: bool = False) -> dict | None:
+    """The rank's engine container: its image, start time and whether it runs (None when there is none and
+    ``absent_ok``: test_80 leaves sim03 torn down)."""
+    res = on_rank(rank, ["docker", "inspect", "--format", "{{json .}}", "dspark_vllm"], check=not absent_ok)
+    if res.returncode != 0:
+        return None
+    doc = json.loads(res.stdout)
     return {"image": doc["Image"], "started": when(doc["State"]["StartedAt"]), "running": doc["State"]["Running"]}
 
 
@@ -151,7 +155,7 @@ def rollouts(sim, clean_tree):
         # test of its lane, e.g. the release rollback's): such a rank loads nothing
         seen["held"] = {r.name: on_rank(r, ["docker", "image", "inspect", release_pin()["image_id"]],
                                         check=False).returncode == 0 for r in ranks}
-        seen["before_budget"] = {r.name: engine(r) for r in ranks}
+        seen["before_budget"] = {r.name: engine(r, absent_ok=True) for r in ranks}
         request: dict = {}
         thread = threading.Thread(target=streamed_request, args=(canary.head, request), daemon=True)
         thread.start()
@@ -162,7 +166,7 @@ def rollouts(sim, clean_tree):
         thread.join(timeout=300)
         seen["request"] = request
         seen["budget_waves"] = waves_report(started)
-        seen["after_budget"] = {r.name: engine(r) for r in ranks}
+        seen["after_budget"] = {r.name: engine(r, absent_ok=True) for r in ranks}
         seen["gated_budget"] = gate_times(pairs[:2])
         seen["readiness"] = json.loads((evidence() / canary.name / "readiness.json").read_text())
         seen["guarded"] = datetime.datetime.fromtimestamp(
@@ -232,7 +236,7 @@ def test_the_failure_budget_stops_the_waves_not_yet_started_and_touches_none_of_
     before, after = rollouts["before_budget"], rollouts["after_budget"]
     for role in ("head", "worker"):
         assert after[f"sim04-{role}"] == before[f"sim04-{role}"], (before, after)
-        assert after[f"sim04-{role}"]["image"] != release_pin()["image_id"]
+        assert (after[f"sim04-{role}"] or {}).get("image") != release_pin()["image_id"]
     assert after["sim02-head"]["image"] == release_pin()["image_id"]  # the wave before the failure went through
 
 
