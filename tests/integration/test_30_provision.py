@@ -152,10 +152,13 @@ def test_second_run_changes_nothing_and_restarts_nothing(pair_a, clean_tree):
     assert started(pair) == before
 
 
-def control_node_files() -> dict:
-    """Every file under the control node's evidence folder, with its size and modification time."""
+def control_node_files(pair) -> dict:
+    """Every file a run on ``pair`` could write in the control node's evidence folder (the pair's own folder, and the
+    run records that name the pair; the other lane's pair writes beside them meanwhile), with size and mtime."""
     root = Path(site()["dspark_evidence_dir"])
-    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
+    files = [p for p in (root / pair.name).rglob("*") if p.is_file()]
+    files += [p for p in (root / "runs").glob("*.json") if f'"{pair.name}"' in p.read_text(errors="replace")]
+    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in files}
 
 
 @pytest.mark.fault("check-mode-writes-nothing")
@@ -163,12 +166,12 @@ def test_check_mode_diff_shows_a_profile_change_and_changes_nothing(pair_a, clea
     """--check --diff shows the change and changes nothing: no engine restarted, no file on a rank and none on the
     control node (its evidence folder, where the preflight's tree record once went) written."""
     pair = pair_a
-    before, ranks, files = started(pair), {r.name: snapshot(r) for r in pair.ranks}, control_node_files()
+    before, ranks, files = started(pair), {r.name: snapshot(r) for r in pair.ranks}, control_node_files(pair)
     res = provision(pair, clean_tree, "-e", "dspark_profile=long-1m", "--check", "--diff", check=True)
     assert "1048576" in res.stdout
     assert started(pair) == before
     assert {r.name: snapshot(r) for r in pair.ranks} == ranks
-    written = sorted(set(control_node_files().items()) - set(files.items()))
+    written = sorted(set(control_node_files(pair).items()) - set(files.items()))
     assert written == [], written
 
 
