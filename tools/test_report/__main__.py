@@ -130,14 +130,10 @@ _OUT = threading.Lock()  # a member's log shown whole, never cut by a line of a 
 
 def _show(name: str, code: int, seconds: float, log: Path) -> None:
     with _OUT:
-        _show_unlocked(name, code, seconds, log)
-
-
-def _show_unlocked(name: str, code: int, seconds: float, log: Path) -> None:
-    print(f"[test] ---- {name}: exit {code} after {_clock(seconds)} (its output, {log.relative_to(ROOT)}) ----",
-          flush=True)
-    sys.stdout.write(log.read_text(errors="replace"))
-    print(f"[test] ---- end of {name} ----", flush=True)
+        print(f"[test] ---- {name}: exit {code} after {_clock(seconds)} (its output, {log.relative_to(ROOT)}) ----",
+              flush=True)
+        sys.stdout.write(log.read_text(errors="replace"))
+        print(f"[test] ---- end of {name} ----", flush=True)
 
 
 def _tee(stream, log: Path) -> None:
