@@ -37,7 +37,7 @@ from typing import Any, Mapping, TextIO
 
 import yaml
 
-from . import __version__
+from . import version
 from .progress import Progress, decide_exit, failing_hosts, failing_pairs, host_counts, one_line, pair_map
 from .render import format_document, read_document
 
@@ -137,6 +137,18 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EX_USAGE, f"{self.prog}: error: {message}\n")
 
 
+class _Version(argparse.Action):
+    """``dspark --version``: the command, the collection and its pin (:mod:`dspark_cli.version`)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        try:
+            paths = collection_search_paths()
+        except Exception as exc:  # an ansible.cfg ansible-core cannot read
+            parser.exit(EX_UNAVAILABLE, f"dspark: Ansible's configuration cannot be read: {exc}\n")
+        found = version.report(paths, sys.stdout, sys.stderr)
+        parser.exit(0 if found else EX_UNAVAILABLE)
+
+
 def _forks(text: str) -> int:
     try:
         value = int(text)
@@ -190,10 +202,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = _Parser(prog="dspark", description="Run the gb10.dspark playbooks with live progress per GB10 pair.",
                      epilog="Exit codes (docs/operator-guide.md, 2.4): 0 success; else the playbook's rc: 2 failed "
-                            "hosts or audit drift, 4 an unreachable host; 64 usage, 69 no ansible-playbook; 130 "
-                            "interrupted (Ctrl-C), 143 on SIGTERM, 129 on SIGHUP (the session dropped), 131 on SIGQUIT: "
-                            "the run was stopped.")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+                            "hosts or audit drift, 4 an unreachable host; 64 usage, 69 no ansible-playbook (or, for "
+                            "--version, no gb10.dspark); 130 interrupted (Ctrl-C), 143 on SIGTERM, 129 on SIGHUP (the "
+                            "session dropped), 131 on SIGQUIT: the run was stopped.")
+    parser.add_argument("--version", action=_Version, nargs=0,
+                        help="show dspark's version, the gb10.dspark collection Ansible runs from this folder and "
+                             "that collection's pin, and exit (69 when Ansible finds no gb10.dspark here)")
     sub = parser.add_subparsers(dest="command", metavar="<command>", required=True, parser_class=_Parser)
     for name, text in HELP.items():
         cmd = sub.add_parser(name, parents=[common], help=text, description=f"{text} ({PLAYBOOKS[name]})")

@@ -1,21 +1,30 @@
-"""The control node of README.md's "Real pairs", made the way an operator makes it: the collection
-built from a clean clone as a release would be cut, installed into a fresh collections path
-(community.docker from its own path, as from a mirrored Galaxy server), and a fresh virtualenv
-holding only the collection's control-node requirements and its dspark command. Playbooks then run
-from outside the checkout, with an ansible.cfg of their own."""
+"""The control node of README.md's "Real pairs", made by running that section's command block as written: bash
+runs the block's text, taken from the README of the clean clone under test, in that clone, for a user whose home
+is a fresh folder (so `~/dspark` is this test's). Nothing of this checkout's virtualenv, collections or
+ansible.cfg is on the way: PATH loses every virtualenv, and no ANSIBLE_* variable reaches the block. The block
+runs twice, as a new control node and then as an upgrade from the same checkout, which is how an operator
+upgrades. Playbooks and dspark then run from `~/dspark` with that virtualenv first on PATH, as the README says."""
 from __future__ import annotations
 
-import json
 import os
-import shutil
+import re
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from simhelpers import ROOT
+SECTION = "## Real pairs"
+
+
+def readme_block(readme: Path) -> str:
+    """The first ```sh block of README.md's "Real pairs" section, verbatim."""
+    text = readme.read_text()
+    section = text[text.index(SECTION):]
+    section = section[:section.find("\n## ", len(SECTION))]
+    match = re.search(r"^```sh\n(.*?)^```$", section, flags=re.M | re.S)
+    assert match, f"README.md's {SECTION!r} section has no sh block"
+    return match[1]
 
 
 def run(argv: list[str], cwd: Path, env: dict, timeout: float = 1800, check: bool = True) -> subprocess.CompletedProcess:
@@ -26,17 +35,23 @@ def run(argv: list[str], cwd: Path, env: dict, timeout: float = 1800, check: boo
     return res
 
 
-def _dev_tool(name: str) -> str:
-    return str(Path(sys.executable).with_name(name))
+def operator_env(home: Path) -> dict:
+    """A login's environment on a fresh control node: this checkout's virtualenv and Ansible settings left out."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_") and k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    paths = [p for p in env.get("PATH", "").split(os.pathsep)
+             if p and not (Path(p).parent / "pyvenv.cfg").is_file()]
+    env.update(HOME=str(home), PATH=os.pathsep.join(paths), ANSIBLE_FORCE_COLOR="0")
+    return env
 
 
 @dataclass(frozen=True)
 class ControlNode:
-    base: Path       # its working folder (outside the checkout): ansible.cfg, the venv, the collections
+    base: Path       # ~/dspark: the virtualenv, its collections and ansible.cfg; runs start here
     venv: Path
     root: Path       # the installed gb10.dspark
     version: str
-    env: dict        # ANSIBLE_CONFIG points at its own ansible.cfg
+    env: dict        # the operator's environment with ~/dspark/bin/activate sourced
+    installs: tuple  # the block's two runs (a new control node, then the upgrade)
 
     def tool(self, name: str) -> str:
         return str(self.venv / "bin" / name)
@@ -45,38 +60,13 @@ class ControlNode:
         return run([self.tool(argv[0]), *argv[1:]], cwd=self.base, env=self.env, timeout=timeout, check=check)
 
 
-def install(base: Path, tree: Path) -> ControlNode:
-    version = yaml.safe_load((ROOT / "galaxy.yml").read_text())["version"]
-    env = dict(os.environ, ANSIBLE_FORCE_COLOR="0")
-    env.pop("ANSIBLE_CONFIG", None)
-    env.pop("VIRTUAL_ENV", None)
-
-    dist = base / "dist"
-    run([_dev_tool("ansible-galaxy"), "collection", "build", "--output-path", str(dist), str(tree)], cwd=base, env=env)
-    artefact = dist / f"gb10-dspark-{version}.tar.gz"
-    assert artefact.is_file(), sorted(p.name for p in dist.iterdir())
-    installed = base / "collections"
-    run([_dev_tool("ansible-galaxy"), "collection", "install", "--no-deps", "-p", str(installed), str(artefact)],
-        cwd=base, env=env)
-    root = installed / "ansible_collections" / "gb10" / "dspark"
-    assert json.loads((root / "MANIFEST.json").read_text())["collection_info"]["version"] == version
-    deps = base / "deps" / "ansible_collections"
-    deps.mkdir(parents=True)
-    (deps / "community").symlink_to(ROOT / "collections" / "ansible_collections" / "community")
-
-    # The control node's Python, and its dspark command built from a copy (pip's build files stay
-    # out of the installed tree, which preflight checks against its FILES.json).
-    venv = base / "venv"
-    run([sys.executable, "-m", "venv", str(venv)], cwd=base, env=env)
-    cli_copy = base / "dspark-cli"
-    shutil.copytree(root / "cli", cli_copy)
-    run([str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check",
-         "-r", str(root / "meta" / "ee-requirements.txt"), str(cli_copy)], cwd=base, env=env, timeout=900)
-
-    cfg = (ROOT / "ansible.cfg").read_text().replace(
-        "collections_path = ./collections", f"collections_path = {installed}:{base / 'deps'}")
-    assert str(installed) in cfg
-    (base / "ansible.cfg").write_text(cfg)
-    env["ANSIBLE_CONFIG"] = str(base / "ansible.cfg")
-    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    return ControlNode(base=base, venv=venv, root=root, version=version, env=env)
+def install(home: Path, tree: Path) -> ControlNode:
+    version = yaml.safe_load((tree / "galaxy.yml").read_text())["version"]
+    env = operator_env(home)
+    block = readme_block(tree / "README.md")
+    installs = tuple(run(["bash", "-euo", "pipefail", "-c", block], cwd=tree, env=env, timeout=1200)
+                     for _unused in ("new", "upgrade"))
+    base = home / "dspark"
+    root = base / "collections" / "ansible_collections" / "gb10" / "dspark"
+    activated = dict(env, VIRTUAL_ENV=str(base), PATH=f"{base / 'bin'}{os.pathsep}{env['PATH']}")
+    return ControlNode(base=base, venv=base, root=root, version=version, env=activated, installs=installs)

@@ -1,11 +1,13 @@
-"""The Galaxy artefact works on its own: `ansible-galaxy collection build` makes it, it installs into
-a fresh collections path, a fresh virtualenv gets the control node's install (README.md, "Real
-pairs": meta/ee-requirements.txt and the dspark command from the installed copy, nothing of the
-simulator's or the development tools), and the simulator's provision runs from there (not from
-this checkout), passes the gate, and the wrapper-tree check verifies the installed files."""
+"""README.md's "Real pairs" block makes a working control node as written (tests/integration/control_node.py runs it
+verbatim, twice: a new control node, then an upgrade): a virtualenv with ansible-core, community.docker from the
+community package and nothing of the simulator's or the development tools; the collection installed as its
+artefact holds it, nothing written into the checkout; `dspark` from the installed collection. From `~/dspark`,
+with only the inventory pointing at the simulator, dspark provisions a pair (the gate passes, and the wrapper-tree
+check verifies the installed files) and audits it."""
 from __future__ import annotations
 
 import json
+import subprocess
 
 from simhelpers import INVENTORY
 
@@ -13,25 +15,46 @@ from simhelpers import INVENTORY
 NOT_ON_A_CONTROL_NODE = {"docker", "molecule", "ansible-lint", "selenium", "ruff", "ansible-builder"}
 
 
-def test_the_built_artefact_installs_and_provisions_the_simulator(pair_a, control_node):
-    pair = pair_a
+def test_the_readme_block_makes_a_control_node_and_writes_nothing_into_the_checkout(pair_a, control_node, clean_tree):
+    """(pair_a only places the test in that pair's lane, before the test that provisions from this control node.)"""
+    for res in control_node.installs:  # both runs of the block printed `dspark --version` last
+        lines = res.stdout.splitlines()
+        assert f"gb10.dspark {control_node.version} (installed: {control_node.root})" in lines, res.stdout[-3000:]
+        assert any(line.startswith("pin ") for line in lines), res.stdout[-3000:]
+    status = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=clean_tree, text=True,
+                            capture_output=True, check=True).stdout
+    assert status == "", f"the README's steps wrote into the checkout:\n{status}"
+    # the collection is the installed artefact (FILES.json), not a link to a checkout, and pip built nothing inside it
     root = control_node.root
+    assert (root / "FILES.json").is_file() and not root.is_symlink()
     assert not (root / ".git").exists() and not (root / "inventories" / "sim").exists()
     assert not (root / "sim").exists() and not (root / "tools").exists()
+    assert not list((root / "cli").glob("*.egg-info")) and not (root / "cli" / "build").exists()
     have = {token.lower() for line in control_node.run("pip", "freeze").stdout.splitlines()
             for token in [line.split("==")[0].split(" @ ")[0]]}
-    assert {"ansible-core", "ansible-runner", "pytest", "pytest-testinfra", "pytest-timeout", "dspark-cli"} <= have, have
+    assert {"ansible", "ansible-core", "ansible-runner", "pytest", "pytest-testinfra", "pytest-timeout",
+            "dspark-cli"} <= have, have
     assert not have & NOT_ON_A_CONTROL_NODE, have & NOT_ON_A_CONTROL_NODE
-    assert "provision" in control_node.run("dspark", "--help").stdout
 
+
+def test_dspark_from_the_readme_control_node_provisions_and_audits_a_pair(pair_a, control_node):
+    pair = pair_a
+    root = control_node.root
     evidence = control_node.base / "evidence"
-    res = control_node.run("ansible-playbook", "-i", str(INVENTORY), "gb10.dspark.provision", "--limit", pair.group,
-                           "-e", f"dspark_evidence_dir={evidence}")
-    assert "failed=0" in res.stdout.split("PLAY RECAP")[-1]
+    common = ["--inventory", str(INVENTORY), "--limit", pair.group, "-e", f"dspark_evidence_dir={evidence}"]
+    res = control_node.run("dspark", "provision", *common, check=False)
+    assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-3000:]
 
-    tree = json.loads((evidence / f"sim{pair.index:02d}" / "wrapper-tree.json").read_text())
+    tree = json.loads((evidence / pair.name / "wrapper-tree.json").read_text())
     assert tree["kind"] == "installed_collection", tree
     assert tree["path"] == str(root) and tree["dirty"] is False
     assert tree["revision"] == f"gb10.dspark:{control_node.version}"
-    gate = json.loads((evidence / f"sim{pair.index:02d}" / "runtime-gate.json").read_text())
+    gate = json.loads((evidence / pair.name / "runtime-gate.json").read_text())
     assert gate["status"] == "PASS" and gate["errors"] == []
+
+    res = control_node.run("dspark", "audit", "--json", *common, check=False)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    summary = json.loads(res.stdout)
+    assert summary["audit"]["not_ok"] == [], summary["audit"]
+    # the run folders are the control node's own, beside its ansible.cfg
+    assert summary["run_folder"].startswith(str(control_node.base / "artifacts" / "runs")), summary["run_folder"]

@@ -39,6 +39,7 @@ def test_the_rows_say_what_ansible_core_means():
     assert "options" in rows[ExitCode.INVALID_CLI_OPTION][0] and "interrupted" in rows[ExitCode.KEYBOARD_INTERRUPT][0]
     for code in (64, 69, 129, 130, 131, 143):
         assert rows[code][0] == "—", code  # the CLI's own
+    assert "ansible-playbook" in rows[69][1] and "--version" in rows[69][1]
 
 
 def test_the_cli_decides_as_the_rows_say():
