@@ -41,6 +41,8 @@ from . import version
 from .progress import Progress, decide_exit, failing_hosts, failing_pairs, host_counts, one_line, pair_map
 from .render import format_document, read_document
 
+# Finished run folders kept under --artifacts: cron audits every 15 minutes make 96 a day.
+KEEP_RUNS = 200
 EX_USAGE = 64
 EX_UNAVAILABLE = 69
 EXIT_SIGINT = 130  # 128 + the signal's number, as a shell reports a process a signal ended
@@ -149,6 +151,13 @@ class _Version(argparse.Action):
         parser.exit(0 if found else EX_UNAVAILABLE)
 
 
+def _keep_runs(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
 def _forks(text: str) -> int:
     try:
         value = int(text)
@@ -170,6 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "without --limit (not with --limit)")
     opts.add_argument("--artifacts", metavar="DIR",
                       help="where run folders go (default: $DSPARK_ARTIFACTS or ./artifacts/runs)")
+    opts.add_argument("--keep-runs", dest="keep_runs", type=_keep_runs, metavar="N",
+                      help=f"after the run, remove the oldest finished run folders beyond the newest N (default: "
+                           f"$DSPARK_KEEP_RUNS or {KEEP_RUNS}; 0 keeps every folder)")
     opts.add_argument("-v", "--verbose", action="count", default=0,
                       help="ansible verbosity in the run's stdout artifact (-vvv for more)")
     ansible = common.add_argument_group("ansible-playbook options (passed on with ansible-playbook's meaning)")
@@ -514,6 +526,43 @@ def new_run_dir(base: str, name: str, now: datetime.datetime | None = None, toke
     os.makedirs(base, exist_ok=True)
     os.mkdir(path, 0o700)
     return path
+
+
+# A run folder's name (new_run_dir): the command, the UTC start time and a random token.
+RUN_DIR_NAME = re.compile(r"^[a-z_]+-(\d{8}T\d{6}Z)-[0-9a-f]+$")
+
+
+def keep_runs(value: int | None, environ: Mapping[str, str]) -> int:
+    """How many finished run folders to keep: ``--keep-runs``, else $DSPARK_KEEP_RUNS, else KEEP_RUNS."""
+    if value is not None:
+        return value
+    text = environ.get("DSPARK_KEEP_RUNS", "").strip()
+    return _keep_runs(text) if text else KEEP_RUNS
+
+
+def rotate_runs(base: str, keep: int, current: str) -> list[str]:
+    """Remove the oldest finished run folders of ``base`` beyond the newest ``keep``; return what was removed.
+
+    Only dspark's own run folders are candidates (named as :func:`new_run_dir` names them), and only finished
+    ones: ansible-runner writes ``rc`` when its run ends, so a run still going (another dspark beside this one)
+    or one that died before its end is kept. ``current`` is never removed. ansible-runner's own
+    ``rotate_artifacts`` is not used: it removes every entry of the folder, oldest modification first, running
+    runs and foreign files included."""
+    if keep <= 0:
+        return []
+    finished = []
+    for name in os.listdir(base):
+        path = os.path.join(base, name)
+        match = RUN_DIR_NAME.match(name)
+        if match and path != current and os.path.isdir(path) and not os.path.islink(path) \
+                and os.path.isfile(os.path.join(path, "rc")):
+            finished.append((match[1], name, path))
+    finished.sort()
+    removed = []
+    for _stamp, _name, path in finished[:max(0, len(finished) - keep)]:
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
 
 
 def _config_bool(value: str) -> bool:
@@ -994,6 +1043,11 @@ def run(argv: list[str] | None = None, *, playbook: str | None = None, environ: 
         plan = parse_extravars(release_extravars(args), cwd)
         known = known_vars(plan)
         options = ansible_options(args, cwd)
+        try:
+            keep = keep_runs(args.keep_runs, environ)
+        except (ValueError, argparse.ArgumentTypeError) as exc:
+            raise UsageError(f"DSPARK_KEEP_RUNS: expected a count of run folders to keep (0 keeps all): {exc}") \
+                from exc
         if args.command == "render" and known.get(RENDER_OUTPUT_VAR) not in (None, "") and not _plain_path(
                 known[RENDER_OUTPUT_VAR]):
             raise UsageError(f"-e {RENDER_OUTPUT_VAR}: expected a plain path on the control node")
@@ -1097,6 +1151,9 @@ def run(argv: list[str] | None = None, *, playbook: str | None = None, environ: 
             print(error, file=info)
     print(f"ansible output: {os.path.join(run_dir, 'stdout')}", file=info)
     print(f"run folder: {run_dir}", file=info, flush=True)
+    removed = rotate_runs(os.path.dirname(run_dir), keep, run_dir)
+    if removed:
+        print(f"removed {len(removed)} older run folder(s) beyond the newest {keep} (--keep-runs)", file=info)
     if render_path is not None and code == 0:
         code = report_render(render_path, run_dir, stats, args.json, out, err)
     pairs = None if canceled else read_pairs(run_dir, info)

@@ -29,10 +29,12 @@ for _ in $(seq 1 120); do
   sleep 0.5
 done
 
+# Keys: a user's own ~/.ssh/authorized_keys, as on a real rank (the operator guide's ops user, made by
+# test_85 the guide's way), then the rank's file with the control node's key for the simulator's operator.
 exec /usr/sbin/sshd -D -e \
   -o ListenAddress="$mgmt_ip" \
   -o HostKey="$rank_dir/ssh/ssh_host_ed25519_key" \
-  -o AuthorizedKeysFile="$rank_dir/ssh/authorized_keys" \
+  -o AuthorizedKeysFile=".ssh/authorized_keys $rank_dir/ssh/authorized_keys" \
   -o PermitRootLogin=no \
   -o PasswordAuthentication=no \
   -o KbdInteractiveAuthentication=no \

@@ -7,24 +7,20 @@ upgrades. Playbooks and dspark then run from `~/dspark` with that virtualenv fir
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from tests.support.docblocks import block_after  # conftest puts the checkout on sys.path
+
 SECTION = "## Real pairs"
 
 
 def readme_block(readme: Path) -> str:
-    """The first ```sh block of README.md's "Real pairs" section, verbatim."""
-    text = readme.read_text()
-    section = text[text.index(SECTION):]
-    section = section[:section.find("\n## ", len(SECTION))]
-    match = re.search(r"^```sh\n(.*?)^```$", section, flags=re.M | re.S)
-    assert match, f"README.md's {SECTION!r} section has no sh block"
-    return match[1]
+    """The first sh block of README.md's "Real pairs" section, verbatim."""
+    return block_after(readme, SECTION, end="\n## ")
 
 
 def run(argv: list[str], cwd: Path, env: dict, timeout: float = 1800, check: bool = True) -> subprocess.CompletedProcess:

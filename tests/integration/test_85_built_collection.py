@@ -9,7 +9,12 @@ from __future__ import annotations
 import json
 import subprocess
 
-from simhelpers import INVENTORY
+from simhelpers import INVENTORY, ROOT, on_rank
+
+from dspark_sim import rank as sim_rank
+from tests.support.docblocks import block_after
+
+GUIDE = ROOT / "docs" / "operator-guide.md"
 
 # What a control node must not get: the simulator's and the development tools' packages.
 NOT_ON_A_CONTROL_NODE = {"docker", "molecule", "ansible-lint", "selenium", "ruff", "ansible-builder"}
@@ -18,6 +23,7 @@ NOT_ON_A_CONTROL_NODE = {"docker", "molecule", "ansible-lint", "selenium", "ruff
 def test_the_readme_block_makes_a_control_node_and_writes_nothing_into_the_checkout(pair_a, control_node, clean_tree):
     """(pair_a only places the test in that pair's lane, before the test that provisions from this control node.)"""
     for res in control_node.installs:  # both runs of the block printed `dspark --version` last
+        assert "[WARNING]" not in res.stderr, res.stderr
         lines = res.stdout.splitlines()
         assert f"gb10.dspark {control_node.version} (installed: {control_node.root})" in lines, res.stdout[-3000:]
         assert any(line.startswith("pin ") for line in lines), res.stdout[-3000:]
@@ -58,3 +64,30 @@ def test_dspark_from_the_readme_control_node_provisions_and_audits_a_pair(pair_a
     assert summary["audit"]["not_ok"] == [], summary["audit"]
     # the run folders are the control node's own, beside its ansible.cfg
     assert summary["run_folder"].startswith(str(control_node.base / "artifacts" / "runs")), summary["run_folder"]
+
+
+OPS_USER = "gb10-ops"
+
+
+def test_the_guides_ops_user_steps_make_a_rank_account_ansible_can_log_in_to_and_become_root(pair_a, tmp_path):
+    """docs/operator-guide.md §1.1 step 2, run as written as root on a rank (pair_a's worker), with a key made for
+    this test in the file the guide names: the new account takes that key (its own authorized_keys, which the
+    simulator's sshd reads first, as a real rank's does) and becomes root through sudo with no password."""
+    rank = pair_a.worker
+    block = block_after(GUIDE, "2. **The ops user on each rank**")
+    assert OPS_USER in block
+    key = tmp_path / "gb10_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "test_85", "-f", str(key)], check=True)
+    # In a fresh folder holding the public key under the guide's file name, the block as the guide gives it.
+    script = 'cd "$(mktemp -d)" && cat > gb10_ed25519.pub\n' + block
+    try:
+        on_rank(rank, ["bash", "-euo", "pipefail", "-c", script], input_text=(key.with_suffix(".pub")).read_text())
+        login = [*sim_rank.ssh_login(rank, OPS_USER)]
+        login[login.index(str(sim_rank.control_key()))] = str(key)  # this test's key, not the simulator's
+        res = subprocess.run([*login, "--", "sudo", "-n", "id", "-un"], capture_output=True, text=True, timeout=60,
+                             check=False)
+        assert (res.returncode, res.stdout.strip()) == (0, "root"), res.stderr
+        res = subprocess.run([*login, "--", "id", "-nG"], capture_output=True, text=True, timeout=60, check=False)
+        assert res.returncode == 0 and "docker" not in res.stdout.split(), res.stdout
+    finally:
+        on_rank(rank, ["bash", "-c", f"userdel -r {OPS_USER} 2>/dev/null; rm -f /etc/sudoers.d/{OPS_USER}"], check=False)

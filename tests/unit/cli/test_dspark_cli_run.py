@@ -311,3 +311,57 @@ def test_rollout_needs_a_release_file_that_exists(tmp_path, monkeypatch):
     code, _out, err = run_cli(tmp_path, "rollout", "--release", "nope.yml")
     assert code == cli.EX_USAGE and "-e @nope.yml: no such file" in err
     assert calls == []
+
+
+def finished_run(kwargs, rc=0):
+    """What ansible-runner leaves in a run folder when its run ends (``rc``, ``status``)."""
+    folder = Path(kwargs["private_data_dir"])
+    (folder / "rc").write_text(str(rc))
+    (folder / "status").write_text("successful" if rc == 0 else "failed")
+    return FakeRunner("successful" if rc == 0 else "failed", rc, {"failures": {}})
+
+
+def old_run(base: Path, name: str, finished: bool = True) -> Path:
+    path = base / name
+    path.mkdir(parents=True)
+    if finished:
+        (path / "rc").write_text("0")
+    return path
+
+
+def test_old_finished_run_folders_beyond_keep_runs_are_removed_and_nothing_else(tmp_path, monkeypatch):
+    setup(tmp_path, monkeypatch, lambda kw, ev: finished_run(kw))
+    base = tmp_path / "runs"
+    oldest = [old_run(base, f"audit-2026120{day}T000000Z-abc12{day}") for day in range(1, 5)]
+    running = old_run(base, "provision-20261130T000000Z-0ddba1", finished=False)  # another dspark, still going
+    foreign = old_run(base, "notes")  # not a dspark run folder
+    (base / "README").write_text("the operator's own file\n")
+    code, out, _err = run_cli(tmp_path, "audit", "--artifacts", "runs", "--keep-runs", "2")
+    assert code == 0
+    left = {p.name for p in base.iterdir()}
+    # the newest two finished folders before this run are kept, and this run's
+    assert {oldest[2].name, oldest[3].name, running.name, foreign.name, "README"} <= left
+    assert not {oldest[0].name, oldest[1].name} & left
+    assert len(left) == 6 and "removed 2 older run folder(s) beyond the newest 2 (--keep-runs)" in out
+
+
+def test_keep_runs_comes_from_the_environment_and_0_keeps_everything(tmp_path, monkeypatch):
+    setup(tmp_path, monkeypatch, lambda kw, ev: finished_run(kw))
+    base = tmp_path / "runs"
+    for day in range(1, 4):
+        old_run(base, f"audit-2026120{day}T000000Z-abc12{day}")
+    env = {"PATH": os.environ.get("PATH", ""), "DSPARK_INVENTORY": "hosts.yml", "DSPARK_KEEP_RUNS": "0"}
+    assert run_cli(tmp_path, "audit", "--artifacts", "runs", environ=env)[0] == 0
+    assert len(run_dirs(base)) == 4
+    env["DSPARK_KEEP_RUNS"] = "1"
+    code, out, _err = run_cli(tmp_path, "audit", "--artifacts", "runs", environ=env)
+    assert code == 0 and len(run_dirs(base)) == 2 and "removed 3 older" in out  # the previous run's and this one
+    env["DSPARK_KEEP_RUNS"] = "many"
+    code, _out, err = run_cli(tmp_path, "audit", "--artifacts", "runs", environ=env)
+    assert code == cli.EX_USAGE and "DSPARK_KEEP_RUNS" in err
+    assert len(run_dirs(base)) == 2  # a usage error makes no run folder and removes none
+
+
+def test_the_default_keeps_many_runs(tmp_path):
+    assert cli.keep_runs(None, {}) == cli.KEEP_RUNS >= 96  # a day of audits every 15 minutes
+    assert cli.keep_runs(5, {"DSPARK_KEEP_RUNS": "9"}) == 5
