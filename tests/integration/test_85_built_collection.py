@@ -7,8 +7,10 @@ check verifies the installed files) and audits it."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
+from control_node import operator_env, run
 from simhelpers import INVENTORY, ROOT, on_rank
 
 from dspark_sim import rank as sim_rank
@@ -91,3 +93,23 @@ def test_the_guides_ops_user_steps_make_a_rank_account_ansible_can_log_in_to_and
         assert res.returncode == 0 and "docker" not in res.stdout.split(), res.stdout
     finally:
         on_rank(rank, ["bash", "-c", f"userdel -r {OPS_USER} 2>/dev/null; rm -f /etc/sudoers.d/{OPS_USER}"], check=False)
+
+
+def test_the_guides_air_gapped_install_runs_from_the_carried_files_alone(pair_a, clean_tree, tmp_path):
+    """docs/operator-guide.md §5, both blocks as written: the connected machine fills ~/carry from the clean clone
+    (nothing written into it), and the control node installs from ~/carry with pip cut off from every index
+    (no configuration file, no index, no other find-links) and ansible-galaxy offline."""
+    carry = block_after(GUIDE, "**On a connected machine**")
+    node = block_after(GUIDE, "**On the control node**, with `~/carry` in place")
+    home = tmp_path / "home"
+    home.mkdir()
+    env = operator_env(home)
+    run(["bash", "-euo", "pipefail", "-c", carry], cwd=clean_tree, env=env, timeout=1200)
+    assert subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=clean_tree, text=True,
+                          capture_output=True, check=True).stdout == ""
+    offline = dict(env, PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX="1", PIP_FIND_LINKS="",
+                   PIP_INDEX_URL="http://127.0.0.1:9/unreachable")
+    res = run(["bash", "-euo", "pipefail", "-c", node], cwd=home, env=offline, timeout=1200)
+    root = home / "dspark" / "collections" / "ansible_collections" / "gb10" / "dspark"
+    assert f"(installed: {root})" in res.stdout and "\npin " in res.stdout, res.stdout[-3000:]
+    assert "[WARNING]" not in res.stderr, res.stderr
