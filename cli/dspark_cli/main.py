@@ -147,7 +147,7 @@ class _Version(argparse.Action):
             paths = collection_search_paths()
         except Exception as exc:  # an ansible.cfg ansible-core cannot read
             parser.exit(EX_UNAVAILABLE, f"dspark: Ansible's configuration cannot be read: {exc}\n")
-        found = version.report(paths, sys.stdout, sys.stderr)
+        found = version.report(paths, _SafeStream(sys.stdout), _SafeStream(sys.stderr))
         parser.exit(0 if found else EX_UNAVAILABLE)
 
 
