@@ -2,8 +2,8 @@
 tells an operator to fill it in for a real pair (each host's management and fabric address, the SSH
 key, the control-node paths), here pointing at the simulator's pair 1, it passes the preflight in
 check mode and changes nothing, run the way a real control node runs it: gb10.dspark.preflight from
-the built artefact, with the fresh virtualenv of README.md's "Real pairs" (the control_node
-fixture), from outside the checkout. Everything else comes from the sample unchanged: the pair,
+the control node that README.md's "Real pairs" block makes (the control_node fixture runs it as
+written), from its ~/dspark, outside the checkout. Everything else comes from the sample unchanged: the pair,
 head and worker groups, the ranks, the NIC and HCA names, the model directory, the profile, the
 ports and the container name. Kept with its own v026 pin, the same run is refused before anything
 changes, naming where, the expected value and the actual one."""
