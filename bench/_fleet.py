@@ -247,6 +247,15 @@ def _seconds(step: dict) -> float | None:
     return (ended - began).total_seconds()
 
 
+def rollout_ratio_at(run_s: float, waves: dict, delay_s: float, cold_start_s: float) -> float:
+    """The rollout's ratio (run time against waves × one wave's time) had every canary and wave step waited
+    ``cold_start_s`` for its engines instead of the stand-in's ``delay_s``: each of the ``waves['waves']`` steps
+    grows by the difference, on both sides; what no step holds (planning, staging, evidence) stays as measured."""
+    grow = max(0.0, cold_start_s - delay_s)
+    n = waves["waves"]
+    return round((run_s + n * grow) / (n * (waves["one_wave_s"] + grow)), 3)
+
+
 def wave_times(doc: dict) -> dict:
     """From a rollout's per-wave report (``<evidence>/runs/*-rollout-waves-*.json``): each step's seconds, the
     number of waves the rollout took (the canary counts as one), and one wave's time (the median of the waves that

@@ -315,3 +315,12 @@ def test_wave_times_count_the_canary_as_a_wave_and_take_the_median_of_the_full_w
 def test_the_report_judges_a_lower_bound_check():
     assert report.check("serving pairs", 6, 6, ">=")["met"] and not report.check("serving pairs", 5, 6, ">=")["met"]
     assert report.check_text(report.check("serving pairs", 5, 6, ">=")) == "serving pairs 5, target ≥ 6"
+
+
+def test_the_rollout_ratio_projected_to_a_real_cold_start_keeps_the_fixed_costs_and_grows_every_step():
+    waves = {"waves": 5, "one_wave_s": 80.0}
+    # measured: 5 steps of 80 s and 60 s of staging and planning: 460 s against 400 s
+    assert _fleet.rollout_ratio_at(460.0, waves, 60.0, 60.0) == 1.15
+    # each step waits 720 s instead of 60: (460 + 5 × 660) / (5 × 740) = 3760 / 3700
+    assert _fleet.rollout_ratio_at(460.0, waves, 60.0, 720.0) == round(3760 / 3700, 3)
+    assert _fleet.rollout_ratio_at(460.0, waves, 900.0, 720.0) == 1.15  # never shrinks a step
