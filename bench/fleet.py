@@ -296,8 +296,10 @@ def write_doc(doc: Path, run: dict) -> None:
     if not control:
         raise BenchError("the run has no control-cpu figures (bench/ratios.py --only control-cpu)")
     m = run["machine"]
-    control = {**control, "date": run["date"], "commit": run["commit"]["sha"], "dirty": run["commit"].get("dirty"),
-               "command": run["command"],
+    # A table carried over from an earlier run (ratios.py --carry) was measured by that run: name it.
+    source = run["carried"] if control.get("carried") and run.get("carried") else run
+    control = {**control, "date": source["date"], "commit": source["commit"]["sha"],
+               "dirty": source["commit"].get("dirty"), "command": source["command"],
                "machine": f"{m.get('cores')} cores shared by the control node and every simulated rank"}
     doc.write_text(fleet.replace_section(doc.read_text(), fleet.section(control)))
 

@@ -157,6 +157,12 @@ def test_write_doc_rewrites_the_section_from_a_run(tmp_path):
     assert "`make bench` (2026-12-06T01:00:00Z, commit `abc` with uncommitted changes to tracked files)" in doc.read_text()
     with pytest.raises(common.BenchError):
         fleet.write_doc(doc, {**run, "tables": {}})
+    # a table carried over from an earlier run (ratios.py --carry) names that run, not the one that carried it
+    carried = {**run, "tables": {"control-cpu": {**_control(), "carried": True}},
+               "carried": {"date": "2026-12-05T07:00:00Z", "commit": {"sha": "def", "dirty": False},
+                           "command": "bench/ratios.py --only control-cpu", "ids": ["control-cpu"]}}
+    fleet.write_doc(doc, carried)
+    assert "`bench/ratios.py --only control-cpu` (2026-12-05T07:00:00Z, commit `def`)" in doc.read_text()
 
 
 def test_the_performance_page_shows_the_cpu_table_and_marks_what_was_carried_over():
