@@ -18,6 +18,9 @@ from dspark_sim import drive, layout  # noqa: E402  (drive: the simulator's CLI,
 
 INVENTORY = ROOT / "inventories" / "sim"
 PAIRS = 2  # one per lane of the one-pair tests (tests/support/lanes.py)
+# The ops account docs/operator-guide.md §1.1 makes on a rank: test_85 makes it on pair 1's worker the guide's way,
+# logs in with it and removes it again (the rank's sshd log keeps that login).
+GUIDE_OPS_USER = "gb10-ops"
 
 
 def site() -> dict:

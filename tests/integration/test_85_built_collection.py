@@ -11,7 +11,7 @@ import os
 import subprocess
 
 from control_node import operator_env, run
-from simhelpers import INVENTORY, ROOT, on_rank
+from simhelpers import GUIDE_OPS_USER, INVENTORY, ROOT, on_rank
 
 from dspark_sim import rank as sim_rank
 from tests.support.docblocks import block_after
@@ -68,7 +68,7 @@ def test_dspark_from_the_readme_control_node_provisions_and_audits_a_pair(pair_a
     assert summary["run_folder"].startswith(str(control_node.base / "artifacts" / "runs")), summary["run_folder"]
 
 
-OPS_USER = "gb10-ops"
+OPS_USER = GUIDE_OPS_USER
 
 
 def test_the_guides_ops_user_steps_make_a_rank_account_ansible_can_log_in_to_and_become_root(pair_a, tmp_path):

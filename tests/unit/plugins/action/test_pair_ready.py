@@ -162,8 +162,10 @@ def run_both(head, worker, timeout: float = 5.0) -> tuple[dict, dict, float]:
 
 
 def head_waits_for_the_worker(index: int) -> None:
-    """Hold the head's serving probe until the worker has reported once, so the head has seen both ranks."""
-    if index == 2:
+    """Hold the head's second probe until the worker has reported once, so the progress line of that probe and
+    everything after it has seen both ranks (a worker thread that starts late on a busy machine once left every
+    progress line without the worker's phase)."""
+    if index == 1:
         wait_for_file(os.path.join(folder(), "worker.json"))
 
 
