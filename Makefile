@@ -12,7 +12,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(VENV)/bin:$(PATH)
 SIM    := PYTHONPATH=$(CURDIR)/sim $(PY) -m dspark_sim
 
-.PHONY: help deps sim-image sim-up sim-down sim-status demo test test-unit test-vllm test-integration test-molecule lint bench \
+.PHONY: help deps sim-image sim-up sim-down sim-status demo test test-unit test-vllm test-vllm-install test-integration test-molecule lint bench \
 	ee ee-engine ee-engine-down
 
 help:
@@ -101,7 +101,7 @@ test:
 	-@$(TIMED) run integration-first-and-pairs -- $(MAKE) --no-print-directory test-integration STEPS=first,pairs
 	@MAKE="$(MAKE)" $(TIMED) together integration-last-and-checks "integration-last=test-integration STEPS=last" \
 	  --idle lint=lint "unit-plugins=test-unit UNIT=tests/unit/plugins" \
-	  "unit-others=test-unit UNIT='tests/unit --ignore=tests/unit/plugins'"
+	  "unit-others=test-unit UNIT='tests/unit --ignore=tests/unit/plugins'" vllm-install=test-vllm-install
 	@MAKE="$(MAKE)" $(TIMED) together tail molecule=test-molecule vllm-lane=test-vllm
 	@$(TIMED) end
 
@@ -117,9 +117,13 @@ test-unit: deps
 
 # The collection's clients against a real vLLM (CPU build, tiny model made here) and the stand-in compared with it
 # (docs/vllm-lane.md). vLLM gets its own virtualenv in /var/cache/gb10-dspark-vllm, installed on first use only.
-test-vllm: deps
-	@$(PY) -m tools.vllm_lane.install
+test-vllm: test-vllm-install
 	@DSPARK_VLLM_REPORT=$(CURDIR)/artifacts/reports/VLLM.md $(PY) -m pytest --durations=0 tests/vllm
+
+# vLLM's virtualenv alone (a no-op once installed): `make test` runs it beside the simulator tests' last step, whose
+# spare core is idle once the checks end, so that the tail runs only the vLLM lane's tests.
+test-vllm-install: deps
+	@$(PY) -m tools.vllm_lane.install
 
 # In lanes (tests/support/lanes.py): the whole-fleet files alone, then the two pairs' tests side by side,
 # then the whole-fleet files that end the run. `pytest tests/integration` runs them all in one process.
