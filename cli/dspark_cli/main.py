@@ -748,7 +748,7 @@ _ENV_KEEP = frozenset({"PATH", "HOME", "LANG", "LC_ALL", "PWD", "USER", "VIRTUAL
 _ENV_KEEP_PREFIXES = ("ANSIBLE_", "RUNNER_", "AWX_")
 NOT_RECORDED = "(not recorded)"
 # The collection's one rule for secret NAMES lives in this file of the collection.
-SECRETS_FILE = ("gb10", "dspark", "plugins", "module_utils", "common", "_secrets.py")
+SECRETS_FILE = ("plugins", "module_utils", "common", "_secrets.py")
 
 
 def collection_search_paths() -> list[str]:
@@ -777,10 +777,8 @@ def collection_secrets():
         paths = collection_search_paths()
     except Exception:  # an ansible.cfg ansible-core cannot read: no rule, see scrub_command_artifact
         return None
-    for base in paths:
-        root = base if os.path.basename(base.rstrip(os.sep)) == "ansible_collections" else \
-            os.path.join(base, "ansible_collections")
-        path = os.path.join(root, *SECRETS_FILE)
+    for collection in version.collection_dirs(paths):
+        path = os.path.join(collection, *SECRETS_FILE)
         if not os.path.isfile(path):
             continue
         try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Iterable, TextIO
+from typing import Iterable, Iterator, TextIO
 
 import yaml
 
@@ -22,12 +22,18 @@ PIN_FILE = ("inventories", "sample", "group_vars", "all", "pin.yml")
 PIN_FIELDS = ("image_id", "runtime_manifest_sha256", "model_id", "model_revision", "vllm_version")
 
 
-def find_collection(paths: Iterable[str]) -> str | None:
-    """The first gb10.dspark under ``paths`` (collection roots or their ``ansible_collections`` folders)."""
+def collection_dirs(paths: Iterable[str]) -> Iterator[str]:
+    """Where gb10.dspark would be under each of ``paths`` (collection roots or their ``ansible_collections``
+    folders), in the search path's order; whether it is there is the caller's to check."""
     for base in paths:
         root = base if os.path.basename(base.rstrip(os.sep)) == "ansible_collections" else \
             os.path.join(base, "ansible_collections")
-        path = os.path.join(root, *COLLECTION)
+        yield os.path.join(root, *COLLECTION)
+
+
+def find_collection(paths: Iterable[str]) -> str | None:
+    """The first gb10.dspark under ``paths`` that says its version (MANIFEST.json or galaxy.yml)."""
+    for path in collection_dirs(paths):
         if os.path.isfile(os.path.join(path, "MANIFEST.json")) or os.path.isfile(os.path.join(path, "galaxy.yml")):
             return os.path.realpath(path)
     return None
