@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from simhelpers import GUIDE_OPS_USER, INVENTORY, ROOT, on_rank, playbook, sim_cli, site, snapshot
+from simhelpers import GUIDE_OPS_USER, INVENTORY, ROOT, ansible, on_rank, playbook, sim_cli, site, snapshot, wait_for
 from dspark_sim import layout
 
 PAIRS = 4
@@ -244,6 +244,10 @@ def test_dspark_audit_prints_the_table_and_exits_non_zero(fleet, drifted, tmp_pa
 def test_unreachable_rank_back_on_the_network_is_ok_again(fleet, drifted, clean_tree):
     s4 = fleet[3]
     subprocess.run(["ip", "link", "set", s4.worker.host_veth, "up"], check=True)
+    # Back on the network once Ansible's own SSH reaches it again: a connection to the rank opened before its link
+    # went down waits out TCP's retransmission back-off (it can take longer than the audit's 5 s timeout).
+    wait_for(lambda: ansible(s4.worker.name, "--become", "-m", "ansible.builtin.ping", check=False, env=FAST_UNREACHABLE,
+                             timeout=60).returncode == 0, 180, interval=2, what=f"{s4.worker.name} to answer Ansible")
     res, doc = audit(clean_tree, "--limit", "pair_sim04:pair_sim01")
     assert res.returncode == 0, res.stdout[-3000:]
     assert verdicts(doc) == {"sim01": "OK", "sim04": "OK"}
