@@ -87,21 +87,23 @@ demo: sim-up
 	  echo "  make sim-status | make sim-down"
 
 # Phases: deps; the simulator tests' first and pair steps (tests/support/lanes.py; a failure there does not stop
-# the run: the last step brings the simulator down, and the end reports the failure); then the last step, which
-# runs alone and leaves a core idle, with the checks beside it (lint and the unit tests in two halves) on idle CPU
-# only (SCHED_IDLE: they take no cycle the last step wants; its output is shown as it comes, each check's when it
-# ends); then molecule and the real-vLLM lane side by side (molecule's one pair waits on its cold start much of the
-# time; the lane needs no simulator). Each one's time goes to artifacts/reports/TESTS.md (tools/test_report:
+# the run: the last step brings the simulator down, and the end reports the failure), with vLLM's virtualenv
+# installed beside them on idle CPU and disk only (SCHED_IDLE and the idle I/O class: it takes no cycle and no disk
+# time the lanes want, and its gigabytes of writes no longer hold up the last step's image loads); then the last
+# step, which runs alone and leaves a core idle, with the checks beside it (lint and the unit tests in two halves),
+# idle the same way (its output is shown as it comes, each check's when it ends); then molecule and the real-vLLM
+# lane side by side (molecule's one pair waits on its cold start much of the time; the lane needs no simulator). Each one's time goes to artifacts/reports/TESTS.md (tools/test_report:
 # standard library only, so the system python runs it before the virtualenv exists), with the 15 slowest
 # simulator tests; `end` fails when a phase did.
 TIMED := python3 -m tools.test_report
 test:
 	@$(TIMED) begin
 	@$(TIMED) run deps -- $(MAKE) --no-print-directory deps
-	-@$(TIMED) run integration-first-and-pairs -- $(MAKE) --no-print-directory test-integration STEPS=first,pairs
+	-@MAKE="$(MAKE)" $(TIMED) together integration-first-pairs-and-install \
+	  "integration-first-and-pairs=test-integration STEPS=first,pairs" --idle vllm-install=test-vllm-install
 	@MAKE="$(MAKE)" $(TIMED) together integration-last-and-checks "integration-last=test-integration STEPS=last" \
 	  --idle lint=lint "unit-plugins=test-unit UNIT=tests/unit/plugins" \
-	  "unit-others=test-unit UNIT='tests/unit --ignore=tests/unit/plugins'" vllm-install=test-vllm-install
+	  "unit-others=test-unit UNIT='tests/unit --ignore=tests/unit/plugins'"
 	@MAKE="$(MAKE)" $(TIMED) together tail molecule=test-molecule vllm-lane=test-vllm
 	@$(TIMED) end
 
@@ -120,8 +122,8 @@ test-unit: deps
 test-vllm: test-vllm-install
 	@DSPARK_VLLM_REPORT=$(CURDIR)/artifacts/reports/VLLM.md $(PY) -m pytest --durations=0 tests/vllm
 
-# vLLM's virtualenv alone (a no-op once installed): `make test` runs it beside the simulator tests' last step, whose
-# spare core is idle once the checks end, so that the tail runs only the vLLM lane's tests.
+# vLLM's virtualenv alone (a no-op once installed): `make test` runs it beside the simulator tests' first and pair
+# steps, on their moments of idle CPU, so that the tail runs only the vLLM lane's tests.
 test-vllm-install: deps
 	@$(PY) -m tools.vllm_lane.install
 

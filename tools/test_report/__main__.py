@@ -7,7 +7,7 @@
                                                       # "test-unit UNIT=tests/unit/plugins") for each NAME
                                                       # side by side (each one's
                                                       # output in artifacts/reports/NAME.log, shown when it ends);
-                                                      # those after --idle on idle CPU only (SCHED_IDLE);
+                                                      # those after --idle on idle CPU and disk only;
                                                       # record each NAME and GROUP's wall time
     python -m tools.test_report end                   # write TESTS.md: phases, total, the 15 slowest simulator tests;
                                                       # exits 1 if a phase failed
@@ -20,10 +20,11 @@ written; `run` then exits with the phase's code, so `make test` stops as before.
 cold start, and the real-vLLM lane): on a 2-core machine they take the wall time of the longest instead of the sum.
 The total counts the group's wall time once; its members' own times are listed under it.
 
-`--idle` members run under Linux's SCHED_IDLE policy (their children too): they get a core only when nothing else
-wants it, so they take almost no CPU from the members before ``--idle``. ``make test`` runs the checks (lint and the
-two halves of the unit tests) that way beside the simulator tests' last step, which runs alone and leaves a core
-idle: the checks fill that core instead of taking minutes of their own.
+`--idle` members run under Linux's SCHED_IDLE policy and the idle I/O class (their children too): they get a core
+and the disk only when nothing else wants them, so they take almost nothing from the members before ``--idle``.
+``make test`` runs vLLM's virtualenv install that way beside the simulator tests' first and pair steps (it fills
+their moments of idle CPU), and the checks (lint and the two halves of the unit tests) beside the last step, which
+runs alone and leaves a core idle: the checks fill that core instead of taking minutes of their own.
 """
 from __future__ import annotations
 
@@ -149,12 +150,30 @@ def _tee(stream, log: Path) -> None:
     stream.close()
 
 
+# ioprio_set(2) by architecture (Python has no wrapper); IOPRIO_WHO_PROCESS, and the idle class in the top bits.
+IOPRIO_SET = {"x86_64": 251, "aarch64": 30}
+IOPRIO_WHO_PROCESS, IOPRIO_IDLE = 1, 3 << 13
+
+
+def _io_idle() -> None:
+    """The disk only when no other process wants it (the idle I/O class; the kernel's mq-deadline and BFQ
+    schedulers honour it). Best effort: elsewhere the member keeps its I/O priority."""
+    import ctypes
+
+    number = IOPRIO_SET.get(os.uname().machine)
+    if number is not None:
+        ctypes.CDLL(None, use_errno=True).syscall(number, IOPRIO_WHO_PROCESS, 0, IOPRIO_IDLE)
+
+
 def _idle() -> None:
-    """In the child, before make starts: CPU only when no other process wants it (inherited by its children)."""
+    """In the child, before make starts: CPU and disk only when no other process wants them (inherited by its
+    children). A pip install of vLLM writes gigabytes: at the default I/O priority it held up the simulator's
+    image loads beside it even on idle CPU."""
     try:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     except (AttributeError, OSError):  # not Linux: the lowest priority nice allows
         os.nice(19)
+    _io_idle()
 
 
 def together(group: str, pairs: list[str]) -> int:

@@ -1,6 +1,7 @@
 """tools/test_report: make test's phase times and the slowest simulator tests (artifacts/reports/TESTS.md)."""
 from __future__ import annotations
 
+import ctypes
 import importlib
 import sys
 
@@ -9,6 +10,7 @@ import pytest
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 report = importlib.import_module("tools.test_report.__main__")
+IOPRIO_GET = {"x86_64": 252, "aarch64": 31}  # ioprio_get(2), the getter of report.IOPRIO_SET's
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest">
@@ -110,9 +112,12 @@ def test_a_group_counts_once_in_the_total_and_its_members_are_listed_under_it():
 
 
 def test_idle_members_run_on_idle_cpu_and_the_others_are_shown_as_they_come(tmp_path, monkeypatch, capfd, reports):
-    # A stand-in for make that says which scheduling policy it runs under (SCHED_IDLE is 5 on Linux).
-    (tmp_path / "mk").write_text("import os, sys\n"
-                                 "print('target', sys.argv[-1], 'policy', os.sched_getscheduler(0), flush=True)\n"
+    # A stand-in for make that says which scheduling policy (SCHED_IDLE is 5 on Linux) and which I/O class (the top
+    # bits of ioprio_get(2): 3 is idle) it runs under.
+    (tmp_path / "mk").write_text("import ctypes, os, sys\n"
+                                 f"get = {IOPRIO_GET}.get(os.uname().machine)\n"
+                                 "io = ctypes.CDLL(None).syscall(get, 1, 0) >> 13 if get else 'unknown'\n"
+                                 "print('target', sys.argv[-1], 'policy', os.sched_getscheduler(0), 'io', io, flush=True)\n"
                                  "raise SystemExit(4 if sys.argv[-1] == 'late' else 0)\n")
     monkeypatch.setenv("MAKE", f"{sys.executable} {tmp_path / 'mk'}")
     assert report.main(["begin"]) == 0
@@ -120,10 +125,12 @@ def test_idle_members_run_on_idle_cpu_and_the_others_are_shown_as_they_come(tmp_
     out = capfd.readouterr().out
     import os
     own = os.sched_getscheduler(0)  # a member before --idle keeps this process's policy (make test's checks: idle)
-    assert f"target sims policy {own}" in out and f"target checks policy {os.SCHED_IDLE}" in out
-    assert f"target late policy {os.SCHED_IDLE}" in out
+    own_io = ctypes.CDLL(None).syscall(IOPRIO_GET[os.uname().machine], 1, 0) >> 13
+    assert own_io != 3  # this test does not itself run on the idle I/O class
+    assert f"target sims policy {own} io {own_io}\n" in out and f"target checks policy {os.SCHED_IDLE} io 3\n" in out
+    assert f"target late policy {os.SCHED_IDLE} io 3\n" in out
     # the live member's output is kept in its log as well, and its end is announced without showing it again
-    assert (tmp_path / "reports" / "main.log").read_text() == f"target sims policy {own}\n"
+    assert (tmp_path / "reports" / "main.log").read_text() == f"target sims policy {own} io {own_io}\n"
     assert out.count("target sims") == 1 and "---- main: exit 0 after" in out
     text = (tmp_path / "reports" / "TESTS.md").read_text()
     assert "| all: main ‖ lint ‖ unit, side by side |" in text and "FAILED in all" in text
