@@ -88,13 +88,13 @@ demo: sim-up
 
 # Phases: deps; the simulator tests' first and pair steps (tests/support/lanes.py; a failure there does not stop
 # the run: the last step brings the simulator down, and the end reports the failure), with vLLM's virtualenv
-# installed beside them on idle CPU and disk only (SCHED_IDLE and the idle I/O class: it takes no cycle and no disk
-# time the lanes want, and its gigabytes of writes no longer hold up the last step's image loads); then the last
-# step, which runs alone and leaves a core idle, with the checks beside it (lint and the unit tests in two halves),
-# idle the same way (its output is shown as it comes, each check's when it ends); then molecule and the real-vLLM
-# lane side by side (molecule's one pair waits on its cold start much of the time; the lane needs no simulator). Each one's time goes to artifacts/reports/TESTS.md (tools/test_report:
-# standard library only, so the system python runs it before the virtualenv exists), with the 15 slowest
-# simulator tests; `end` fails when a phase did.
+# installed beside them on idle CPU and disk (SCHED_IDLE and the idle I/O class: it takes little the lanes want,
+# and its gigabytes of writes no longer land on the last step's image loads); then the last step, which runs alone
+# and leaves a core idle, with the checks beside it (lint and the unit tests in two halves), idle the same way (its
+# output is shown as it comes, each check's when it ends); then molecule and the real-vLLM lane side by side
+# (molecule's one pair waits on its cold start much of the time; the lane needs no simulator). Each one's time goes
+# to artifacts/reports/TESTS.md (tools/test_report: standard library only, so the system python runs it before the
+# virtualenv exists), with the 15 slowest simulator tests; `end` fails when a phase did.
 TIMED := python3 -m tools.test_report
 test:
 	@$(TIMED) begin

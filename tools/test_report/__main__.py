@@ -21,7 +21,8 @@ cold start, and the real-vLLM lane): on a 2-core machine they take the wall time
 The total counts the group's wall time once; its members' own times are listed under it.
 
 `--idle` members run under Linux's SCHED_IDLE policy and the idle I/O class (their children too): they get a core
-and the disk only when nothing else wants them, so they take almost nothing from the members before ``--idle``.
+and the disk only when nothing else wants them, so they take little from the members before ``--idle`` (not
+nothing: measured, vLLM's install beside test_80's fleet set-up still made it ~10 % slower).
 ``make test`` runs vLLM's virtualenv install that way beside the simulator tests' first and pair steps (it fills
 their moments of idle CPU), and the checks (lint and the two halves of the unit tests) beside the last step, which
 runs alone and leaves a core idle: the checks fill that core instead of taking minutes of their own.
@@ -162,7 +163,7 @@ def _io_idle() -> None:
 
     number = IOPRIO_SET.get(os.uname().machine)
     if number is not None:
-        ctypes.CDLL(None, use_errno=True).syscall(number, IOPRIO_WHO_PROCESS, 0, IOPRIO_IDLE)
+        ctypes.CDLL(None).syscall(number, IOPRIO_WHO_PROCESS, 0, IOPRIO_IDLE)  # its result unread: best effort
 
 
 def _idle() -> None:
