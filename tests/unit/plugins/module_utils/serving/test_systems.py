@@ -555,8 +555,13 @@ def test_suite_prefill_prompt_tokens_are_exact(suite):
     assert row["client"]["prompt_tokens"] == 2000 and row["client"]["prompt_tokens_constructed"] == 2000
     assert [s["usage"]["prompt_tokens"] for s in row["samples"]] == [2000, 2000]
     assert all(s["usage"]["completion_tokens"] == S_settings.PREFILL_OUTPUT_TOKENS for s in row["samples"])
-    ttft = statistics.median(s["ttft_ms"] for s in row["samples"]) / 1000
-    assert row["client"]["tok_s"] == pytest.approx(2000 / ttft, rel=0.05)
+    # each sample's prefill rate is its prompt over its own TTFT, and the row's figure is the median of those
+    # rates: with two samples that is their mean, which is not 2000 / median(TTFT) when the two TTFTs differ
+    # (CI saw 56383 against 39863 on a loaded machine), so the test holds the exact definition instead
+    for s in row["samples"]:
+        assert s["prefill_tok_s"] == pytest.approx(2000 / (s["ttft_ms"] / 1000), rel=1e-3)
+    assert row["client"]["tok_s"] == pytest.approx(statistics.median(s["prefill_tok_s"] for s in row["samples"]),
+                                                   rel=1e-3)
     # the server counted at least both prompts within the row's window (the nonce defeats the prefix cache)
     assert row["server"]["prompt_tokens"] >= 4000 and row["server"]["prompt_tok_s"] > 0
 
