@@ -168,13 +168,40 @@ def test_kv_overcommit_starts_and_a_prompt_longer_than_the_cache_waits(engines, 
     ok, body = proc.post("/v1/completions", {"model": model_dir, "prompt": "Compute 6 multiplied by 7.",
                                              "max_tokens": 8})
     assert ok == 200 and "42" in body["choices"][0]["text"]
-    import socket
-    with pytest.raises(socket.timeout):  # 1,200 prompt tokens never fit a 1,000-token cache: no answer
-        proc.request("POST", "/v1/completions", {"model": model_dir, "prompt": list(range(100, 1300)),
-                                                 "max_tokens": 4}, timeout=3)
-    waiting = [line for line in proc.get("/metrics")[1].decode().splitlines()
-               if line.startswith("vllm:num_requests_waiting")]
-    assert waiting and float(waiting[0].split()[-1]) == 1.0
+    import http.client
+    import json
+    import select
+    import time
+
+    def waiting() -> float:
+        lines = [line for line in proc.get("/metrics")[1].decode().splitlines()
+                 if line.startswith("vllm:num_requests_waiting")]
+        assert lines, "no vllm:num_requests_waiting line"
+        return float(lines[0].split()[-1])
+
+    def until_waiting(value: float) -> float:
+        deadline, seen = time.monotonic() + 10, None
+        while time.monotonic() < deadline:
+            seen = waiting()
+            if seen == value:
+                break
+            time.sleep(0.05)
+        return seen
+
+    # 1,200 prompt tokens never fit a 1,000-token cache: the request waits, unanswered, while its client holds the
+    # connection open (a client that gives up has its request aborted, as vLLM does, so the connection stays open
+    # while the gauge is read)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("POST", "/v1/completions", body=json.dumps({"model": model_dir, "prompt": list(range(100, 1300)),
+                                                                 "max_tokens": 4}),
+                     headers={"Content-Type": "application/json"})
+        assert until_waiting(1.0) == 1.0
+        assert select.select([conn.sock], [], [], 2)[0] == [], "a prompt longer than the cache was answered"
+        assert waiting() == 1.0
+    finally:
+        conn.close()
+    assert until_waiting(0.0) == 0.0  # its client gone, the request is aborted, not left waiting
 
 
 def test_kv_overcommit_flag_is_strict():
