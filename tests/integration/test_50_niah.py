@@ -6,6 +6,7 @@ next run sends only the depths that were not finished."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,12 @@ DEPTHS = [262_128, 524_256, 943_660]
 def niah_runs(pair) -> list[Path]:
     root = Path(site()["dspark_evidence_dir"]) / f"sim{pair.index:02d}" / "niah"
     return sorted(p for p in root.iterdir() if p.is_dir()) if root.exists() else []
+
+
+def written_since(run: Path, started: float) -> bool:
+    """The run's summary was written at or after ``started`` (by the test's own run)."""
+    summary_file = run / "niah.json"
+    return summary_file.exists() and summary_file.stat().st_mtime >= started
 
 
 def summary(run: Path) -> dict:
@@ -41,13 +48,14 @@ def flat(res) -> str:
 
 def test_niah_passes_at_three_depths_and_restores_production(pair_a, clean_tree):
     pair = pair_a
+    started = time.time()  # an earlier make test in this checkout may have left runs in the evidence
     playbook("provision.yml", clean_tree, "--limit", pair.group)
     assert labels(pair.head)["io.gb10.dspark.profile"] == "production"
     res = playbook("niah.yml", clean_tree, "--limit", pair.group, "-e", "dspark_niah_restore_profile=production",
                    "-e", "dspark_niah_poll_interval=1")
     out = flat(res)
     assert "NIAH PASS" in out and "depth 943660" in out  # the progress lines and the verdict
-    runs = [r for r in niah_runs(pair) if r.name.startswith("long-1m-")]
+    runs = [r for r in niah_runs(pair) if r.name.startswith("long-1m-") and written_since(r, started)]
     assert len(runs) == 1
     doc = summary(runs[0])
     assert doc["status"] == "PASS" and doc["max_model_len"] == LONG_WINDOW
@@ -74,10 +82,11 @@ def test_kv_smaller_than_the_window_and_resume_after_an_interruption(pair_b, cle
     # depth: the ladder is interrupted at the second depth
     host_vars(pair.head, {"dspark_engine_extra_env": dict(env, DSPARK_SIM_FAULT="die_after_requests",
                                                           DSPARK_SIM_DIE_AFTER_REQUESTS="4")})
+    started = time.time()  # an earlier make test in this checkout may have left runs in the evidence
     first = playbook("niah.yml", clean_tree, "--limit", pair.group, "-e", "dspark_niah_poll_interval=1",
                      "-e", "dspark_niah_request_timeout=60", check=False)
     assert first.returncode != 0
-    runs = [r for r in niah_runs(pair) if r.name.startswith("long-1m-")]
+    runs = [r for r in niah_runs(pair) if r.name.startswith("long-1m-") and written_since(r, started)]
     assert len(runs) == 1
     doc = summary(runs[0])
     assert doc["status"] == "ERROR" and doc["kv_cache_size_tokens"] == 600_000 and doc["kv_below_window"] is True
