@@ -135,3 +135,49 @@ def test_idle_members_run_on_idle_cpu_and_the_others_are_shown_as_they_come(tmp_
     assert "| all: main ‖ lint ‖ unit, side by side |" in text and "FAILED in all" in text
     assert "| &nbsp;&nbsp;lint (in all, on idle CPU) | " in text and "| &nbsp;&nbsp;main (in all) | " in text
     assert report.main(["together", "x", "--idle"]) == 64
+
+
+def test_a_cpu_sample_reads_busy_and_all_ticks_from_proc_stat(tmp_path):
+    stat = tmp_path / "stat"
+    # user nice system idle iowait irq softirq steal guest guest_nice: iowait is idle time, steal is busy
+    stat.write_text("cpu  100 5 40 800 50 3 2 1 0 0\ncpu0 50 2 20 400 25 1 1 0 0 0\n")
+    assert report.cpu_sample(stat) == (151, 1001)
+    stat.write_text("intr 1 2 3\n")
+    assert report.cpu_sample(stat) is None
+    assert report.cpu_sample(tmp_path / "missing") is None
+
+
+def test_cpu_between_gives_the_busy_share_and_the_busy_core_seconds():
+    tick = __import__("os").sysconf("SC_CLK_TCK")
+    assert report.cpu_between((1000, 4000), (1000 + 3 * tick, 4000 + 4 * tick)) == {
+        "cpu_busy_pct": 75.0, "cpu_busy_s": 3.0}
+    assert report.cpu_between(None, (1, 2)) == {} and report.cpu_between((5, 10), (5, 10)) == {}
+
+
+def test_a_phase_records_at_least_the_cpu_its_own_work_used(reports, tmp_path):
+    """The machine's busy time during a phase counts every process, so it is at least the phase's own."""
+    assert report.main(["begin"]) == 0
+    spin = "import time\nwhile time.process_time() < 0.5:\n    pass\n"
+    assert report.main(["run", "spin", "--", sys.executable, "-c", spin]) == 0
+    phase = __import__("json").loads((tmp_path / "reports" / "r.json").read_text())["phases"][0]
+    assert phase["cpu_busy_s"] >= 0.45, phase  # 0.5 s of its own, less a tick of rounding at each end
+    assert 0 < phase["cpu_busy_pct"] <= 100, phase
+
+
+def test_the_report_shows_each_phase_s_busy_cores_and_the_run_s_cpu_time():
+    record = {"started": 0, "cores": 2, "phases": [
+        {"name": "deps", "seconds": 20.0, "code": 0, "cpu_busy_pct": 50.0, "cpu_busy_s": 20.0},
+        {"name": "checks", "seconds": 100.0, "code": 0, "members": ["lint", "unit"], "cpu_busy_pct": 90.0,
+         "cpu_busy_s": 180.0},
+        {"name": "lint", "seconds": 80.0, "code": 0, "within": "checks"},
+        {"name": "unit", "seconds": 99.0, "code": 0, "within": "checks"}]}
+    text = report.render(record, "abc1234", [])
+    # 200 core-seconds busy in 120 s of 2 cores: 83 %; never idle, 2 cores do that work in 100 s
+    assert ("- CPU: the machine's cores were busy 83 % of the run, 3 min 20 s of CPU time in all; on 2 cores "
+            "that are never idle, the same work takes 1 min 40 s") in text
+    assert "| deps | 20 s | 0 | 50 % |" in text and "| checks: lint ‖ unit, side by side | 1 min 40 s | 0 | 90 % |" in text
+    assert "| &nbsp;&nbsp;lint (in checks) | 1 min 20 s | 0 | - |" in text
+    # a record from before the CPU was sampled: no CPU line, a dash in the column
+    del record["phases"][0]["cpu_busy_s"], record["phases"][0]["cpu_busy_pct"]
+    text = report.render(record, "abc1234", [])
+    assert "- CPU:" not in text and "| deps | 20 s | 0 | - |" in text
