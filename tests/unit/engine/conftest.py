@@ -6,6 +6,7 @@ ports; every process started by a test is stopped (SIGTERM, then SIGKILL) by its
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -28,6 +29,15 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def metric(engine, name, labels=""):
+    """The value of one sample of ``name`` (whose labels include ``labels``) on the engine's /metrics."""
+    status, body = engine.get("/metrics")
+    assert status == 200
+    match = re.search(rf"^{re.escape(name)}\{{[^}}]*{re.escape(labels)}[^}}]*\}} (\S+)$", body.decode(), re.M)
+    assert match, f"{name}{{{labels}}} missing"
+    return float(match.group(1))
 
 
 def production_args(model_dir, *, port, master_port, nnodes=2, node_rank=0, max_model_len=327680):

@@ -157,7 +157,7 @@ def test_kv_capacity_error_exits_1(engines, model_dir):
 
 
 def test_kv_overcommit_starts_and_a_prompt_longer_than_the_cache_waits(engines, model_dir):
-    from .conftest import free_port
+    from .conftest import free_port, metric
     port = free_port()
     proc = engines([model_dir, "--max-model-len", "4096", "--port", str(port), "--host", "127.0.0.1"],
                    {"DSPARK_SIM_KV_TOKENS": "1000", "DSPARK_SIM_KV_OVERCOMMIT": "1"}, name="kvo", port=port)
@@ -174,10 +174,7 @@ def test_kv_overcommit_starts_and_a_prompt_longer_than_the_cache_waits(engines, 
     import time
 
     def waiting() -> float:
-        lines = [line for line in proc.get("/metrics")[1].decode().splitlines()
-                 if line.startswith("vllm:num_requests_waiting")]
-        assert lines, "no vllm:num_requests_waiting line"
-        return float(lines[0].split()[-1])
+        return metric(proc, "vllm:num_requests_waiting")
 
     def until_waiting(value: float) -> float:
         deadline, seen = time.monotonic() + 10, None

@@ -8,7 +8,7 @@ import pytest
 from dspark_engine import VERSION, template
 from dspark_engine import tokenizer as tok
 
-from .conftest import SERVED, EngineProc, free_port, production_args
+from .conftest import SERVED, EngineProc, free_port, metric, production_args
 
 MAX_LEN = 65536
 CANARY = "Compute 7 multiplied by 19. Reply with only the number."
@@ -26,14 +26,6 @@ def head(tmp_path_factory):
     proc.wait_ready()
     yield proc
     proc.stop()
-
-
-def metric(head, name, labels=""):
-    status, body = head.get("/metrics")
-    assert status == 200
-    match = re.search(rf"^{re.escape(name)}\{{[^}}]*{re.escape(labels)}[^}}]*\}} (\S+)$", body.decode(), re.M)
-    assert match, f"{name}{{{labels}}} missing"
-    return float(match.group(1))
 
 
 def test_health_version_load(head):
