@@ -98,6 +98,16 @@ def cpu_between(before: tuple[int, int] | None, after: tuple[int, int] | None) -
             "cpu_busy_s": round(busy / os.sysconf("SC_CLK_TCK"), 1)}
 
 
+def _start() -> tuple[float, tuple[int, int] | None]:
+    """The clock and the cores' ticks at a phase's start, for :func:`_measured`."""
+    return time.monotonic(), cpu_sample()
+
+
+def _measured(start: tuple[float, tuple[int, int] | None]) -> dict:
+    """A phase's record fields since ``start``: its wall seconds and how busy the cores were."""
+    return {"seconds": round(time.monotonic() - start[0], 1), **cpu_between(start[1], cpu_sample())}
+
+
 def _clock(seconds: float) -> str:
     minutes, rest = divmod(int(round(seconds)), 60)
     return f"{minutes} min {rest:02d} s" if minutes else f"{rest} s"
@@ -230,7 +240,7 @@ def together(group: str, pairs: list[str]) -> int:
         return 64
     REPORTS.mkdir(parents=True, exist_ok=True)
     make = shlex.split(os.environ.get("MAKE") or "make")
-    started, cpu = time.monotonic(), cpu_sample()
+    start = _start()
     running = {}
     # With idle members, the others' output is shown as it comes (a long phase is never silent), the idle
     # members' when they end; without, every member's when it ends.
@@ -265,8 +275,7 @@ def together(group: str, pairs: list[str]) -> int:
                 _show(name, proc.returncode, results[name][1], log)
     codes = [results[name][0] for name, _t, _i in members]
     code = next((c for c in codes if c != 0), 0)
-    _record([{"name": group, "seconds": round(time.monotonic() - started, 1), "code": code,
-              "members": [name for name, _t, _i in members], **cpu_between(cpu, cpu_sample())}]
+    _record([{"name": group, **_measured(start), "code": code, "members": [name for name, _t, _i in members]}]
             + [{"name": name, "seconds": results[name][1], "code": results[name][0], "within": group,
                 **({"idle": True} if idle else {})} for name, _t, idle in members], code)
     return code
@@ -277,10 +286,9 @@ def main(argv: list[str]) -> int:
         _save({"started": time.time(), "cores": os.cpu_count(), "phases": []})
         return 0
     if argv[:1] == ["run"] and len(argv) >= 4 and argv[2] == "--":
-        started, cpu = time.monotonic(), cpu_sample()
+        start = _start()
         code = subprocess.call(argv[3:])
-        _record([{"name": argv[1], "seconds": round(time.monotonic() - started, 1), "code": code,
-                  **cpu_between(cpu, cpu_sample())}], code)
+        _record([{"name": argv[1], **_measured(start), "code": code}], code)
         return code
     if argv[:1] == ["together"] and len(argv) >= 3:
         return together(argv[1], argv[2:])
