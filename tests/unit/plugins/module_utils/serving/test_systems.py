@@ -539,14 +539,20 @@ def test_suite_latency_drops_the_first_rep(suite):
     assert all(s["usage"]["completion_tokens"] == 16 for s in row["samples"])
 
 
-def test_suite_concurrency_aggregate_grows_with_the_level(suite):
+def test_suite_concurrency_runs_a_level_s_requests_at_once_and_its_aggregate_is_tokens_over_wall(suite):
     _unused, result = suite
-    c1 = _row(result["report"], "concurrency", 1)["client"]
-    c2 = _row(result["report"], "concurrency", 2)["client"]
+    row1, row2 = _row(result["report"], "concurrency", 1), _row(result["report"], "concurrency", 2)
+    c1, c2 = row1["client"], row2["client"]
     assert (c1["requests"], c2["requests"]) == (2, 4)
     assert (c1["completion_tokens"], c2["completion_tokens"]) == (32, 64)
-    assert c2["tok_s"] > 1.5 * c1["tok_s"]
-    assert c1["tok_s"] == pytest.approx(c1["completion_tokens"] / c1["wall_s"], rel=0.01)
+    # Level 2's requests are in flight two at a time: the level's wall time is well under the sum of its requests'
+    # own times (about half), while level 1's is not under it (one at a time). The overlap holds on a loaded
+    # machine, where each request slows down as much as the level; a ratio of the two levels' tok/s (once asserted
+    # here) is a timed assertion, and failed with the simulator tests beside it.
+    assert c2["wall_s"] < 0.75 * sum(sample["e2e_s"] for sample in row2["samples"]), row2
+    assert c1["wall_s"] >= 0.95 * sum(sample["e2e_s"] for sample in row1["samples"]), row1
+    for client in (c1, c2):
+        assert client["tok_s"] == pytest.approx(client["completion_tokens"] / client["wall_s"], rel=0.01)
 
 
 def test_suite_prefill_prompt_tokens_are_exact(suite):
