@@ -88,9 +88,9 @@ demo: sim-up
 
 # Phases: deps; the simulator tests' first and pair steps (tests/support/lanes.py; a failure there does not stop
 # the run: the last step brings the simulator down, and the end reports the failure), with vLLM's virtualenv
-# installed beside them on idle CPU and disk (SCHED_IDLE and the idle I/O class: it takes little the lanes want,
-# and its gigabytes of writes no longer land on the last step's image loads); then the last step, which runs alone
-# and leaves a core idle, with the checks beside it (lint and the unit tests in two halves), idle the same way (its
+# installed and lint run beside them on idle CPU and disk (SCHED_IDLE and the idle I/O class: they take little the
+# lanes want, and the install's gigabytes of writes no longer land on the last step's image loads); then the last
+# step, which runs alone and leaves a core idle, with the unit tests beside it in two halves, idle the same way (its
 # output is shown as it comes, each check's when it ends); then molecule and the real-vLLM lane side by side
 # (molecule's one pair waits on its cold start much of the time; the lane needs no simulator). Each one's time goes
 # to artifacts/reports/TESTS.md (tools/test_report: standard library only, so the system python runs it before the
@@ -99,10 +99,10 @@ TIMED := python3 -m tools.test_report
 test:
 	@$(TIMED) begin
 	@$(TIMED) run deps -- $(MAKE) --no-print-directory deps
-	-@MAKE="$(MAKE)" $(TIMED) together integration-first-pairs-and-install \
-	  "integration-first-and-pairs=test-integration STEPS=first,pairs" --idle vllm-install=test-vllm-install
-	@MAKE="$(MAKE)" $(TIMED) together integration-last-and-checks "integration-last=test-integration STEPS=last" \
-	  --idle lint=lint "unit-plugins=test-unit UNIT=tests/unit/plugins" \
+	-@MAKE="$(MAKE)" $(TIMED) together integration-first-pairs-install-and-lint \
+	  "integration-first-and-pairs=test-integration STEPS=first,pairs" --idle vllm-install=test-vllm-install lint=lint
+	@MAKE="$(MAKE)" $(TIMED) together integration-last-and-unit "integration-last=test-integration STEPS=last" \
+	  --idle "unit-plugins=test-unit UNIT=tests/unit/plugins" \
 	  "unit-others=test-unit UNIT='tests/unit --ignore=tests/unit/plugins'"
 	@MAKE="$(MAKE)" $(TIMED) together tail molecule=test-molecule vllm-lane=test-vllm
 	@$(TIMED) end

@@ -12,7 +12,7 @@ simulator down). The lanes' JUnit files are merged into artifacts/reports/integr
 fault-matrix outcomes into the report that DSPARK_RELIABILITY_REPORT names: every lane's that is on disk, so a
 run of `--steps last` after one of `--steps first,pairs` reports the whole suite (a run that starts with the
 first step forgets every lane of an earlier run first). `make test` runs the steps that way, in two parts, so
-that its checks run beside the last step alone, which leaves a core idle. Each line a lane prints is prefixed
+that the unit tests run beside the last step alone, which leaves a core idle. Each line a lane prints is prefixed
 with its name; the exit status is the first non-zero lane's, else 0.
 """
 from __future__ import annotations

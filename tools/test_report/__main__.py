@@ -28,9 +28,9 @@ The total counts the group's wall time once; its members' own times are listed u
 `--idle` members run under Linux's SCHED_IDLE policy and the idle I/O class (their children too): they get a core
 and the disk only when nothing else wants them, so they take little from the members before ``--idle`` (not
 nothing: measured, vLLM's install beside test_80's fleet set-up still made it ~10 % slower).
-``make test`` runs vLLM's virtualenv install that way beside the simulator tests' first and pair steps (it fills
-their moments of idle CPU), and the checks (lint and the two halves of the unit tests) beside the last step, which
-runs alone and leaves a core idle: the checks fill that core instead of taking minutes of their own.
+``make test`` runs vLLM's virtualenv install and lint that way beside the simulator tests' first and pair steps
+(they fill those steps' moments of idle CPU), and the two halves of the unit tests beside the last step, which runs
+alone and leaves a core idle: the checks fill idle cores instead of taking minutes of their own.
 """
 from __future__ import annotations
 
