@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib
+import json
 import sys
 
 import pytest
@@ -29,6 +30,7 @@ def reports(tmp_path, monkeypatch):
     monkeypatch.setattr(report, "RECORD", tmp_path / "reports" / "r.json")
     monkeypatch.setattr(report, "OUT", tmp_path / "reports" / "TESTS.md")
     monkeypatch.setattr(report, "JUNIT", tmp_path / "none.xml")
+    monkeypatch.setattr(report, "PROBE_N", 10**5)  # the speed probe's loop, short in a unit test
 
 
 def test_the_slowest_tests_come_from_the_junit_xml_slowest_first(tmp_path):
@@ -54,9 +56,15 @@ def test_run_records_the_phase_and_passes_its_exit_code_on(tmp_path, monkeypatch
     monkeypatch.setattr(report, "RECORD", tmp_path / "r.json")
     monkeypatch.setattr(report, "OUT", tmp_path / "TESTS.md")
     monkeypatch.setattr(report, "JUNIT", tmp_path / "none.xml")
+    monkeypatch.setattr(report, "PROBE_N", 10**5)
     assert report.main(["begin"]) == 0
     assert report.main(["run", "ok", "--", sys.executable, "-c", "pass"]) == 0
     assert report.main(["end"]) == 0
+    record = json.loads((tmp_path / "r.json").read_text())
+    assert record["probe_begin_s"] > 0 and record["probe_end_s"] > 0, record
+    assert (f"- machine speed: a fixed pure-Python loop (the sum of i*i for i below 100,000) took "
+            f"{record['probe_begin_s']:.2f} s of CPU at the start of the run and {record['probe_end_s']:.2f} s at its "
+            "end") in (tmp_path / "TESTS.md").read_text()
     assert report.main(["run", "bad", "--", sys.executable, "-c", "raise SystemExit(3)"]) == 3
     text = (tmp_path / "TESTS.md").read_text()
     assert "| ok |" in text and "| bad | " in text and "FAILED in bad" in text
@@ -181,3 +189,13 @@ def test_the_report_shows_each_phase_s_busy_cores_and_the_run_s_cpu_time():
     del record["phases"][0]["cpu_busy_s"], record["phases"][0]["cpu_busy_pct"]
     text = report.render(record, "abc1234", [])
     assert "- CPU:" not in text and "| deps | 20 s | 0 | - |" in text
+
+
+def test_the_speed_probe_measures_the_cpu_of_its_loop():
+    # CPU time, not wall time: the figure is the loop's own work, and four times the loop takes about four times it
+    small, large = report.speed_probe(10**6), report.speed_probe(4 * 10**6)
+    assert 0 < small < large and large > 2 * small, (small, large)
+    record = {"started": 0, "phases": [], "probe_begin_s": 0.5}
+    text = report.render(record, "abc1234", [])
+    assert "took 0.50 s of CPU at the start of the run (lower is faster" in text and "at its end" not in text
+    assert "machine speed" not in report.render({"started": 0, "phases": []}, "abc1234", [])
