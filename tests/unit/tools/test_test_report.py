@@ -50,23 +50,17 @@ def test_the_report_sums_the_phases_and_names_a_failed_one():
     assert "| `t::x` | 61 | failed |" in text and "commit `abc1234`" in text
 
 
-def test_run_records_the_phase_and_passes_its_exit_code_on(tmp_path, monkeypatch):
-    monkeypatch.setattr(report, "ROOT", tmp_path)
-    monkeypatch.setattr(report, "REPORTS", tmp_path)
-    monkeypatch.setattr(report, "RECORD", tmp_path / "r.json")
-    monkeypatch.setattr(report, "OUT", tmp_path / "TESTS.md")
-    monkeypatch.setattr(report, "JUNIT", tmp_path / "none.xml")
-    monkeypatch.setattr(report, "PROBE_N", 10**5)
+def test_run_records_the_phase_and_passes_its_exit_code_on(tmp_path, reports):
     assert report.main(["begin"]) == 0
     assert report.main(["run", "ok", "--", sys.executable, "-c", "pass"]) == 0
     assert report.main(["end"]) == 0
-    record = json.loads((tmp_path / "r.json").read_text())
+    record = json.loads((tmp_path / "reports" / "r.json").read_text())
     assert record["probe_begin_s"] > 0 and record["probe_end_s"] > 0, record
     assert (f"- machine speed: a fixed pure-Python loop (the sum of i*i for i below 100,000) took "
             f"{record['probe_begin_s']:.2f} s of CPU at the start of the run and {record['probe_end_s']:.2f} s at its "
-            "end") in (tmp_path / "TESTS.md").read_text()
+            "end") in (tmp_path / "reports" / "TESTS.md").read_text()
     assert report.main(["run", "bad", "--", sys.executable, "-c", "raise SystemExit(3)"]) == 3
-    text = (tmp_path / "TESTS.md").read_text()
+    text = (tmp_path / "reports" / "TESTS.md").read_text()
     assert "| ok |" in text and "| bad | " in text and "FAILED in bad" in text
     assert report.main(["end"]) == 1  # a failed phase that did not stop make still fails the run at its end
 
