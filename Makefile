@@ -5,6 +5,10 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 VENV   ?= $(CURDIR)/.venv
+# The virtualenv's base interpreter: Debian's python3 (tools/deps/apt.sh), the Python the ranks run their modules
+# with. It is an optimised build; an unoptimised python3 earlier in PATH (a pyenv build, say) costs Ansible's
+# controller, the simulator tests and their speed probe 10 to 30 % more CPU for the same work (docs/TESTS.md).
+BASE_PYTHON ?= /usr/bin/python3
 PY     := $(VENV)/bin/python
 PAIRS  ?= 1
 STAMPS := $(CURDIR)/.deps
@@ -30,7 +34,7 @@ $(STAMPS)/apt: tools/deps/apt.sh
 	@mkdir -p $(STAMPS) && bash tools/deps/apt.sh && touch $@
 
 $(STAMPS)/venv: requirements.txt meta/ee-requirements.txt $(STAMPS)/apt
-	@test -x $(PY) || python3 -m venv $(VENV)
+	@test -x $(PY) || $(BASE_PYTHON) -m venv $(VENV)
 	@echo "[deps] venv: installing requirements.txt into $(VENV)"
 	@$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	@touch $@
@@ -95,7 +99,7 @@ demo: sim-up
 # (molecule's one pair waits on its cold start much of the time; the lane needs no simulator). Each one's time goes
 # to artifacts/reports/TESTS.md (tools/test_report: standard library only, so the system python runs it before the
 # virtualenv exists), with the 15 slowest simulator tests; `end` fails when a phase did.
-TIMED := python3 -m tools.test_report
+TIMED := $(BASE_PYTHON) -m tools.test_report
 test:
 	@$(TIMED) begin
 	@$(TIMED) run deps -- $(MAKE) --no-print-directory deps

@@ -10,7 +10,7 @@ packages=(
   iproute2           # network namespaces, veths, the simulator bridge
   iptables           # allow the simulator bridge when a host dockerd set FORWARD to DROP
   util-linux         # nsenter, unshare
-  python3            # the ranks' Python for Ansible modules
+  python3            # the ranks' Python for Ansible modules, and the base of the control node's virtualenv (Makefile, BASE_PYTHON)
   python3-requests   # community.docker modules on the ranks
   python3-docker     # the docker SDK: the collection's own modules on the ranks (plugins/module_utils/engine/_docker_engine.py)
   python3-venv       # the control node's virtualenv
