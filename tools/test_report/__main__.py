@@ -14,7 +14,10 @@
 
 `begin` and `end` each time a fixed pure-Python loop (the machine's speed probe: the same work on every run, so
 its CPU seconds say how fast this machine ran at that moment; every figure of the run scales with it, and on a
-shared machine it changes by tens of percent in an afternoon). TESTS.md shows both.
+shared machine it changes by tens of percent in an afternoon), and the machine's fork probe: the CPU that a
+forked child costs which touches its parent's 200,000 small objects and exits, as each of Ansible's task workers
+does (Ansible forks one per task and host; on this machine that cost moves on its own, the loop's figure unchanged,
+and the simulator tests' with it). TESTS.md shows both, at the start and the end of the run.
 
 Each phase also records how busy the machine's cores were while it ran (/proc/stat, every process on the
 machine counted: the simulated ranks' modules and engines are not children of the phase); TESTS.md shows it
@@ -56,6 +59,7 @@ JUNIT = REPORTS / "integration-junit.xml"
 OUT = REPORTS / "TESTS.md"
 SLOWEST = 15
 PROBE_N = 10**7  # the speed probe's loop: about half a second of CPU on this project's 2-core machine
+FORK_PROBE = (40, 200_000)  # the fork probe: forks, and the parent's objects each child touches (a 65 MB parent)
 
 
 def _load() -> dict:
@@ -83,6 +87,25 @@ def speed_probe(n: int | None = None) -> float:
     start = time.process_time()
     sum(i * i for i in range(PROBE_N if n is None else n))
     return round(time.process_time() - start, 3)
+
+
+def fork_probe(forks: int | None = None, objects: int | None = None) -> float:
+    """CPU milliseconds per fork (parent and child, user and system) of a parent holding ``objects`` small dicts
+    whose child reads each of them and exits at once: the copy-on-write and page-table work of an Ansible task
+    worker, which the speed probe's loop does not see (lower is faster)."""
+    forks, objects = forks or FORK_PROBE[0], objects or FORK_PROBE[1]
+    heap = [{"i": i, "s": str(i)} for i in range(objects)]
+    before = os.times()
+    for _ in range(forks):
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child: read the parent's objects (their reference counts change), leave
+            for item in heap:
+                item.get("i")
+            os._exit(0)
+        os.waitpid(pid, 0)
+    after = os.times()
+    spent = sum(getattr(after, f) - getattr(before, f) for f in ("user", "system", "children_user", "children_system"))
+    return round(1000.0 * spent / forks, 1)
 
 
 def cpu_sample(stat: Path = Path("/proc/stat")) -> tuple[int, int] | None:
@@ -159,6 +182,13 @@ def render(record: dict, commit: str, slow: list[tuple[str, float, str]]) -> str
             f" and {probes[1]:.2f} s at its end" if len(probes) == 2 else "")
         lines.append(f"- machine speed: a fixed pure-Python loop (the sum of i*i for i below {PROBE_N:,}) took {when} "
                      "(lower is faster; every figure here scales with it)")
+    forks = [record[key] for key in ("fork_begin_ms", "fork_end_ms") if key in record]
+    if forks:
+        when = f"{forks[0]:.0f} ms of CPU at the start of the run" + (
+            f" and {forks[1]:.0f} ms at its end" if len(forks) == 2 else "")
+        lines.append(f"- fork cost: a child forked from a parent of {FORK_PROBE[1]:,} small objects, reading each and "
+                     f"exiting (what each of Ansible's task workers does), took {when} (lower is faster; the "
+                     "simulator tests' Ansible runs scale with it)")
     top = [p for p in phases if not p.get("within")]
     if top and all("cpu_busy_s" in p for p in top):
         busy = sum(p["cpu_busy_s"] for p in top)
@@ -301,7 +331,8 @@ def together(group: str, pairs: list[str]) -> int:
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["begin"]:
-        _save({"started": time.time(), "cores": os.cpu_count(), "probe_begin_s": speed_probe(), "phases": []})
+        _save({"started": time.time(), "cores": os.cpu_count(), "probe_begin_s": speed_probe(),
+               "fork_begin_ms": fork_probe(), "phases": []})
         return 0
     if argv[:1] == ["run"] and len(argv) >= 4 and argv[2] == "--":
         start = _start()
@@ -313,6 +344,7 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["end"]:
         record = _load()
         record["probe_end_s"] = speed_probe()
+        record["fork_end_ms"] = fork_probe()
         _save(record)
         OUT.write_text(render(record, _commit(), slowest_tests()))
         print(f"[test] phase times: {OUT.relative_to(ROOT)}")

@@ -31,6 +31,7 @@ def reports(tmp_path, monkeypatch):
     monkeypatch.setattr(report, "OUT", tmp_path / "reports" / "TESTS.md")
     monkeypatch.setattr(report, "JUNIT", tmp_path / "none.xml")
     monkeypatch.setattr(report, "PROBE_N", 10**5)  # the speed probe's loop, short in a unit test
+    monkeypatch.setattr(report, "FORK_PROBE", (4, 10_000))  # and the fork probe
 
 
 def test_the_slowest_tests_come_from_the_junit_xml_slowest_first(tmp_path):
@@ -59,6 +60,10 @@ def test_run_records_the_phase_and_passes_its_exit_code_on(tmp_path, reports):
     assert (f"- machine speed: a fixed pure-Python loop (the sum of i*i for i below 100,000) took "
             f"{record['probe_begin_s']:.2f} s of CPU at the start of the run and {record['probe_end_s']:.2f} s at its "
             "end") in (tmp_path / "reports" / "TESTS.md").read_text()
+    assert record["fork_begin_ms"] > 0 and record["fork_end_ms"] > 0, record
+    assert (f"- fork cost: a child forked from a parent of 10,000 small objects, reading each and exiting (what each "
+            f"of Ansible's task workers does), took {record['fork_begin_ms']:.0f} ms of CPU at the start of the run and "
+            f"{record['fork_end_ms']:.0f} ms at its end") in (tmp_path / "reports" / "TESTS.md").read_text()
     assert report.main(["run", "bad", "--", sys.executable, "-c", "raise SystemExit(3)"]) == 3
     text = (tmp_path / "reports" / "TESTS.md").read_text()
     assert "| ok |" in text and "| bad | " in text and "FAILED in bad" in text
@@ -193,3 +198,14 @@ def test_the_speed_probe_measures_the_cpu_of_its_loop():
     text = report.render(record, "abc1234", [])
     assert "took 0.50 s of CPU at the start of the run (lower is faster" in text and "at its end" not in text
     assert "machine speed" not in report.render({"started": 0, "phases": []}, "abc1234", [])
+
+
+def test_the_fork_probe_counts_the_children_s_cpu_and_grows_with_what_they_touch():
+    # the children's own CPU is counted (a parent that only forks and waits spends almost none of it), and a child
+    # that touches five times the objects costs more
+    small, large = report.fork_probe(8, 20_000), report.fork_probe(8, 400_000)
+    assert 0 < small < large, (small, large)
+    record = {"started": 0, "phases": [], "fork_begin_ms": 61.4}
+    text = report.render(record, "abc1234", [])
+    assert "took 61 ms of CPU at the start of the run (lower is faster" in text and "ms at its end" not in text
+    assert "fork cost" not in report.render({"started": 0, "phases": []}, "abc1234", [])
