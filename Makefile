@@ -7,7 +7,7 @@ SHELL := /bin/bash
 VENV   ?= $(CURDIR)/.venv
 # The virtualenv's base interpreter: Debian's python3 (tools/deps/apt.sh), the Python the ranks run their modules
 # with. It is an optimised build; an unoptimised python3 earlier in PATH (a pyenv build, say) costs Ansible's
-# controller, the simulator tests and their speed probe 10 to 30 % more CPU for the same work (docs/TESTS.md).
+# controller about 12 % more CPU for the same work, and the speed probe's loop (tools/test_report) 30 % more.
 BASE_PYTHON ?= /usr/bin/python3
 PY     := $(VENV)/bin/python
 PAIRS  ?= 1

@@ -202,7 +202,7 @@ def test_the_speed_probe_measures_the_cpu_of_its_loop():
 
 def test_the_fork_probe_counts_the_children_s_cpu_and_grows_with_what_they_touch():
     # the children's own CPU is counted (a parent that only forks and waits spends almost none of it), and a child
-    # that touches five times the objects costs more
+    # that touches twenty times the objects costs more
     small, large = report.fork_probe(8, 20_000), report.fork_probe(8, 400_000)
     assert 0 < small < large, (small, large)
     record = {"started": 0, "phases": [], "fork_begin_ms": 61.4}
