@@ -116,6 +116,10 @@ def open_http(method: str, url: str, body: bytes | None = None, headers: dict | 
         except ValueError as exc:  # http.client's text may quote a header value: never passed on
             raise RequestNotSent(f"{method} {url}: the request could not be built ({type(exc).__name__}); "
                                  f"it was not sent") from None
+        except OSError:
+            if inflight is not None:
+                inflight.check()  # the socket shut by the caller's abort while the request was being sent
+            raise
         try:
             resp = conn.getresponse()
         except http.client.HTTPException as exc:

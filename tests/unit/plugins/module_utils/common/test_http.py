@@ -273,6 +273,51 @@ def test_an_aborted_inflight_ends_a_request_a_frozen_server_holds_as_stalled():
         lsock.close()
 
 
+@pytest.mark.timeout(180)
+def test_an_abort_while_the_request_is_still_being_sent_is_the_caller_s_bound_not_a_broken_pipe():
+    """A server that takes the connection but reads nothing: a body far larger than the sockets' buffers blocks
+    the send, and the caller's abort ends it as its bound (stalled), never as 'could not be reached'."""
+    import socket
+    import time
+
+    from ansible_collections.gb10.dspark.plugins.module_utils.common._http import Inflight
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen()
+    port = lsock.getsockname()[1]
+    held = []
+    t = threading.Thread(target=lambda: held.append(lsock.accept()), daemon=True)  # accepts, never reads
+    t.start()
+    inflight = Inflight()
+    call = json_client(f"http://127.0.0.1:{port}", None, head="h0", inflight=inflight)
+    caught, sending = [], threading.Event()
+
+    def ask():
+        sending.set()
+        try:
+            call("POST", "/v1/completions", {"prompt": "x" * (64 << 20)}, 300)
+        except ApiUnreachable as exc:
+            caught.append(exc)
+    asker = threading.Thread(target=ask, daemon=True)
+    try:
+        asker.start()
+        sending.wait(30)
+        started = time.monotonic()
+        while not held and time.monotonic() - started < 30:
+            time.sleep(0.01)
+        time.sleep(0.5)  # the send has filled both buffers and blocks (64 MiB never fit in them)
+        inflight.abort()
+        asker.join(60)
+        assert not asker.is_alive()
+        assert len(caught) == 1 and caught[0].stalled, caught
+        assert "no answer before the caller's bound" in str(caught[0]) and "could not be reached" not in str(caught[0])
+    finally:
+        t.join(5)
+        for conn, _addr in held:
+            conn.close()
+        lsock.close()
+
+
 # ---- the byte fetch (the gate's suite) and the GET reader (the engine probe) --------------------
 
 def _cut_short_server(declared: int = 100, sent: bytes = b"0123456789"):
