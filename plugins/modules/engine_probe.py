@@ -90,6 +90,27 @@ options:
         rank, when the engine cannot answer.
     type: bool
     default: false
+  read:
+    description:
+      - Folders of the rank whose files to return in RV(read), in the same call (the evidence role reads the
+        rendered profiles with the engine's container): the regular files directly in each folder whose names
+        match a pattern; links and subfolders are not read; an absent folder gives none. A file over 1 MiB, or
+        a folder that is a link or not a folder, fails the module with RV(read_failed) (the files are read
+        first, so an engine that cannot be read still returns them).
+      - A rendered profile may hold an operator's secret-named value. Register it only in a task with C(no_log).
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: Absolute path of the folder.
+        type: path
+        required: true
+      patterns:
+        description: Shell patterns matched against the file names.
+        type: list
+        elements: str
+        default: ["*"]
 seealso:
   - module: gb10.dspark.pair_ready
 author:
@@ -115,12 +136,34 @@ EXAMPLES = r"""
     log_lines: 0
     labelled: "{{ 'pair' | gb10.dspark.label_name }}"
   register: __dspark_engine_labelled
+
+- name: The engine's whole inspect record, its last log lines and the rendered profiles, in one call
+  gb10.dspark.engine_probe:
+    model: deepseek-v4-flash-dspark
+    read_api: false
+    inspect: true
+    log_lines: 500
+    read:
+      - {path: /etc/dspark/profiles, patterns: ["*.env", "*.json"]}
+  register: __dspark_evidence_probe
+  failed_when: __dspark_evidence_probe.read_failed | default(false)  # an absent engine is evidence too
+  no_log: true  # the inspect record holds the engine's environment, the API key with it
 """
 
 RETURN = r"""
 changed:
   description: Always false.
   returned: always
+  type: bool
+read:
+  description: The files of O(read), sorted by path, each with its C(path) and base64 C(content); empty without O(read).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{path: /etc/dspark/profiles/production.env, content: VkxMTV9VU0VfVjE9MQo=}]
+read_failed:
+  description: True when a file or folder of O(read) could not be read (the module failed, saying why).
+  returned: on that failure
   type: bool
 drained_s:
   description: Seconds I(refuse_busy) waited for the head's requests in flight to end (I(drain_timeout)); 0 without a wait.
@@ -181,6 +224,7 @@ from ansible_collections.gb10.dspark.plugins.module_utils.engine._engine_probe i
     foreign_message,
     probe,
 )
+from ansible_collections.gb10.dspark.plugins.module_utils.engine._rank_files import RankFilesError, read_files
 
 
 def main() -> None:
@@ -189,22 +233,27 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
+    rank = p["rank"] or "this rank"
+    try:  # first: an engine that cannot be read still leaves the rank's files to the caller
+        files = read_files(p["read"])
+    except (RankFilesError, OSError) as exc:
+        module.fail_json(msg=f"rank {rank}: {exc}", read=[], read_failed=True)
     try:
         # the whole record at the engine's own API version, as community.docker's info modules read it
         engine = Engine(p["docker_host"], timeout=max(p["timeout"], 10.0),
                         api_version="auto" if p["inspect"] else API_VERSION)
     except EngineError as exc:
-        module.fail_json(msg=f"rank {p['rank'] or 'this rank'}: {exc}")
+        module.fail_json(msg=f"rank {rank}: {exc}", read=files)
     try:
         result = probe(engine, p["container"], p["base_url"], p["model"], p["log_lines"], p["timeout"],
                        p["api_key"], p["read_api"], inspect=p["inspect"], labelled=p["labelled"],
                        engine_info=p["engine_info"])
     except EngineError as exc:
-        module.fail_json(msg=f"rank {p['rank'] or 'this rank'}: {exc}")
+        module.fail_json(msg=f"rank {rank}: {exc}", read=files)
     if p["refuse_foreign"]:
-        foreign = foreign_message(result, p["rank"] or "this rank", p["container"])
+        foreign = foreign_message(result, rank, p["container"])
         if foreign and not p["replace_foreign"]:
-            module.fail_json(msg=foreign, probe=result)
+            module.fail_json(msg=foreign, probe=result, read=files)
         if foreign:
             module.warn(f"{foreign} (replace_foreign: it will be replaced)")
     drained = 0.0
@@ -216,12 +265,12 @@ def main() -> None:
         try:
             result, busy, drained = drain(read, p["rank"] or "head", timeout, p["drain_interval"], first=result)
         except EngineError as exc:
-            module.fail_json(msg=f"rank {p['rank'] or 'this rank'}: {exc}")
+            module.fail_json(msg=f"rank {rank}: {exc}", read=files)
         if busy and not p["force"]:
-            module.fail_json(msg=busy, probe=result, drained_s=drained)
+            module.fail_json(msg=busy, probe=result, drained_s=drained, read=files)
         if busy:
             module.warn(f"{busy} (forced: stopping it anyway)")
-    module.exit_json(changed=False, probe=result, drained_s=drained)
+    module.exit_json(changed=False, probe=result, drained_s=drained, read=files)
 
 
 if __name__ == "__main__":

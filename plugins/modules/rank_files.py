@@ -12,8 +12,9 @@ description:
   - Makes each folder of O(directories), then writes each file of O(files), owned by root, with the given
     modes; only what differs is changed, so a converged rank reports no change.
   - Used by the profile role (the profile folder, the engine's environment file, the compilation config)
-    and the engine role (the runtime manifest, the cache folders), one task each; the evidence role
-    reads the rendered profiles back with O(read).
+    and the engine role (the runtime manifest, the cache folders), one task each. The evidence role
+    reads the rendered profiles back with M(gb10.dspark.engine_probe)'s O(gb10.dspark.engine_probe#module:read),
+    in the same call as the engine's container.
   - A file is written to a temporary file in its folder and renamed over the old one.
   - A symbolic link where a folder or file belongs is refused, never followed; so is a relative path,
     a file whose folder is absent and not listed, and a bad mode. Every entry is checked before
@@ -59,24 +60,6 @@ options:
         description: The content holds secrets; it is never shown in the diff.
         type: bool
         default: false
-  read:
-    description:
-      - Folders whose files to return in RV(read) (regular files directly in the folder whose names
-        match a pattern; links and subfolders are not read; an absent folder gives none). Reading
-        changes nothing. A file over 1 MiB is refused.
-    type: list
-    elements: dict
-    default: []
-    suboptions:
-      path:
-        description: Absolute path of the folder.
-        type: path
-        required: true
-      patterns:
-        description: Shell patterns matched against the file names.
-        type: list
-        elements: str
-        default: ["*"]
 attributes:
   check_mode:
     support: full
@@ -95,13 +78,6 @@ author:
 
 EXAMPLES = r"""
 ---
-- name: Evidence | Read this rank's rendered profiles
-  gb10.dspark.rank_files:
-    read:
-      - {path: /etc/dspark/profiles, patterns: ["*.env", "*.json"]}
-  register: profiles
-  no_log: true  # an operator's extra env could hold a token
-
 - name: Profile | The profile folder, the engine's environment file and the compilation config
   gb10.dspark.rank_files:
     directories:
@@ -114,15 +90,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 changed:
-  description: Whether a folder or file was (or would be) made or changed; reading never changes anything.
+  description: Whether a folder or file was (or would be) made or changed.
   returned: always
   type: bool
-read:
-  description: The files of O(read), sorted by path, each with its C(path) and base64 C(content).
-  returned: always
-  type: list
-  elements: dict
-  sample: [{path: /etc/dspark/profiles/production.env, content: VkxMTV9VU0VfVjE9MQo=}]
 changes:
   description: What was (or would be) changed, one line per folder or file.
   returned: always
@@ -133,7 +103,7 @@ changes:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils.engine._rank_files import RankFilesError, ensure, read_files
+from ansible_collections.gb10.dspark.plugins.module_utils.engine._rank_files import RankFilesError, ensure
 
 
 def main() -> None:
@@ -149,19 +119,14 @@ def main() -> None:
                 "mode": {"type": "str", "default": "0644"},
                 "secret": {"type": "bool", "default": False},
             }},
-            "read": {"type": "list", "elements": "dict", "default": [], "options": {
-                "path": {"type": "path", "required": True},
-                "patterns": {"type": "list", "elements": "str", "default": ["*"]},
-            }},
         },
         supports_check_mode=True,
     )
     try:
         outcome = ensure(module.params["directories"], module.params["files"], module.check_mode)
-        read = read_files(module.params["read"])
     except (RankFilesError, OSError) as exc:
-        module.fail_json(msg=str(exc), changes=[], read=[])
-    result = {"changed": outcome.changed, "changes": outcome.changes, "read": read}
+        module.fail_json(msg=str(exc), changes=[])
+    result = {"changed": outcome.changed, "changes": outcome.changes}
     if module._diff and outcome.diff:
         result["diff"] = outcome.diff
     module.exit_json(**result)

@@ -44,6 +44,10 @@ PROBE_ARGUMENT_SPEC = {
     "inspect": {"type": "bool", "default": False},
     "labelled": {"type": "str"},
     "engine_info": {"type": "bool", "default": False},
+    "read": {"type": "list", "elements": "dict", "default": [], "options": {
+        "path": {"type": "path", "required": True},
+        "patterns": {"type": "list", "elements": "str", "default": ["*"]},
+    }},
 }
 # What gb10.dspark.pair_ready adds around the probe.
 WAIT_ARGUMENT_SPEC = {

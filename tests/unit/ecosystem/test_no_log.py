@@ -12,8 +12,7 @@ import pytest
 from tests.unit.ecosystem.test_become import BLOCK_KEYS, PLAYBOOKS, REPO, TASK_FILES, load
 
 SECRET_BEARING = ("__dspark_engine_env", "__dspark_engine_secret_env", "__dspark_profile_secret_env",
-                  "__dspark_evidence_probe", "__dspark_evidence_profiles",
-                  "__dspark_evidence_artifacts")
+                  "__dspark_evidence_probe", "__dspark_evidence_artifacts")
 # Task keywords that are not a module's arguments (a condition may test a secret-bearing variable's length).
 KEYWORDS = {"name", "when", "no_log", "register", "loop_control", "vars", "changed_when", "failed_when", "tags",
             "delegate_to", "run_once", "become", "check_mode", "until", "retries", "delay", "notify"}
@@ -74,7 +73,8 @@ RECORD_READS = [(path, task) for path, task in every_task()
 
 def test_the_record_rule_finds_the_evidence_read():
     assert [task.get("name") for _unused, task in RECORD_READS] == [
-        "Evidence | Read this rank's engine container and its log (its last lines, both streams in the order written)"]
+        "Evidence | Read this rank's engine container, its log (its last lines, both streams in the order written) "
+        "and its rendered profiles, in one call"]
 
 
 @pytest.mark.parametrize("path, task", RECORD_READS, ids=[f"{p.relative_to(REPO)}:{t.get('name')}" for p, t in RECORD_READS])

@@ -49,3 +49,42 @@ def test_an_engine_that_cannot_list_fails_naming_the_rank(run_module, tmp_path):
     res = run_module(engine_probe, {"model": "m", "read_api": False, "log_lines": 0, "rank": "sim01-head",
                                     "labelled": LABEL, "docker_host": f"unix://{tmp_path}/none.sock"})
     assert res["failed"] and res["msg"].startswith("rank sim01-head: cannot reach the Docker engine at ")
+
+
+def _profiles(tmp_path):
+    import base64
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    (folder / "production.env").write_text("VLLM_USE_V1=1\n")
+    (folder / "production.compilation-config.json").write_text("{}\n")
+    (folder / "notes.txt").write_text("not a profile\n")
+    return folder, base64.b64encode(b"VLLM_USE_V1=1\n").decode()
+
+
+def test_read_returns_the_profiles_with_the_record_in_one_call(run_module, dockerd, tmp_path):
+    folder, env64 = _profiles(tmp_path)
+    res = run_module(engine_probe, args(dockerd, inspect=True, read=[{"path": str(folder), "patterns": ["*.env", "*.json"]}]))
+    assert res["failed"] is False and res["probe"]["inspect"] == RECORD
+    assert [f["path"] for f in res["read"]] == [str(folder / "production.compilation-config.json"),
+                                                str(folder / "production.env")]
+    assert res["read"][1]["content"] == env64
+    assert run_module(engine_probe, args(dockerd))["read"] == []  # nothing asked, nothing read
+
+
+def test_read_comes_back_when_the_engine_cannot_be_read(run_module, tmp_path):
+    folder, env64 = _profiles(tmp_path)
+    res = run_module(engine_probe, {"model": "m", "read_api": False, "log_lines": 0, "rank": "sim01-worker",
+                                    "labelled": LABEL, "docker_host": f"unix://{tmp_path}/none.sock",
+                                    "read": [{"path": str(folder), "patterns": ["*.env"]}]})
+    assert res["failed"] and res["msg"].startswith("rank sim01-worker: cannot reach the Docker engine at ")
+    assert [f["content"] for f in res["read"]] == [env64] and not res.get("read_failed")
+
+
+def test_a_folder_that_is_a_link_fails_the_read_naming_the_rank(run_module, dockerd, tmp_path):
+    folder, _unused = _profiles(tmp_path)
+    link = tmp_path / "link"
+    link.symlink_to(folder)
+    res = run_module(engine_probe, args(dockerd, read=[{"path": str(link)}]))
+    assert res["failed"] and res["read_failed"] is True and res["read"] == []
+    assert res["msg"].startswith(f"rank sim01-head: {link}: is ") and "expected a folder" in res["msg"], res["msg"]
+    assert dockerd.state.requests == []  # refused before the engine was asked anything
