@@ -1,4 +1,5 @@
 """The guard's and NIAH's HTTP client against a real local server."""
+import contextlib
 import json
 import re
 import threading
@@ -226,57 +227,11 @@ def test_url_credentials_takes_user_and_password_out_of_the_url(url, clean, user
     assert url_credentials(url) == (clean, user, password)
 
 
-@pytest.mark.timeout(180)
-def test_an_aborted_inflight_ends_a_request_a_frozen_server_holds_as_stalled():
-    """A caller's bound: Inflight.abort() ends a request blocked on a server that took it and never answers
-    (however long its own timeout), as a stalled head naming how long it waited; later requests are not sent."""
-    import socket
-    import time
-
-    from ansible_collections.gb10.dspark.plugins.module_utils.common._http import Inflight
-    lsock = socket.socket()
-    lsock.bind(("127.0.0.1", 0))
-    lsock.listen()
-    port = lsock.getsockname()[1]
-    held = []
-    t = threading.Thread(target=lambda: held.append(lsock.accept()), daemon=True)  # accepts, never answers
-    t.start()
-    inflight = Inflight()
-    call = json_client(f"http://127.0.0.1:{port}", None, head="h0", inflight=inflight)
-    caught = []
-
-    def ask():
-        try:
-            call("POST", "/v1/completions", {"x": 1}, 300)
-        except ApiUnreachable as exc:
-            caught.append(exc)
-    asker = threading.Thread(target=ask, daemon=True)
-    try:
-        started = time.monotonic()
-        asker.start()
-        while not held and time.monotonic() - started < 30:  # the server has taken the connection
-            time.sleep(0.01)
-        inflight.abort()
-        asker.join(60)
-        # ended by the abort, not by its own 300 s timeout (a loose bound: a loaded CI host is slow)
-        assert not asker.is_alive() and time.monotonic() - started < 90
-        assert len(caught) == 1 and caught[0].stalled
-        assert re.match(rf"head h0: POST http://127\.0\.0\.1:{port}/v1/completions took the request but sent no "
-                        r"answer within [\d.]+ s: the engine is stalled \(hung\) \(no answer before the caller's bound\)$",
-                        str(caught[0])), str(caught[0])
-        with pytest.raises(ApiUnreachable, match="not sent: the caller's bound had ended"):
-            call("POST", "/v1/completions", {"x": 1}, 300)
-    finally:
-        t.join(5)
-        for conn, _addr in held:
-            conn.close()
-        lsock.close()
-
-
-@pytest.mark.timeout(180)
-def test_an_abort_while_the_request_is_still_being_sent_is_the_caller_s_bound_not_a_broken_pipe():
-    """A server that takes the connection but reads nothing: a body far larger than the sockets' buffers blocks
-    the send, and the caller's abort ends it as its bound (stalled), never as 'could not be reached'."""
+@contextlib.contextmanager
+def _aborted_request(body: dict, before_abort: float = 0.0):
+    """A server that takes the connection and never reads or answers, a request to it through an ``Inflight`` in
+    another thread, and the abort once the server holds the connection (``before_abort`` seconds later). Yields
+    ``(call, port, caught, took)``: the client, the server's port, what the request raised and its seconds."""
     import socket
     import time
 
@@ -290,32 +245,53 @@ def test_an_abort_while_the_request_is_still_being_sent_is_the_caller_s_bound_no
     t.start()
     inflight = Inflight()
     call = json_client(f"http://127.0.0.1:{port}", None, head="h0", inflight=inflight)
-    caught, sending = [], threading.Event()
+    caught: list = []
 
     def ask():
-        sending.set()
         try:
-            call("POST", "/v1/completions", {"prompt": "x" * (64 << 20)}, 300)
+            call("POST", "/v1/completions", body, 300)
         except ApiUnreachable as exc:
             caught.append(exc)
     asker = threading.Thread(target=ask, daemon=True)
     try:
-        asker.start()
-        sending.wait(30)
         started = time.monotonic()
-        while not held and time.monotonic() - started < 30:
+        asker.start()
+        while not held and time.monotonic() - started < 30:  # the server has taken the connection
             time.sleep(0.01)
-        time.sleep(0.5)  # the send has filled both buffers and blocks (64 MiB never fit in them)
+        time.sleep(before_abort)
         inflight.abort()
         asker.join(60)
         assert not asker.is_alive()
-        assert len(caught) == 1 and caught[0].stalled, caught
-        assert "no answer before the caller's bound" in str(caught[0]) and "could not be reached" not in str(caught[0])
+        yield call, port, caught, time.monotonic() - started
     finally:
         t.join(5)
         for conn, _addr in held:
             conn.close()
         lsock.close()
+
+
+@pytest.mark.timeout(180)
+def test_an_aborted_inflight_ends_a_request_a_frozen_server_holds_as_stalled():
+    """A caller's bound: Inflight.abort() ends a request blocked on a server that took it and never answers
+    (however long its own timeout), as a stalled head naming how long it waited; later requests are not sent."""
+    with _aborted_request({"x": 1}) as (call, port, caught, took):
+        # ended by the abort, not by its own 300 s timeout (a loose bound: a loaded CI host is slow)
+        assert took < 90
+        assert len(caught) == 1 and caught[0].stalled
+        assert re.match(rf"head h0: POST http://127\.0\.0\.1:{port}/v1/completions took the request but sent no "
+                        r"answer within [\d.]+ s: the engine is stalled \(hung\) \(no answer before the caller's bound\)$",
+                        str(caught[0])), str(caught[0])
+        with pytest.raises(ApiUnreachable, match="not sent: the caller's bound had ended"):
+            call("POST", "/v1/completions", {"x": 1}, 300)
+
+
+@pytest.mark.timeout(180)
+def test_an_abort_while_the_request_is_still_being_sent_is_the_caller_s_bound_not_a_broken_pipe():
+    """A body far larger than the sockets' buffers (64 MiB) blocks the send to a server that reads nothing; the
+    caller's abort half a second later ends it as its bound (stalled), never as 'could not be reached'."""
+    with _aborted_request({"prompt": "x" * (64 << 20)}, before_abort=0.5) as (_call, _port, caught, _took):
+        assert len(caught) == 1 and caught[0].stalled, caught
+        assert "no answer before the caller's bound" in str(caught[0]) and "could not be reached" not in str(caught[0])
 
 
 # ---- the byte fetch (the gate's suite) and the GET reader (the engine probe) --------------------
