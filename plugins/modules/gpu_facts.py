@@ -72,14 +72,6 @@ options:
       - When V(false) and nothing is expected of the fabric, C(ibdev2netdev) is not run at all.
     type: bool
     default: true
-  docker_sdk:
-    description:
-      - Also check that the rank's Python (the one running this module) can import the docker SDK for
-        Python and C(requests), which the collection's own Docker modules need (its one Docker client).
-        Each one missing is a mismatch naming the rank and the Debian package to install
-        (C(python3-docker), C(python3-requests)).
-    type: bool
-    default: false
   fail_on_mismatch:
     description:
       - Fail when any expectation is not met.
@@ -275,8 +267,7 @@ msg:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils.engine._docker_engine import sdk_mismatches
-from ansible_collections.gb10.dspark.plugins.module_utils.identity._gpu_facts import Expectations, gather
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._gpu_facts import GPU_OPTIONS, check_module
 from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import finish, guarded, rank_name
 
 
@@ -285,42 +276,18 @@ def main() -> None:
         argument_spec={
             "rank": {"type": "str"},
             "source": {"type": "str", "choices": ["csv", "xml"], "default": "csv"},
-            "expected_compute_capability": {"type": "str", "default": "12.1"},
-            "expected_gpu_count": {"type": "int", "default": 1},
-            "expected_gpu_name": {"type": "str"},
-            "expected_netdevs": {"type": "list", "elements": "str", "default": []},
-            "expected_hcas": {"type": "list", "elements": "str", "default": []},
+            **GPU_OPTIONS,
             "gather_fabric": {"type": "bool", "default": True},
             "fail_on_mismatch": {"type": "bool", "default": True},
-            "nvidia_smi_path": {"type": "str", "default": "nvidia-smi"},
-            "ibdev2netdev_path": {"type": "str", "default": "ibdev2netdev"},
-            "docker_sdk": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
     params = module.params
     rank = rank_name(params["rank"])
-    expect = Expectations(
-        compute_capability=params["expected_compute_capability"],
-        gpu_count=params["expected_gpu_count"],
-        gpu_name=params["expected_gpu_name"],
-        netdevs=params["expected_netdevs"] or [],
-        hcas=params["expected_hcas"] or [],
-    )
-    report = guarded(module, lambda: gather(
-        lambda argv: module.run_command(argv, handle_exceptions=False),
-        rank,
-        expect,
-        nvidia_smi=module.get_bin_path(params["nvidia_smi_path"], required=False),
-        ibdev2netdev=module.get_bin_path(params["ibdev2netdev_path"], required=False),
-        source=params["source"],
-        fabric=params["gather_fabric"],
-        nvidia_smi_name=params["nvidia_smi_path"],
-        ibdev2netdev_name=params["ibdev2netdev_path"],
-    ))
-    mismatches = report.mismatches + (sdk_mismatches(rank) if params["docker_sdk"] else [])
+    report = guarded(module, lambda: check_module(module, params, rank, source=params["source"],
+                                                  fabric=params["gather_fabric"]))
     finish(module, {"gpu_facts": report.facts, "ansible_facts": {"dspark_gpu": report.facts}},
-           mismatches, params["fail_on_mismatch"], report.warnings)
+           report.mismatches, params["fail_on_mismatch"], report.warnings)
 
 
 if __name__ == "__main__":

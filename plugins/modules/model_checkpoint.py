@@ -240,10 +240,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import finish, guarded, rank_name
 from ansible_collections.gb10.dspark.plugins.module_utils.identity._model_checkpoint import (
-    INDEX_FILE,
-    REVISION_MARKER,
-    SHARD_COUNT,
-    Expected,
+    CHECKPOINT_OPTIONS,
+    expected_of,
     verify,
 )
 
@@ -252,34 +250,14 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "rank": {"type": "str"},
-            "path": {"type": "path", "required": True},
-            "expected_revision": {"type": "str", "required": True},
-            "revision_marker": {"type": "str", "default": REVISION_MARKER},
-            "expected_config": {"type": "dict", "default": {}},
-            "expected_shard_count": {"type": "int", "default": SHARD_COUNT},
-            "index_file": {"type": "str", "default": INDEX_FILE},
-            "expected_total_size": {"type": "int"},
-            "deep": {"type": "bool", "default": False},
-            "expected_shard_sha256": {"type": "dict"},
-            "progress_path": {"type": "path"},
+            **CHECKPOINT_OPTIONS,
             "fail_on_mismatch": {"type": "bool", "default": True},
         },
         supports_check_mode=True,
     )
     params = module.params
     rank = rank_name(params["rank"])
-    expected = Expected(
-        revision=params["expected_revision"],
-        revision_marker=params["revision_marker"],
-        config=params["expected_config"] or {},
-        shard_count=params["expected_shard_count"],
-        index_file=params["index_file"],
-        total_size=params["expected_total_size"],
-        deep=params["deep"],
-        shard_sha256=params["expected_shard_sha256"],
-        progress_path=params["progress_path"] if params["deep"] else None,
-    )
-    report = guarded(module, lambda: verify(params["path"], expected, rank))
+    report = guarded(module, lambda: verify(params["path"], expected_of(params), rank))
     finish(module, {"checkpoint": report.checkpoint()}, report.mismatches, params["fail_on_mismatch"], report.warnings)
 
 

@@ -90,7 +90,7 @@ def test_a_tag_selection_out_of_the_fail_closed_order_is_refused_and_preflight_a
     before = {r.name: snapshot(r) for r in served.ranks}
     res = provision(served, clean_tree, "--tags", "preflight")
     assert res.returncode == 0, res.stdout[-4000:]
-    assert "Preflight | The rank holds the pinned model checkpoint" in res.stdout
+    assert "Preflight | The rank has the pinned GPU, its fabric links are Up and it holds the pinned model checkpoint" in res.stdout
     assert "Engine | Plan" not in res.stdout and "Gate | Run" not in res.stdout and "Image | Probe" not in res.stdout
     assert {r.name: snapshot(r) for r in served.ranks} == before
     assert not locked(served)

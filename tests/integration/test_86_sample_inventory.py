@@ -122,9 +122,8 @@ def test_sample_filled_in_for_the_simulator_passes_preflight_in_check_mode(pair,
         assert c["failed"] == 0 and c["unreachable"] == 0 and c["changed"] == 0, (host, c)
     # The per-rank checks ran on both ranks, with the sample's own NIC, HCA and model directory.
     ran = task_hosts(res.stdout)
-    for task in ("Preflight | The rank has the pinned GPU and its fabric links are Up",
-                 "Preflight | The rank holds the pinned model checkpoint"):
-        assert ran.get(task) == set(HOSTS), (task, ran.get(task), sorted(ran))
+    task = "Preflight | The rank has the pinned GPU, its fabric links are Up and it holds the pinned model checkpoint"
+    assert ran.get(task) == set(HOSTS), (task, ran.get(task), sorted(ran))
     assert not [task for task in ran if "SSH" in task], ran  # no rank is reached but through Ansible
     assert {r.name: snapshot(r) for r in pair.ranks} == before, "preflight in check mode changed a rank"
     # the installed collection's tree was checked (its kind is asserted where a run writes the record: test_85,
@@ -151,5 +150,6 @@ def test_sample_with_its_own_v026_pin_is_refused_before_anything_changes(pair, c
     counts = recap(res.stdout)
     assert all(c["changed"] == 0 for c in counts.values()), counts
     ran = task_hosts(res.stdout)
-    assert not ran.get("Preflight | The rank holds the pinned model checkpoint"), ran  # stopped before any rank was read
+    assert not ran.get("Preflight | The rank has the pinned GPU, its fabric links are Up and it holds the pinned model "
+                       "checkpoint"), ran  # stopped before any rank was read
     assert {r.name: snapshot(r) for r in pair.ranks} == before, "a refused preflight changed a rank"

@@ -390,3 +390,39 @@ def gather(run: Runner, rank: str, expect: Expectations, nvidia_smi: str | None,
     if links is not None:
         mismatches += check_fabric(rank, links, expect.netdevs, expect.hcas)
     return Report(facts=facts, mismatches=mismatches, warnings=warnings)
+
+
+# The expectations and tools of a rank's GPU check: the options of gb10.dspark.gpu_facts and of
+# gb10.dspark.rank_preflight's ``gpu``, turned into :class:`Expectations` and a :func:`gather` by :func:`check_module`.
+GPU_OPTIONS = {
+    "expected_compute_capability": {"type": "str", "default": "12.1"},
+    "expected_gpu_count": {"type": "int", "default": 1},
+    "expected_gpu_name": {"type": "str"},
+    "expected_netdevs": {"type": "list", "elements": "str", "default": []},
+    "expected_hcas": {"type": "list", "elements": "str", "default": []},
+    "nvidia_smi_path": {"type": "str", "default": "nvidia-smi"},
+    "ibdev2netdev_path": {"type": "str", "default": "ibdev2netdev"},
+}
+
+
+def check_module(module, params: dict, rank: str, source: str = "csv", fabric: bool = True) -> Report:
+    """:func:`gather` on the rank ``module`` (an ``AnsibleModule``) runs on, with the options of
+    :data:`GPU_OPTIONS` in ``params``: the tools found on the rank's PATH, run as argv lists."""
+    expect = Expectations(
+        compute_capability=params["expected_compute_capability"],
+        gpu_count=params["expected_gpu_count"],
+        gpu_name=params["expected_gpu_name"],
+        netdevs=params["expected_netdevs"] or [],
+        hcas=params["expected_hcas"] or [],
+    )
+    return gather(
+        lambda argv: module.run_command(argv, handle_exceptions=False),
+        rank,
+        expect,
+        nvidia_smi=module.get_bin_path(params["nvidia_smi_path"], required=False),
+        ibdev2netdev=module.get_bin_path(params["ibdev2netdev_path"], required=False),
+        source=source,
+        fabric=fabric,
+        nvidia_smi_name=params["nvidia_smi_path"],
+        ibdev2netdev_name=params["ibdev2netdev_path"],
+    )

@@ -422,3 +422,33 @@ def verify(path: str, expected: Expected, rank: str,
     if expected.deep:
         hash_shards(root, usable, expected, rank, report, clock, wall)
     return report
+
+
+# The options of a checkpoint check: gb10.dspark.model_checkpoint's, and gb10.dspark.rank_preflight's ``model``.
+CHECKPOINT_OPTIONS = {
+    "path": {"type": "path", "required": True},
+    "expected_revision": {"type": "str", "required": True},
+    "revision_marker": {"type": "str", "default": REVISION_MARKER},
+    "expected_config": {"type": "dict", "default": {}},
+    "expected_shard_count": {"type": "int", "default": SHARD_COUNT},
+    "index_file": {"type": "str", "default": INDEX_FILE},
+    "expected_total_size": {"type": "int"},
+    "deep": {"type": "bool", "default": False},
+    "expected_shard_sha256": {"type": "dict"},
+    "progress_path": {"type": "path"},
+}
+
+
+def expected_of(params: dict) -> Expected:
+    """The :class:`Expected` of the options of :data:`CHECKPOINT_OPTIONS` in ``params``."""
+    return Expected(
+        revision=params["expected_revision"],
+        revision_marker=params["revision_marker"],
+        config=params["expected_config"] or {},
+        shard_count=params["expected_shard_count"],
+        index_file=params["index_file"],
+        total_size=params["expected_total_size"],
+        deep=params["deep"],
+        shard_sha256=params["expected_shard_sha256"],
+        progress_path=params["progress_path"] if params["deep"] else None,
+    )

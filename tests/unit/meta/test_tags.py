@@ -46,7 +46,7 @@ def test_tags_preflight_on_provision_lists_the_preflight_and_what_every_run_need
         assert "always" in tags or "preflight" in tags, (name, tags)
         assert not (tags & phases) or "always" in tags, (name, tags)
     names = " ".join(name for name, _tags in rows)
-    assert "Preflight | The rank holds the pinned model checkpoint" in names
+    assert "Preflight | The rank has the pinned GPU, its fabric links are Up and it holds the pinned model checkpoint" in names
     assert "Converge | The tag selection keeps the fail-closed order" in names and "Lock | Take the pair's lock" in names
     assert "Image | Probe" not in names and "Engine | Plan" not in names and "Gate | Run" not in names
 

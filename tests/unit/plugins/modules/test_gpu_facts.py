@@ -226,14 +226,3 @@ def test_malformed_expected_compute_capability_fails(h200_smi, run_module):
     result = run_module(gpu_facts, {"rank": "r", "nvidia_smi_path": h200_smi, "expected_compute_capability": "sm_121"})
     assert result["failed"] is True
     assert "expected_compute_capability must look like 12.1" in result["msg"]
-
-
-def test_docker_sdk_missing_on_the_rank_fails_naming_the_rank_and_the_package(gb10, run_module, monkeypatch):
-    from ansible_collections.gb10.dspark.plugins.module_utils.engine import _docker_engine
-    assert run_module(gpu_facts, _gb10_args(docker_sdk=True))["failed"] is False  # this Python has it
-    monkeypatch.setattr(_docker_engine, "missing_sdk", lambda: ["python3-docker"])
-    result = run_module(gpu_facts, _gb10_args(docker_sdk=True))
-    assert result["failed"] is True
-    assert result["msg"] == ("rank sim01-worker: Python module docker (for the docker SDK, the collection's Docker "
-                             "client) is missing, expected importable (install python3-docker on the rank)")
-    assert run_module(gpu_facts, _gb10_args())["failed"] is False  # not asked: not checked
