@@ -93,8 +93,8 @@ options:
   read:
     description:
       - Folders of the rank whose files to return in RV(read), in the same call (the evidence role reads the
-        rendered profiles with the engine's container): the regular files directly in each folder whose names
-        match a pattern; links and subfolders are not read; an absent folder gives none. A file over 1 MiB, or
+        rendered profiles with the engine's container). Each folder's regular files whose names match a
+        pattern are read; links and subfolders are not; an absent folder gives none. A file over 1 MiB, or
         a folder that is a link or not a folder, fails the module with RV(read_failed) (the files are read
         first, so an engine that cannot be read still returns them).
       - A rendered profile may hold an operator's secret-named value. Register it only in a task with C(no_log).
