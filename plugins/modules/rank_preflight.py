@@ -12,9 +12,10 @@ description:
   - Runs on each rank before anything changes (the preflight role's one read of a rank). In one module run it does
     what M(gb10.dspark.gpu_facts) and M(gb10.dspark.model_checkpoint) each do, and checks that the rank's Python
     can import the docker SDK for Python and C(requests) (the collection's one Docker client).
-  - "Checks, in order: the GPU and its fabric links (O(gpu), as M(gb10.dspark.gpu_facts) with its CSV query and
+  - "Checks, in order: the GPU and its fabric links (as M(gb10.dspark.gpu_facts) with its CSV query and
     C(ibdev2netdev)); the docker SDK (each Python module missing is a mismatch naming the Debian package to install,
-    C(python3-docker) or C(python3-requests)); the model checkpoint (O(model), as M(gb10.dspark.model_checkpoint))."
+    C(python3-docker) or C(python3-requests)); the model checkpoint (as M(gb10.dspark.model_checkpoint))."
+  - Its options are those of the two modules, with the same names, defaults and meaning.
   - Fails listing B(every) mismatch of the three, each naming the rank, the actual and the expected value. A tool
     that is missing or answers what cannot be parsed fails at once, naming the rank and the tool.
   - Never changes anything on the rank (in deep mode, the progress file aside).
@@ -22,82 +23,72 @@ extends_documentation_fragment:
   - gb10.dspark._attributes
   - gb10.dspark._rank
 options:
-  gpu:
-    description: What the rank's GPU and fabric must be; each suboption as M(gb10.dspark.gpu_facts)'s option of that name.
+  expected_compute_capability:
+    description: The compute capability every GPU must report (always checked).
+    type: str
+    default: "12.1"
+  expected_gpu_count:
+    description: How many GPUs the rank must have (always checked).
+    type: int
+    default: 1
+  expected_gpu_name:
+    description: The name every GPU must report; not checked when omitted.
+    type: str
+  expected_netdevs:
+    description: RoCE network devices that C(ibdev2netdev) must list, every one Up.
+    type: list
+    elements: str
+    default: []
+  expected_hcas:
+    description: RDMA devices that C(ibdev2netdev) must list, with every listed port Up.
+    type: list
+    elements: str
+    default: []
+  nvidia_smi_path:
+    description: The C(nvidia-smi) to run, a name looked up on the rank's PATH or a path.
+    type: str
+    default: nvidia-smi
+  ibdev2netdev_path:
+    description: The C(ibdev2netdev) to run, a name looked up on the rank's PATH or a path.
+    type: str
+    default: ibdev2netdev
+  path:
+    description: The checkpoint directory on the rank.
+    type: path
+    required: true
+  expected_revision:
+    description: The pinned model revision, a 40-hex git sha.
+    type: str
+    required: true
+  revision_marker:
+    description: The file inside O(path) that holds the revision the checkpoint was downloaded at.
+    type: str
+    default: .r0b0tlab-model-revision
+  expected_config:
+    description: Keys that C(config.json) must hold, each with an equal value.
     type: dict
     default: {}
-    suboptions:
-      expected_compute_capability:
-        description: The compute capability every GPU must report (always checked).
-        type: str
-        default: "12.1"
-      expected_gpu_count:
-        description: How many GPUs the rank must have (always checked).
-        type: int
-        default: 1
-      expected_gpu_name:
-        description: The name every GPU must report; not checked when omitted.
-        type: str
-      expected_netdevs:
-        description: RoCE network devices that C(ibdev2netdev) must list, every one Up.
-        type: list
-        elements: str
-        default: []
-      expected_hcas:
-        description: RDMA devices that C(ibdev2netdev) must list, with every listed port Up.
-        type: list
-        elements: str
-        default: []
-      nvidia_smi_path:
-        description: The C(nvidia-smi) to run, a name looked up on the rank's PATH or a path.
-        type: str
-        default: nvidia-smi
-      ibdev2netdev_path:
-        description: The C(ibdev2netdev) to run, a name looked up on the rank's PATH or a path.
-        type: str
-        default: ibdev2netdev
-  model:
-    description: What the rank's model checkpoint must be; each suboption as M(gb10.dspark.model_checkpoint)'s option of that name.
+  expected_shard_count:
+    description: How many shards the checkpoint has.
+    type: int
+    default: 48
+  index_file:
+    description: The safetensors index inside O(path), relative to it.
+    type: str
+    default: model.safetensors.index.json
+  expected_total_size:
+    description: When set, C(metadata.total_size) of the index must equal it.
+    type: int
+  deep:
+    description: Also hash every shard with sha256 (reads the whole checkpoint).
+    type: bool
+    default: false
+  expected_shard_sha256:
+    description: Shard file name to its pinned sha256; compared only when O(deep=true).
     type: dict
-    required: true
-    suboptions:
-      path:
-        description: The checkpoint directory on the rank.
-        type: path
-        required: true
-      expected_revision:
-        description: The pinned model revision, a 40-hex git sha.
-        type: str
-        required: true
-      revision_marker:
-        description: The file inside O(model.path) that holds the revision the checkpoint was downloaded at.
-        type: str
-        default: .r0b0tlab-model-revision
-      expected_config:
-        description: Keys that C(config.json) must hold, each with an equal value.
-        type: dict
-        default: {}
-      expected_shard_count:
-        description: How many shards the checkpoint has.
-        type: int
-        default: 48
-      index_file:
-        description: The safetensors index inside O(model.path), relative to it.
-        type: str
-        default: model.safetensors.index.json
-      expected_total_size:
-        description: When set, C(metadata.total_size) of the index must equal it.
-        type: int
-      deep:
-        description: Also hash every shard with sha256 (reads the whole checkpoint).
-        type: bool
-        default: false
-      expected_shard_sha256:
-        description: Shard file name to its pinned sha256; compared only when O(model.deep=true).
-        type: dict
-      progress_path:
-        description: In deep mode, a JSON file on the rank kept up to date while hashing.
-        type: path
+  progress_path:
+    description: In deep mode, a JSON file on the rank kept up to date while hashing.
+    type: path
 attributes:
   check_mode:
     support: full
@@ -122,14 +113,12 @@ EXAMPLES = r"""
 - name: Preflight | The rank has the pinned GPU, its fabric links are Up and it holds the pinned model checkpoint
   gb10.dspark.rank_preflight:
     rank: "{{ inventory_hostname }}"
-    gpu:
-      expected_compute_capability: "12.1"
-      expected_netdevs: [enp1s0f1np1, enP2p1s0f1np1]
-      expected_hcas: [rocep1s0f1, roceP2p1s0f1]
-    model:
-      path: /models/DeepSeek-V4-Flash-0731
-      expected_revision: 9e165c30e2704aec5d9d593cce3eebd58bbef1cb
-      expected_shard_count: 48
+    expected_compute_capability: "12.1"
+    expected_netdevs: [enp1s0f1np1, enP2p1s0f1np1]
+    expected_hcas: [rocep1s0f1, roceP2p1s0f1]
+    path: /models/DeepSeek-V4-Flash-0731
+    expected_revision: 9e165c30e2704aec5d9d593cce3eebd58bbef1cb
+    expected_shard_count: 48
 """
 
 RETURN = r"""
@@ -193,17 +182,13 @@ from ansible_collections.gb10.dspark.plugins.module_utils.identity._model_checkp
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "rank": {"type": "str"},
-            "gpu": {"type": "dict", "default": {}, "options": GPU_OPTIONS, "apply_defaults": True},
-            "model": {"type": "dict", "required": True, "options": CHECKPOINT_OPTIONS},
-        },
+        argument_spec={"rank": {"type": "str"}, **GPU_OPTIONS, **CHECKPOINT_OPTIONS},
         supports_check_mode=True,
     )
     params = module.params
     rank = rank_name(params["rank"])
-    gpu = guarded(module, lambda: check_module(module, params["gpu"], rank))
-    checkpoint = guarded(module, lambda: verify(params["model"]["path"], expected_of(params["model"]), rank))
+    gpu = guarded(module, lambda: check_module(module, params, rank))
+    checkpoint = guarded(module, lambda: verify(params["path"], expected_of(params), rank))
     finish(module, {"gpu_facts": gpu.facts, "ansible_facts": {"dspark_gpu": gpu.facts},
                     "checkpoint": checkpoint.checkpoint()},
            gpu.mismatches + sdk_mismatches(rank) + checkpoint.mismatches, True, [*gpu.warnings, *checkpoint.warnings])

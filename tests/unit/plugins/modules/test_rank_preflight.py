@@ -27,12 +27,10 @@ def _rank(tmp_path, monkeypatch):
     return hw_dir, checkpoint.write(tmp_path / "model")
 
 
-def args(model, **gpu):
-    return {"rank": RANK,
-            "gpu": {"nvidia_smi_path": FAKE_NVIDIA_SMI, "ibdev2netdev_path": FAKE_IBDEV2NETDEV,
-                    "expected_netdevs": ["enp1s0f1np1"], "expected_hcas": ["rocep1s0f1"], **gpu},
-            "model": {"path": str(model), "expected_revision": checkpoint.MODEL_REVISION,
-                      "expected_config": dict(checkpoint.CONFIG)}}
+def args(model, **extra):
+    return {"rank": RANK, "nvidia_smi_path": FAKE_NVIDIA_SMI, "ibdev2netdev_path": FAKE_IBDEV2NETDEV,
+            "expected_netdevs": ["enp1s0f1np1"], "expected_hcas": ["rocep1s0f1"], "path": str(model),
+            "expected_revision": checkpoint.MODEL_REVISION, "expected_config": dict(checkpoint.CONFIG), **extra}
 
 
 def test_a_fit_rank_passes_and_returns_both_checks_facts(run_module, rank):
