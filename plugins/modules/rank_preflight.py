@@ -20,7 +20,7 @@ description:
     that is missing or answers what cannot be parsed fails at once, naming the rank and the tool.
   - Never changes anything on the rank (in deep mode, the progress file aside).
 extends_documentation_fragment:
-  - gb10.dspark._attributes
+  - gb10.dspark._attributes.read_only
   - gb10.dspark._rank
 options:
   expected_compute_capability:
@@ -89,16 +89,6 @@ options:
   progress_path:
     description: In deep mode, a JSON file on the rank kept up to date while hashing.
     type: path
-attributes:
-  check_mode:
-    support: full
-    details: The module only reads, so check mode runs the same checks and returns the same result.
-  diff_mode:
-    support: none
-    details: Nothing is changed, so there is nothing to diff; differences are in RV(mismatches).
-  idempotent:
-    support: full
-    details: Read-only; always reports C(changed=false).
 notes:
   - One module run per rank instead of one per check; on a fleet, every SSH round trip and Python start-up counts.
 seealso:
@@ -144,28 +134,19 @@ mismatches:
   returned: success, or failure on a mismatch
   type: list
   elements: dict
-  sample:
-    - rank: sim01-head
-      item: GPU 0 compute capability
-      expected: "12.1"
-      actual: "9.0"
-      reason: ""
-      expected_word: expected
-      message: "rank sim01-head: GPU 0 compute capability is 9.0, expected 12.1"
+  sample: [{"rank": "sim01-head", "item": "GPU 0 compute capability", "expected": "12.1", "actual": "9.0",
+            "reason": "", "expected_word": "expected",
+            "message": "rank sim01-head: GPU 0 compute capability is 9.0, expected 12.1"}]
 ansible_facts:
-  description: Host facts set by the module.
+  description: Host facts set by the module, C(dspark_gpu) (the same dict as RV(gpu_facts)).
   returned: success
   type: dict
-  contains:
-    dspark_gpu:
-      description: The same dict as RV(gpu_facts).
-      type: dict
-      sample: {}
+  sample: {"dspark_gpu": {"gpu_count": 1}}
 msg:
   description: What failed; one line per mismatch, or why a check could not be carried out.
   returned: failure
   type: str
-  sample: "rank sim01-worker: HCA rocep1s0f1 link is Down, expected Up"
+  sample: "rank sim01-worker: shard model-00007-of-00048.safetensors is absent, pinned present and non-empty"
 """
 
 from ansible.module_utils.basic import AnsibleModule
