@@ -238,22 +238,26 @@ def main() -> None:
         files = read_files(p["read"])
     except (RankFilesError, OSError) as exc:
         module.fail_json(msg=f"rank {rank}: {exc}", read=[], read_failed=True)
+
+    def fail(msg: str, **result) -> None:  # every later failure still hands back the files read
+        module.fail_json(msg=msg, read=files, **result)
+
     try:
         # the whole record at the engine's own API version, as community.docker's info modules read it
         engine = Engine(p["docker_host"], timeout=max(p["timeout"], 10.0),
                         api_version="auto" if p["inspect"] else API_VERSION)
     except EngineError as exc:
-        module.fail_json(msg=f"rank {rank}: {exc}", read=files)
+        fail(f"rank {rank}: {exc}")
     try:
         result = probe(engine, p["container"], p["base_url"], p["model"], p["log_lines"], p["timeout"],
                        p["api_key"], p["read_api"], inspect=p["inspect"], labelled=p["labelled"],
                        engine_info=p["engine_info"])
     except EngineError as exc:
-        module.fail_json(msg=f"rank {rank}: {exc}", read=files)
+        fail(f"rank {rank}: {exc}")
     if p["refuse_foreign"]:
         foreign = foreign_message(result, rank, p["container"])
         if foreign and not p["replace_foreign"]:
-            module.fail_json(msg=foreign, probe=result, read=files)
+            fail(foreign, probe=result)
         if foreign:
             module.warn(f"{foreign} (replace_foreign: it will be replaced)")
     drained = 0.0
@@ -265,9 +269,9 @@ def main() -> None:
         try:
             result, busy, drained = drain(read, p["rank"] or "head", timeout, p["drain_interval"], first=result)
         except EngineError as exc:
-            module.fail_json(msg=f"rank {rank}: {exc}", read=files)
+            fail(f"rank {rank}: {exc}")
         if busy and not p["force"]:
-            module.fail_json(msg=busy, probe=result, drained_s=drained, read=files)
+            fail(busy, probe=result, drained_s=drained)
         if busy:
             module.warn(f"{busy} (forced: stopping it anyway)")
     module.exit_json(changed=False, probe=result, drained_s=drained, read=files)

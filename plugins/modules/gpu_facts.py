@@ -22,6 +22,7 @@ description:
     or prints something it cannot parse; the message names the rank and the tool's first line of output.
   - Never changes anything on the rank.
 extends_documentation_fragment:
+  - gb10.dspark._gpu_check
   - gb10.dspark._attributes
   - gb10.dspark._rank
 options:
@@ -34,36 +35,6 @@ options:
     type: str
     choices: [csv, xml]
     default: csv
-  expected_compute_capability:
-    description:
-      - The compute capability every GPU must report, as C(MAJOR.MINOR). GB10 is C(12.1).
-      - Always checked; it cannot be switched off.
-    type: str
-    default: "12.1"
-  expected_gpu_count:
-    description:
-      - How many GPUs the rank must have. A DGX Spark has one GB10.
-      - Always checked; it cannot be switched off.
-    type: int
-    default: 1
-  expected_gpu_name:
-    description:
-      - The name every GPU must report, for example C(NVIDIA GB10). Not checked when omitted.
-    type: str
-  expected_netdevs:
-    description:
-      - RoCE network devices (for example C(enp1s0f1np1)) that C(ibdev2netdev) must list, every one Up.
-      - Giving any makes C(ibdev2netdev) required.
-    type: list
-    elements: str
-    default: []
-  expected_hcas:
-    description:
-      - RDMA devices (for example C(rocep1s0f1)) that C(ibdev2netdev) must list, with every listed port Up.
-      - Giving any makes C(ibdev2netdev) required.
-    type: list
-    elements: str
-    default: []
   gather_fabric:
     description:
       - Run C(ibdev2netdev) and return RV(gpu_facts.fabric) even when no netdev or HCA is expected.
@@ -79,16 +50,6 @@ options:
         module succeeds. A tool that is missing or fails still fails the module.
     type: bool
     default: true
-  nvidia_smi_path:
-    description:
-      - The C(nvidia-smi) executable, a name looked up in E(PATH) and the sbin directories, or an absolute path.
-    type: str
-    default: nvidia-smi
-  ibdev2netdev_path:
-    description:
-      - The C(ibdev2netdev) executable, a name looked up in E(PATH) and the sbin directories, or an absolute path.
-    type: str
-    default: ibdev2netdev
 attributes:
   check_mode:
     support: full

@@ -392,8 +392,9 @@ def gather(run: Runner, rank: str, expect: Expectations, nvidia_smi: str | None,
     return Report(facts=facts, mismatches=mismatches, warnings=warnings)
 
 
-# The expectations and tools of a rank's GPU check: the options of gb10.dspark.gpu_facts and of
-# gb10.dspark.rank_preflight's ``gpu``, turned into :class:`Expectations` and a :func:`gather` by :func:`check_module`.
+# The expectations and tools of a rank's GPU check: options of gb10.dspark.gpu_facts and gb10.dspark.rank_preflight
+# (documented once, in doc_fragments/_gpu_check.py), turned into :class:`Expectations` and a :func:`gather` by
+# :func:`check_module`.
 GPU_OPTIONS = {
     "expected_compute_capability": {"type": "str", "default": "12.1"},
     "expected_gpu_count": {"type": "int", "default": 1},

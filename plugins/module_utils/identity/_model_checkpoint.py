@@ -424,7 +424,8 @@ def verify(path: str, expected: Expected, rank: str,
     return report
 
 
-# The options of a checkpoint check: gb10.dspark.model_checkpoint's, and gb10.dspark.rank_preflight's ``model``.
+# The options of a checkpoint check: gb10.dspark.model_checkpoint's and gb10.dspark.rank_preflight's (documented once,
+# in doc_fragments/_checkpoint.py).
 CHECKPOINT_OPTIONS = {
     "path": {"type": "path", "required": True},
     "expected_revision": {"type": "str", "required": True},
