@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from tests.support import standin
@@ -147,11 +146,42 @@ def test_measure_all_text_in_one_instant_has_no_itl():
 
 
 # ---- the streaming reader ------------------------------------------------------------------------
+class _LockstepClock:
+    """The streaming client's clock, in lock step with the server below: the clock moves only when the server
+    sends an event, and the server sends the next event only once the client has stamped the last one. A client
+    that reads line by line stamps the three events 1, 2 and 3 whatever the machine's load; one that reads the
+    answer whole stamps them alike (the server waits 5 s for each stamp, then goes on)."""
+
+    def __init__(self):
+        self.now = 0.0
+        self.calls = 0
+        self._cond = threading.Condition()
+
+    def monotonic(self) -> float:  # the client's only use of its clock: once at the send, once per line read
+        with self._cond:
+            self.calls += 1
+            self._cond.notify_all()
+            return self.now
+
+    def tick(self) -> None:
+        with self._cond:
+            self.now += 1.0
+
+    def wait_for_calls(self, n: int) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: self.calls >= n, timeout=5)
+
+
 class _Slow(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    clock: _LockstepClock
 
     def log_message(self, *args):
         pass
+
+    def _chunk(self, data: bytes, last: bool = False) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) + (b"0\r\n\r\n" if last else b""))
+        self.wfile.flush()
 
     def do_POST(self):
         self.rfile.read(int(self.headers["Content-Length"]))
@@ -168,18 +198,20 @@ class _Slow(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         for i in range(3):
-            time.sleep(0.15)
-            data = f'data: {{"n": {i}}}\n\n'.encode()
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-            self.wfile.flush()
-        data = b"data: [DONE]\n\n"
-        self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data))
-        self.wfile.flush()
+            self.clock.tick()
+            self._chunk(f'data: {{"n": {i}}}\n\n'.encode())
+            # the client's clock calls: 1 at the send, then 2 per event (its data line and the blank line)
+            self.clock.wait_for_calls(2 + 2 * i)
+        self.clock.tick()
+        self._chunk(b"data: [DONE]\n\n", last=True)
 
 
 @pytest.fixture
-def slow_server():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Slow)
+def slow_server(monkeypatch):
+    clock = _LockstepClock()
+    monkeypatch.setattr(S_measure, "time", clock)  # the server thread keeps the real clock
+    handler = type("_SlowHandler", (_Slow,), {"clock": clock})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
@@ -189,11 +221,9 @@ def test_stream_client_timestamps_each_line_as_it_arrives(slow_server):
     got = S_measure.stream_client(slow_server, None)("/v1/completions", {"stream": True}, 10)
     assert got.status == 200 and got.error is None
     assert [p for _unused, p in got.arrivals] == ['{"n": 0}', '{"n": 1}', '{"n": 2}', "[DONE]"]
-    times = [t for t, _unused in got.arrivals]
-    # the server sleeps 0.15 s before each of the first three events: read whole, they would share one time
-    assert times[0] - got.sent >= 0.14
-    assert all(b - a >= 0.12 for a, b in zip(times[:2], times[1:3]))
-    assert got.raw.count("data: ") == 4 and got.ended >= times[-1]
+    # each event stamped when it came, after the send: read whole, all four would read 4.0
+    assert got.sent == 0.0 and [t for t, _unused in got.arrivals] == [1.0, 2.0, 3.0, 4.0]
+    assert got.raw.count("data: ") == 4 and got.ended == 4.0
 
 
 def test_stream_client_http_error_and_refused(slow_server):
