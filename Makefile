@@ -90,24 +90,24 @@ demo: sim-up
 	  echo "  .venv/bin/ansible -i inventories/sim all -m ansible.builtin.ping"; \
 	  echo "  make sim-status | make sim-down"
 
-# Phases: deps; the simulator tests' first and pair steps (tests/support/lanes.py; a failure there does not stop
-# the run: the last step brings the simulator down, and the end reports the failure), with vLLM's virtualenv
-# installed and lint run beside them on idle CPU and disk (SCHED_IDLE and the idle I/O class: they take little the
-# lanes want, and the install's gigabytes of writes no longer land on the last step's image loads); then the last
-# step, which runs alone and leaves a core idle, with the unit tests beside it in two halves, idle the same way (its
-# output is shown as it comes, each check's when it ends); then molecule and the real-vLLM lane side by side
-# (molecule's one pair waits on its cold start much of the time; the lane needs no simulator). Each one's time goes
-# to artifacts/reports/TESTS.md (tools/test_report: standard library only, so the system python runs it before the
+# Phases: deps; the simulator tests' first and pair steps (tests/support/lanes.py: the pair step runs the two
+# one-pair lanes and the second fleet's lane side by side; a failure there does not stop the run: the last step
+# brings the simulator down, and the end reports the failure), with the unit tests beside them in two halves, and
+# vLLM's virtualenv installed and lint run beside them on idle CPU and disk (SCHED_IDLE and the idle I/O class: they
+# take little the lanes want; the unit tests are not idle, since their waits on threads and sockets would starve
+# there); then the last step, the simulator's teardown; then molecule and the real-vLLM lane side by side (molecule's
+# one pair waits on its cold start much of the time; the lane needs no simulator). Each one's time goes to
+# artifacts/reports/TESTS.md (tools/test_report: standard library only, so the system python runs it before the
 # virtualenv exists), with the 15 slowest simulator tests; `end` fails when a phase did.
 TIMED := $(BASE_PYTHON) -m tools.test_report
 test:
 	@$(TIMED) begin
 	@$(TIMED) run deps -- $(MAKE) --no-print-directory deps
-	-@MAKE="$(MAKE)" $(TIMED) together integration-first-pairs-install-and-lint \
-	  "integration-first-and-pairs=test-integration STEPS=first,pairs" --idle vllm-install=test-vllm-install lint=lint
-	@MAKE="$(MAKE)" $(TIMED) together integration-last-and-unit "integration-last=test-integration STEPS=last" \
-	  --idle "unit-plugins=test-unit UNIT=tests/unit/plugins" \
-	  "unit-others=test-unit UNIT='tests/unit --ignore=tests/unit/plugins'"
+	-@MAKE="$(MAKE)" $(TIMED) together integration-unit-install-and-lint \
+	  "integration-first-and-pairs=test-integration STEPS=first,pairs" "unit-plugins=test-unit UNIT=tests/unit/plugins" \
+	  "unit-others=test-unit UNIT='tests/unit --ignore=tests/unit/plugins'" \
+	  --idle vllm-install=test-vllm-install lint=lint
+	@$(TIMED) run integration-last -- $(MAKE) --no-print-directory test-integration STEPS=last
 	@MAKE="$(MAKE)" $(TIMED) together tail molecule=test-molecule vllm-lane=test-vllm
 	@$(TIMED) end
 

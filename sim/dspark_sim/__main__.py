@@ -6,7 +6,7 @@ import json
 import os
 import sys
 
-from . import checkpoint, fleet, image
+from . import checkpoint, fleet, image, layout
 from .proc import SimError
 
 
@@ -15,6 +15,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     p_up = sub.add_parser("up", help="bring N simulated pairs up and write inventories/sim")
     p_up.add_argument("--pairs", type=int, default=1)
+    p_up.add_argument("--fleet2", type=int, default=0, metavar="N",
+                      help="N more pairs after them, a second fleet of its own: inventories/sim-fleet2, with its "
+                           "own evidence folder (artifacts/evidence-fleet2)")
     sub.add_parser("down", help="remove every simulator namespace, process, link, rule and mount")
     sub.add_parser("status", help="print the simulator's state as JSON")
     sub.add_parser("image", help="build (or reuse) the stand-in image archive and print its identity")
@@ -25,8 +28,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         if args.cmd == "up":
-            st = fleet.up(args.pairs)
-            print(f"simulator up: {st['pairs']} pair(s), inventory {st['inventory']}")
+            st = fleet.up(args.pairs, args.fleet2)
+            print(f"simulator up: {st['pairs']} pair(s), inventory {st['inventory']}"
+                  + (f" ({args.fleet2} of them in {layout.FLEET2_INVENTORY_DIR})" if args.fleet2 else ""))
             for name in st["ranks"]:
                 print(f"  {name}")
         elif args.cmd == "down":

@@ -19,9 +19,14 @@ def _state() -> dict:
         return {}
 
 
-def up(count: int) -> dict:
-    """Bring ``count`` pairs up. Re-running with the same count on a healthy fleet changes nothing; a larger
-    count adds the missing pairs and leaves the others as they are; a smaller one starts again from nothing."""
+def up(count: int, fleet2: int = 0) -> dict:
+    """Bring ``count`` pairs up (inventories/sim), and ``fleet2`` more after them as a second fleet with its own
+    inventory (inventories/sim-fleet2). Re-running with the same counts on a healthy simulator changes nothing; a
+    larger total adds the missing pairs and leaves the others as they are; a smaller one starts again from nothing."""
+    if fleet2 < 0:
+        raise SimError(f"--fleet2 must be 0 or more, got {fleet2}")
+    first_fleet = count
+    count += fleet2
     wanted = layout.pairs(count)
     for var, path in (("DSPARK_SIM_STATE", layout.STATE_DIR), ("DSPARK_SIM_CACHE", layout.CACHE_DIR)):
         for target in map(Path, layout.RANK_MOUNTS.values()):
@@ -56,9 +61,9 @@ def up(count: int) -> dict:
     (layout.STATE_DIR / "ssh" / "known_hosts").write_text("".join(rank.host_key_line(r) for r in ranks))
     for r in ranks:
         rank.wait_ready(r)
-    inv = inventory.write(count, meta, next_meta)
+    inv = inventory.write(first_fleet, meta, next_meta, fleet2)
     up_since = current.get("up_since") if current.get("pairs") == count else None
-    state = {"pairs": count, "ranks": [r.name for r in ranks], "image": meta, "inventory": str(inv),
+    state = {"pairs": count, "fleet2": fleet2, "ranks": [r.name for r in ranks], "image": meta, "inventory": str(inv),
              "up_since": up_since or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     STATE_FILE.write_text(json.dumps(state, indent=2) + "\n")
     return state
@@ -93,7 +98,7 @@ def down() -> None:
     if (layout.STATE_DIR / "ranks").exists():
         shutil.rmtree(layout.STATE_DIR / "ranks")
     STATE_FILE.unlink(missing_ok=True)
-    for written in (layout.INVENTORY_DIR, layout.RELEASES_DIR):
+    for written in (layout.INVENTORY_DIR, layout.FLEET2_INVENTORY_DIR, layout.RELEASES_DIR):
         if written.exists():
             shutil.rmtree(written)
     rank.remove_created_mountpoints()

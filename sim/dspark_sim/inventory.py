@@ -20,9 +20,11 @@ def _dump(path: Path, data: dict) -> None:
     path.write_text(HEADER + yaml.safe_dump(data, sort_keys=False, default_flow_style=False))
 
 
-def hosts(count: int) -> dict:
+def hosts(count: int, first: int = 1) -> dict:
+    """The hosts of ``count`` pairs numbered from ``first``: one group per pair, and the heads' and workers' groups."""
+    fleet = layout.pairs(count, first)
     pair_groups = {}
-    for pair in layout.pairs(count):
+    for pair in fleet:
         pair_hosts = {}
         for r in pair.ranks:
             pair_hosts[r.name] = {
@@ -38,8 +40,8 @@ def hosts(count: int) -> dict:
         "all": {
             "children": {
                 "dspark_pairs": {"children": pair_groups},
-                "dspark_heads": {"hosts": {p.head.name: None for p in layout.pairs(count)}},
-                "dspark_workers": {"hosts": {p.worker.name: None for p in layout.pairs(count)}},
+                "dspark_heads": {"hosts": {p.head.name: None for p in fleet}},
+                "dspark_workers": {"hosts": {p.worker.name: None for p in fleet}},
             }
         }
     }
@@ -88,11 +90,25 @@ def release_file(meta: dict) -> dict:
     return {**pin(meta), "dspark_image_archive": meta["image_archive"]}
 
 
-def write(count: int, meta: dict, next_meta: dict | None = None) -> Path:
-    inv = layout.INVENTORY_DIR
+def write(count: int, meta: dict, next_meta: dict | None = None, fleet2: int = 0) -> Path:
+    """``inventories/sim/`` for pairs 1 to ``count``; with ``fleet2``, ``inventories/sim-fleet2/`` too, for the
+    ``fleet2`` pairs after them, with its own evidence folder (a fleet of its own: a run over either inventory
+    never reaches the other's pairs). The next release's file, for both."""
+    if layout.RELEASES_DIR.exists():
+        shutil.rmtree(layout.RELEASES_DIR)
+    if next_meta:  # the next release, for the rollout and release-rollback tests (read only when named: -e @file)
+        _dump(layout.RELEASES_DIR / f"{next_meta['release']}.yml", release_file(next_meta))
+    if layout.FLEET2_INVENTORY_DIR.exists():
+        shutil.rmtree(layout.FLEET2_INVENTORY_DIR)
+    if fleet2:
+        _write_fleet(layout.FLEET2_INVENTORY_DIR, hosts(fleet2, count + 1), meta, layout.FLEET2_EVIDENCE_DIR)
+    return _write_fleet(layout.INVENTORY_DIR, hosts(count), meta, layout.REPO_ROOT / "artifacts" / "evidence")
+
+
+def _write_fleet(inv: Path, fleet_hosts: dict, meta: dict, evidence_dir: Path) -> Path:
     if inv.exists():
         shutil.rmtree(inv)
-    _dump(inv / "hosts.yml", hosts(count))
+    _dump(inv / "hosts.yml", fleet_hosts)
     key = layout.STATE_DIR / "ssh" / "id_ed25519"
     known = layout.STATE_DIR / "ssh" / "known_hosts"
     _dump(inv / "group_vars" / "all" / "connection.yml", {
@@ -102,10 +118,6 @@ def write(count: int, meta: dict, next_meta: dict | None = None) -> Path:
         "ansible_python_interpreter": "/usr/bin/python3",
     })
     _dump(inv / "group_vars" / "all" / "pin.yml", pin(meta))
-    if layout.RELEASES_DIR.exists():
-        shutil.rmtree(layout.RELEASES_DIR)
-    if next_meta:  # the next release, for the rollout and release-rollback tests (read only when named: -e @file)
-        _dump(layout.RELEASES_DIR / f"{next_meta['release']}.yml", release_file(next_meta))
     _dump(inv / "group_vars" / "all" / "site.yml", {
         "dspark_image_archive": meta["image_archive"],
         "dspark_runtime_manifest_src": str(MANIFEST_SRC),
@@ -123,6 +135,6 @@ def write(count: int, meta: dict, next_meta: dict | None = None) -> Path:
         "dspark_engine_extra_env": {"DSPARK_SIM_STARTUP_DELAY_S": "1"},
         "dspark_engine_ready_interval": 1,
         "dspark_simulated": True,
-        "dspark_evidence_dir": str(layout.REPO_ROOT / "artifacts" / "evidence"),
+        "dspark_evidence_dir": str(evidence_dir),
     })
     return inv

@@ -21,6 +21,10 @@ STATE_DIR = Path(os.environ.get("DSPARK_SIM_STATE", "/var/lib/gb10-dspark-sim"))
 CACHE_DIR = Path(os.environ.get("DSPARK_SIM_CACHE", "/var/cache/gb10-dspark-sim"))
 REPO_ROOT = Path(__file__).resolve().parents[2]
 INVENTORY_DIR = REPO_ROOT / "inventories" / "sim"
+# A second, independent fleet (``up --fleet2 N``): the N pairs after the first fleet's, in their own inventory with
+# their own evidence folder, so that runs over one whole fleet never reach the other's pairs.
+FLEET2_INVENTORY_DIR = REPO_ROOT / "inventories" / "sim-fleet2"
+FLEET2_EVIDENCE_DIR = REPO_ROOT / "artifacts" / "evidence-fleet2"
 # The next release's file (its pin and archive), beside the inventory and not in it: Ansible reads every YAML
 # file under an inventory folder as inventory.
 RELEASES_DIR = REPO_ROOT / "inventories" / "sim-releases"
@@ -137,10 +141,11 @@ class Pair:
         ]
 
 
-def pairs(count: int) -> list[Pair]:
-    if not 1 <= count <= MAX_PAIRS:
-        raise ValueError(f"PAIRS must be between 1 and {MAX_PAIRS}, got {count}")
-    return [Pair(i) for i in range(1, count + 1)]
+def pairs(count: int, first: int = 1) -> list[Pair]:
+    """``count`` pairs numbered from ``first`` (sim01, sim02, ... by default)."""
+    if count < 1 or first < 1 or first + count - 1 > MAX_PAIRS:
+        raise ValueError(f"PAIRS must be between 1 and {MAX_PAIRS}, got {count} from pair {first}")
+    return [Pair(i) for i in range(first, first + count)]
 
 
 def all_ranks(count: int) -> list[Rank]:

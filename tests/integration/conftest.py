@@ -9,20 +9,23 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from simhelpers import INVENTORY, PAIRS, layout, sim_cli  # noqa: E402
+from simhelpers import PAIRS, UP_ARGS, fleet2, inventory_of, layout, sim_cli  # noqa: E402
 
 
-# ---- lanes: the two pairs' tests run side by side (tests/support/lanes.py) --------------------------
+# ---- lanes: the pairs' tests run side by side (tests/support/lanes.py) --------------------------------
 # A test that works on one pair asks for it as ``pair_a`` (sim01) or ``pair_b`` (sim02); a test that
 # asks for ``sim`` itself works on the whole fleet. `--lane a` and `--lane b` run the one-pair tests of
-# one pair, in two pytest processes at once, each pair's tests in file order; `--lane first` and
-# `--lane last` run the whole-fleet files alone, before and after them. `--lane all` (the default) runs
-# everything in one process, in file order, as `pytest tests/integration` always did.
+# one pair, in two pytest processes at once, each pair's tests in file order; `--lane c` runs the files of the
+# second fleet (sim03 to sim06, inventories/sim-fleet2: whole-fleet runs there never reach sim01 or sim02) beside
+# them; `--lane first` and `--lane last` run the first fleet's whole-fleet files alone, before and after them.
+# `--lane all` (the default) runs everything in one process, in file order, as `pytest tests/integration` always did.
 FLEET_FIRST = ("test_10_simulated_bed.py",)
-FLEET_LAST = ("test_80_fleet.py", "test_82_rollout.py", "test_90_teardown.py")
-# Two lanes, not more: both cores are busy with two (a third lane, tried, made the lanes longer, not shorter).
+FLEET2_FILES = ("test_80_fleet.py", "test_82_rollout.py")
+FLEET_LAST = ("test_90_teardown.py",)
+# Two lanes of one-pair tests, not more (a third, tried, made the lanes longer, not shorter); the second fleet's
+# lane fills the moments they leave a core idle (waits on cold starts, drains, timeouts) instead of running alone.
 PAIR_LANES = {"pair_a": "a", "pair_b": "b"}
-LANES = ("all", "first", *PAIR_LANES.values(), "last")
+LANES = ("all", "first", *PAIR_LANES.values(), "c", "last")
 
 
 def pytest_addoption(parser):
@@ -31,10 +34,13 @@ def pytest_addoption(parser):
 
 
 def lane_of(item) -> str:
-    """first or last for a test of a whole-fleet file, a or b for a test that asks for one pair only."""
+    """first or last for a test of a whole-fleet file, c for one of the second fleet's, a or b for a test that asks
+    for one pair only."""
     name = Path(str(item.fspath)).name
     if name in FLEET_FIRST:
         return "first"
+    if name in FLEET2_FILES:
+        return "c"
     if name in FLEET_LAST:
         return "last"
     wants = set(item.fixturenames)
@@ -43,25 +49,26 @@ def lane_of(item) -> str:
     if "sim" not in wants:
         return "a"  # touches no pair: either lane may run it
     if "sim" in direct or len(pairs) != 1:
-        raise pytest.UsageError(f"{item.nodeid}: a test outside {', '.join(FLEET_FIRST + FLEET_LAST)} works on one "
-                                f"pair: ask for pair_a or pair_b (it asks for {sorted(pairs) or 'neither'}"
+        raise pytest.UsageError(f"{item.nodeid}: a test outside {', '.join(FLEET_FIRST + FLEET2_FILES + FLEET_LAST)} "
+                                f"works on one pair: ask for pair_a or pair_b (it asks for {sorted(pairs) or 'neither'}"
                                 f"{' and for sim' if 'sim' in direct else ''})")
     return PAIR_LANES[pairs.pop()]
 
 
 @pytest.fixture(scope="session")
 def sim(request):
-    """The simulated fleet. One process (--lane all) brings it down and up at the start and down at the
-    end; the lanes share it: `first` brings it down and up, `a` and `b` find it up, `last` takes it down."""
+    """The simulated fleet (the first one's pairs; the second fleet's are simhelpers.fleet2()). One process
+    (--lane all) brings both down and up at the start and down at the end; the lanes share them: `first` brings
+    them down and up, `a`, `b` and `c` find them up, `last` takes them down."""
     if os.geteuid() != 0:
         pytest.fail("the simulator needs root")
     lane = request.config.getoption("--lane")
     if lane in ("all", "first"):
         sim_cli("down")  # start from nothing: a fleet left up by someone else may hold stale images
-        sim_cli("up", "--pairs", str(PAIRS))
+        sim_cli(*UP_ARGS)
     pairs = layout.pairs(PAIRS)
-    if lane in (*PAIR_LANES.values(), "last"):
-        missing = [r.name for p in pairs for r in p.ranks if not (r.dir / "run" / "init.pid").exists()]
+    if lane in (*PAIR_LANES.values(), "c", "last"):
+        missing = [r.name for p in pairs + fleet2() for r in p.ranks if not (r.dir / "run" / "init.pid").exists()]
         if missing:
             pytest.fail(f"--lane {lane} expects the simulator up (--lane first brings it up); not up: {missing}")
     yield pairs
@@ -109,12 +116,13 @@ def host_vars():
     written = []
 
     def put(rank, data: dict):
-        path = INVENTORY / "host_vars" / f"{rank.name}.yml"
+        inventory = inventory_of(rank)
+        path = inventory / "host_vars" / f"{rank.name}.yml"
         path.parent.mkdir(exist_ok=True)
         merged = (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
         merged.update(data)
         # Atomically: the other lane's Ansible runs read the same inventory folder at any moment.
-        temp = INVENTORY / f".{rank.name}.yml.{os.getpid()}.tmp"
+        temp = inventory / f".{rank.name}.yml.{os.getpid()}.tmp"
         temp.write_text(yaml.safe_dump(merged))
         os.replace(temp, path)
         written.append(path)

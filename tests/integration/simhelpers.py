@@ -18,16 +18,33 @@ from dspark_sim import drive, layout  # noqa: E402  (drive: the simulator's CLI,
 
 INVENTORY = ROOT / "inventories" / "sim"
 PAIRS = 2  # one per lane of the one-pair tests (tests/support/lanes.py)
+# The second fleet (`dspark_sim up --fleet2`): the pairs after those, in their own inventory with their own evidence
+# folder: the whole-fleet tests of lane c (test_80, test_82) run on it beside the one-pair lanes, never reaching them.
+FLEET2_PAIRS = 4
+FLEET2_INVENTORY = layout.FLEET2_INVENTORY_DIR
+UP_ARGS = ("up", "--pairs", str(PAIRS), "--fleet2", str(FLEET2_PAIRS))  # the session's simulator, both fleets
+
+
+def fleet2() -> list[layout.Pair]:
+    """The second fleet's pairs (sim03 to sim06)."""
+    return layout.pairs(FLEET2_PAIRS, PAIRS + 1)
+
+
+def inventory_of(rank: layout.Rank) -> Path:
+    """The inventory folder that holds ``rank``: the first fleet's or the second's."""
+    return INVENTORY if rank.pair <= PAIRS else FLEET2_INVENTORY
+
+
 # The ops account docs/operator-guide.md §1.1 makes on a rank: test_85 makes it on pair 1's worker the guide's way,
 # logs in with it and removes it again (the rank's sshd log keeps that login).
 GUIDE_OPS_USER = "gb10-ops"
 
 
-def site() -> dict:
+def site(inventory: Path = INVENTORY) -> dict:
     """The simulator inventory's site variables (group_vars/all/site.yml)."""
     import yaml
 
-    return yaml.safe_load((INVENTORY / "group_vars" / "all" / "site.yml").read_text())
+    return yaml.safe_load((inventory / "group_vars" / "all" / "site.yml").read_text())
 
 
 def sim_cli(*args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -38,8 +55,8 @@ def sim_cli(*args: str, check: bool = True, timeout: float = 600) -> subprocess.
 
 
 def ansible(*args: str, tool: str = "ansible", check: bool = True, timeout: float = 900,
-            env: dict | None = None) -> subprocess.CompletedProcess:
-    res = subprocess.run([drive.tool(tool), "-i", str(INVENTORY), *args], cwd=ROOT, env=drive.ansible_env(**(env or {})),
+            env: dict | None = None, inventory: Path = INVENTORY) -> subprocess.CompletedProcess:
+    res = subprocess.run([drive.tool(tool), "-i", str(inventory), *args], cwd=ROOT, env=drive.ansible_env(**(env or {})),
                          text=True, capture_output=True, timeout=timeout, check=False)
     if check and res.returncode != 0:
         raise AssertionError(f"{tool} {' '.join(args)} exited {res.returncode}:\n{res.stdout[-6000:]}\n{res.stderr[-3000:]}")
@@ -83,10 +100,10 @@ def container_state(rank: layout.Rank, name: str = "dspark_vllm") -> dict:
 
 
 def playbook(name: str, tree: Path, *extra: str, check: bool = True, timeout: float = 1800,
-             env: dict | None = None) -> subprocess.CompletedProcess:
+             env: dict | None = None, inventory: Path = INVENTORY) -> subprocess.CompletedProcess:
     """Run playbooks/<name> deploying from the clean checkout ``tree``."""
     return ansible(f"playbooks/{name}", "-e", f"dspark_preflight_wrapper_path={tree}", *extra,
-                   tool="ansible-playbook", check=check, timeout=timeout, env=env)
+                   tool="ansible-playbook", check=check, timeout=timeout, env=env, inventory=inventory)
 
 
 def unconverge(pair: layout.Pair) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from simhelpers import PAIRS, ansible, container_state, http_get, on_rank, playbook, sim_cli, site, wait_for
+from simhelpers import PAIRS, UP_ARGS, ansible, fleet2, container_state, http_get, on_rank, playbook, sim_cli, site, wait_for
 from dspark_sim import layout
 from dspark_sim import rank as sim_rank
 
@@ -102,7 +102,7 @@ def test_bridge_survives_a_forward_drop_policy(sim):
         assert on_rank(head, probe, check=False).stdout.strip() == ""
     finally:
         subprocess.run(["iptables", "-w", "-P", "FORWARD", policy.split()[2]], check=True)
-        sim_cli("up", "--pairs", str(PAIRS))  # puts the rule back
+        sim_cli(*UP_ARGS)  # puts the rule back
     assert any("dsim-bridge" in l for l in subprocess.run(["iptables", "-w", "-S", "FORWARD"], capture_output=True,
                                                           text=True, check=True).stdout.splitlines())
 
@@ -199,8 +199,10 @@ def test_provision_serves_every_pair_and_is_idempotent(sim, clean_tree, host_var
         phases = re.findall(rf"^\[{head}\] \d\d:\d\d:\d\d waited ", res.stdout, re.M)
         assert len(retries) == len(phases) >= 1, (retries, phases)
     status = json.loads(sim_cli("status").stdout)
-    assert status["up"] and status["pairs"] == PAIRS
-    assert all(r["sshd"] and r["dockerd"] and r["containers"] == ["dspark_vllm running"] for r in status["ranks"])
+    assert status["up"] and status["pairs"] == PAIRS + len(fleet2())  # the second fleet's pairs are up too
+    assert all(r["sshd"] and r["dockerd"] for r in status["ranks"]), status["ranks"]
+    served = {r.name for p in sim for r in p.ranks}  # this fleet's ranks: the second fleet's are not provisioned here
+    assert all(r["containers"] == ["dspark_vllm running"] for r in status["ranks"] if r["name"] in served)
     started = {r.name: container_state(r)["StartedAt"] for p in sim for r in p.ranks}
     again = playbook("provision.yml", clean_tree)
     assert re.search(r"changed=0\s", again.stdout), again.stdout[-3000:]
@@ -242,7 +244,8 @@ def _port_open(ip: str) -> bool:
 
 
 def test_sim_up_again_changes_nothing(sim):
-    pids = {r.name: (r.sub("run") / "dockerd.pid").read_text() for p in sim for r in p.ranks}
-    res = sim_cli("up", "--pairs", str(PAIRS))
+    ranks = [r for p in sim + fleet2() for r in p.ranks]  # both fleets'
+    pids = {r.name: (r.sub("run") / "dockerd.pid").read_text() for r in ranks}
+    res = sim_cli(*UP_ARGS)
     assert "simulator up" in res.stdout
-    assert pids == {r.name: (r.sub("run") / "dockerd.pid").read_text() for p in sim for r in p.ranks}
+    assert pids == {r.name: (r.sub("run") / "dockerd.pid").read_text() for r in ranks}

@@ -1,9 +1,10 @@
-"""Fleet jobs on a simulator of 4 pairs: the read-only audit with injected drift (exact verdicts, the
-differences named, a failing exit code, nothing changed on any rank), its HTML report in a real
-headless browser, the `dspark` command line, rollback and roll-forward with the image in place,
-and teardown."""
+"""Fleet jobs on the simulator's second fleet (4 pairs, sim03 to sim06, inventories/sim-fleet2): the read-only
+audit with injected drift (exact verdicts, the differences named, a failing exit code, nothing changed on any rank),
+its HTML report in a real headless browser, the `dspark` command line, rollback and roll-forward with the image in
+place, and teardown."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -14,10 +15,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from simhelpers import GUIDE_OPS_USER, INVENTORY, ROOT, ansible, on_rank, playbook, sim_cli, site, snapshot, wait_for
+import simhelpers
+from simhelpers import FLEET2_INVENTORY as INVENTORY, GUIDE_OPS_USER, ROOT, fleet2, on_rank, snapshot, wait_for
 from dspark_sim import layout
 
 PAIRS = 4
+# every run, read and write of this file is the second fleet's: a whole-fleet run here never reaches sim01 or sim02
+ansible = functools.partial(simhelpers.ansible, inventory=INVENTORY)
+playbook = functools.partial(simhelpers.playbook, inventory=INVENTORY)
+site = functools.partial(simhelpers.site, INVENTORY)
 FAST_UNREACHABLE = {"ANSIBLE_TIMEOUT": "5"}  # a pulled cable is reported after 5 s, not 30
 
 
@@ -60,12 +66,12 @@ def gate(pair: str) -> dict:
 
 @pytest.fixture(scope="module")
 def fleet_runs(sim, clean_tree, tmp_path_factory):
-    """Four pairs (the session's simulator grows by a pair; the next module's tests bring it down), provisioned as an
-    operator meets a fleet: a run refused as a whole (the checkout is dirty: nothing may change anywhere); a run in
-    which sim03's worker has its fabric link down (sim03 is refused, the three others are provisioned and gated);
-    then sim03 alone, its link back. What each run did is kept for the tests that judge it."""
-    sim_cli("up", "--pairs", str(PAIRS))
-    pairs = layout.pairs(PAIRS)
+    """The second fleet's four pairs (the session brought them up; the last lane's tests bring them down), provisioned
+    as an operator meets a fleet: a run refused as a whole (the checkout is dirty: nothing may change anywhere); a run
+    in which sim05's worker has its fabric link down (sim05 is refused, the three others are provisioned and gated);
+    then sim05 alone, its link back. What each run did is kept for the tests that judge it."""
+    pairs = fleet2()
+    assert [p.name for p in pairs] == ["sim03", "sim04", "sim05", "sim06"], pairs  # the names this file's checks read
     ranks = [r for p in pairs for r in p.ranks]
     seen: dict = {"pairs": pairs}
     dirty = tmp_path_factory.mktemp("dirty") / "tree"
@@ -114,7 +120,7 @@ def test_a_pair_refused_at_preflight_leaves_the_other_pairs_provisioned(fleet_ru
     assert {name: doc["status"] for name, doc in fleet_runs["gates"].items()} == {
         p.name: "PASS" for p in pairs if p is not refused}
     assert "PAIR SUMMARY provision.yml: 3 of 4 pairs PASS" in out, out[-3000:]
-    # the isolation run's summary: the last run of all four pairs in which sim01 passed and the refused pair did not
+    # the isolation run's summary: the last run of all four pairs in which sim03 passed and the refused pair did not
     files = sorted((Path(site()["dspark_evidence_dir"]) / "runs").glob("*-provision-*.json"), key=lambda f: f.stat().st_mtime_ns)
     rows = [{r["pair"]: r for r in json.loads(f.read_text())["pairs"]} for f in files]
     row = next(r[refused.name] for r in reversed(rows) if len(r) == 4 and r[refused.name]["verdict"] == "FAILED"
@@ -127,7 +133,7 @@ def test_a_pair_refused_at_preflight_leaves_the_other_pairs_provisioned(fleet_ru
 def test_converged_fleet_is_ok_and_a_second_audit_rewrites_nothing(fleet, clean_tree):
     res, doc = audit(clean_tree)
     assert res.returncode == 0, res.stdout[-4000:]
-    assert verdicts(doc) == {f"sim{i:02d}": "OK" for i in range(1, PAIRS + 1)}
+    assert verdicts(doc) == {p.name: "OK" for p in fleet}
     assert doc["exit_code"] == 0 and doc["counts"]["OK"] == PAIRS
     mtimes = {p.name: p.stat().st_mtime_ns for p in report_dir().iterdir()}
     res, _unused = audit(clean_tree)
@@ -144,8 +150,8 @@ def test_converged_fleet_is_ok_and_a_second_audit_rewrites_nothing(fleet, clean_
 
 @pytest.fixture(scope="module")
 def drifted(fleet):
-    """sim01 stays OK; sim02 gets another image under the pinned tag on its worker and a hand-edited
-    profile env on its head; sim03's head engine is stopped; sim04's worker loses its network."""
+    """sim03 stays OK; sim04 gets another image under the pinned tag on its worker and a hand-edited
+    profile env on its head; sim05's head engine is stopped; sim06's worker loses its network."""
     p = pin()
     s1, s2, s3, s4 = fleet
     on_rank(s2.worker, ["sh", "-c", f"tar -cf - -T /dev/null | docker import - {p['image_tag']} >/dev/null"])
@@ -169,19 +175,19 @@ def test_drifted_fleet_gets_exact_verdicts_and_changes_nothing(fleet, drifted, c
         res, doc = audit(clean_tree, *extra)
         out = res.stdout + res.stderr
         assert res.returncode == 2, out[-4000:]
-        assert "sim02, sim03, sim04 not OK" in " ".join(out.split())
+        assert "sim04, sim05, sim06 not OK" in " ".join(out.split())
         if extra:
             assert {p.name: p.stat().st_mtime_ns for p in report_dir().iterdir()} == written
-    assert verdicts(doc) == {"sim01": "OK", "sim02": "DRIFT", "sim03": "DOWN", "sim04": "UNREACHABLE"}
-    assert doc["exit_code"] == 2 and doc["not_ok"] == ["sim02", "sim03", "sim04"]
-    drift = messages(doc, "sim02")
+    assert verdicts(doc) == {"sim03": "OK", "sim04": "DRIFT", "sim05": "DOWN", "sim06": "UNREACHABLE"}
+    assert doc["exit_code"] == 2 and doc["not_ok"] == ["sim04", "sim05", "sim06"]
+    drift = messages(doc, "sim04")
     assert f"rank {s2.worker.name}: image {p['image_tag']} is {drifted['swapped']}, pinned {p['image_id']}" in drift
     assert any(m.startswith(f"rank {s2.head.name}: profile env file {drifted['env_file']} is changed since the "
                             "container started, expected to match the container's environment") for m in drift), drift
-    assert len(drift) == 2, drift  # nothing else differs on sim02
-    assert any(m.startswith(f"rank {s3.head.name}: ") for m in messages(doc, "sim03")), messages(doc, "sim03")
-    assert any(m.startswith(f"rank {s4.worker.name}: host is unreachable, expected reachable") for m in messages(doc, "sim04"))
-    assert messages(doc, "sim01") == []
+    assert len(drift) == 2, drift  # nothing else differs on sim04
+    assert any(m.startswith(f"rank {s3.head.name}: ") for m in messages(doc, "sim05")), messages(doc, "sim05")
+    assert any(m.startswith(f"rank {s4.worker.name}: host is unreachable, expected reachable") for m in messages(doc, "sim06"))
+    assert messages(doc, "sim03") == []
     # Read-only: every reachable rank holds the same images, containers (IDs, start times, restart
     # counts) and files as before, and no image was loaded, tagged or removed.
     for r in drifted["reachable"]:
@@ -206,10 +212,10 @@ def test_the_html_report_shows_the_fleet_table_in_a_headless_browser(fleet, drif
         assert table.is_displayed() and table.size["height"] > 50 and table.size["width"] > 300
         rows = table.find_elements(By.CSS_SELECTOR, "tr[data-pair]")
         shown = {r.get_attribute("data-pair"): r.get_attribute("data-verdict") for r in rows}
-        assert shown == {"sim01": "OK", "sim02": "DRIFT", "sim03": "DOWN", "sim04": "UNREACHABLE"}
+        assert shown == {"sim03": "OK", "sim04": "DRIFT", "sim05": "DOWN", "sim06": "UNREACHABLE"}
         assert all(r.is_displayed() for r in rows)
-        assert "DRIFT" in next(r for r in rows if r.get_attribute("data-pair") == "sim02").text
-        details = driver.find_element(By.ID, "pair-sim02")
+        assert "DRIFT" in next(r for r in rows if r.get_attribute("data-pair") == "sim04").text
+        details = driver.find_element(By.ID, "pair-sim04")
         assert drifted["swapped"] in details.text
         shot = tmp_path / "audit.png"
         assert driver.save_screenshot(str(shot))
@@ -228,11 +234,11 @@ def test_dspark_audit_prints_the_table_and_exits_non_zero(fleet, drifted, tmp_pa
                           "--artifacts", str(tmp_path)], cwd=ROOT, env=env, text=True, capture_output=True, timeout=600, check=False)
     out = res.stdout + res.stderr
     assert res.returncode == 2, out[-4000:]
-    assert "[sim04] sim04-worker UNREACHABLE" in out
-    table = [line for line in out.splitlines() if line.startswith(("sim01 ", "sim02 ", "sim03 ", "sim04 "))]
-    assert [line.split()[:2] for line in table] == [["sim01", "OK"], ["sim02", "DRIFT"], ["sim03", "DOWN"],
-                                                    ["sim04", "UNREACHABLE"]]
-    assert "failing pairs: sim02" in out and "sim03" in out.split("failing pairs:")[-1]
+    assert "[sim06] sim06-worker UNREACHABLE" in out
+    table = [line for line in out.splitlines() if line.startswith(("sim03 ", "sim04 ", "sim05 ", "sim06 "))]
+    assert [line.split()[:2] for line in table] == [["sim03", "OK"], ["sim04", "DRIFT"], ["sim05", "DOWN"],
+                                                    ["sim06", "UNREACHABLE"]]
+    assert "failing pairs: sim04" in out and "sim05" in out.split("failing pairs:")[-1]
     # the progress line of the fleet's verdict: its name says what failed, its counts read as words, not a dict
     verdict = [line for line in out.splitlines() if "FAILED Audit | The fleet's verdict" in line]
     assert len(verdict) == 1 and "not OK (1 OK, 1 DRIFT, 1 DOWN, 0 HUNG, 1 UNREACHABLE, 0 FAILED)" in verdict[0], verdict or out[-3000:]
@@ -248,9 +254,9 @@ def test_unreachable_rank_back_on_the_network_is_ok_again(fleet, drifted, clean_
     # went down waits out TCP's retransmission back-off (it can take longer than the audit's 5 s timeout).
     wait_for(lambda: ansible(s4.worker.name, "--become", "-m", "ansible.builtin.ping", check=False, env=FAST_UNREACHABLE,
                              timeout=60).returncode == 0, 180, interval=2, what=f"{s4.worker.name} to answer Ansible")
-    res, doc = audit(clean_tree, "--limit", "pair_sim04:pair_sim01")
+    res, doc = audit(clean_tree, "--limit", "pair_sim06:pair_sim03")
     assert res.returncode == 0, res.stdout[-3000:]
-    assert verdicts(doc) == {"sim01": "OK", "sim04": "OK"}
+    assert verdicts(doc) == {"sim03": "OK", "sim06": "OK"}
 
 
 def test_a_rank_that_cannot_be_judged_fails_its_pair_with_the_reason(fleet, clean_tree, host_vars):
@@ -258,12 +264,12 @@ def test_a_rank_that_cannot_be_judged_fails_its_pair_with_the_reason(fleet, clea
     the other pair is still judged, and the audit exits non-zero."""
     s1 = fleet[0]
     host_vars(s1.worker, {"dspark_profile_name": "no-such-profile"})
-    res, doc = audit(clean_tree, "--limit", "pair_sim01:pair_sim04")
+    res, doc = audit(clean_tree, "--limit", "pair_sim03:pair_sim06")
     assert res.returncode == 2, res.stdout[-3000:]
-    assert verdicts(doc) == {"sim01": "FAILED", "sim04": "OK"}
-    reasons = messages(doc, "sim01")
+    assert verdicts(doc) == {"sim03": "FAILED", "sim06": "OK"}
+    reasons = messages(doc, "sim03")
     assert reasons and any(r.startswith(f"rank {s1.worker.name}: ") and "no-such-profile" in r for r in reasons), reasons
-    assert "sim01 not OK" in " ".join(res.stdout.split())
+    assert "sim03 not OK" in " ".join(res.stdout.split())
 
 
 def test_rollback_and_forward_keep_the_image_and_pass_the_gate(fleet, clean_tree):
@@ -271,29 +277,29 @@ def test_rollback_and_forward_keep_the_image_and_pass_the_gate(fleet, clean_tree
     p = pin()
     since = {r.name: rank_now(r) for r in s1.ranks}
     res = playbook("rollback.yml", clean_tree, "--limit", s1.group, timeout=1200)
-    assert gate("sim01")["status"] == "PASS"
+    assert gate("sim03")["status"] == "PASS"
     for r in s1.ranks:
         labels = json.loads(on_rank(r, ["docker", "inspect", "--format", "{{json .Config.Labels}}", "dspark_vllm"]).stdout)
         assert labels["io.gb10.dspark.profile"] == "breakable-ab"
         assert labels["io.gb10.dspark.cudagraph.implementation"] == "breakable"
         assert on_rank(r, ["docker", "inspect", "--format", "{{.Image}}", "dspark_vllm"]).stdout.strip() == p["image_id"]
-    assert gate("sim01")["evidence"]["profile"] == "breakable-ab"
+    assert gate("sim03")["evidence"]["profile"] == "breakable-ab"
     # The audit of the rolled-back pair names the departure from its inventory profile.
     _unused, doc = audit(clean_tree, "--limit", s1.group)
-    assert verdicts(doc) == {"sim01": "DRIFT"}
-    assert f"rank {s1.head.name}: label io.gb10.dspark.profile is breakable-ab, pinned production" in messages(doc, "sim01")
+    assert verdicts(doc) == {"sim03": "DRIFT"}
+    assert f"rank {s1.head.name}: label io.gb10.dspark.profile is breakable-ab, pinned production" in messages(doc, "sim03")
     # A second rollback changes nothing and restarts nothing.
     started = {r.name: snapshot(r)["containers"] for r in s1.ranks}
     res = playbook("rollback.yml", clean_tree, "--limit", s1.group, timeout=1200)
     assert {r.name: snapshot(r)["containers"] for r in s1.ranks} == started
     res = playbook("rollforward.yml", clean_tree, "--limit", s1.group, timeout=1200)
-    assert gate("sim01")["status"] == "PASS" and gate("sim01")["evidence"]["profile"] == "production"
+    assert gate("sim03")["status"] == "PASS" and gate("sim03")["evidence"]["profile"] == "production"
     for r in s1.ranks:
         assert on_rank(r, ["docker", "inspect", "--format", "{{.Image}}", "dspark_vllm"]).stdout.strip() == p["image_id"]
         # nothing loaded, pulled, tagged or removed on either rank through both switches
         assert events_since(r, since[r.name]) == [], r.name
     res, doc = audit(clean_tree, "--limit", s1.group)
-    assert res.returncode == 0 and verdicts(doc) == {"sim01": "OK"}
+    assert res.returncode == 0 and verdicts(doc) == {"sim03": "OK"}
 
 
 def test_rollback_refuses_a_pair_without_the_image_and_changes_nothing(fleet, clean_tree):
@@ -312,7 +318,7 @@ def test_rollback_refuses_a_pair_without_the_image_and_changes_nothing(fleet, cl
 def test_teardown_removes_the_engines_and_keeps_images_and_model(fleet, clean_tree):
     s3 = fleet[2]
     p = pin()
-    on_rank(s3.head, ["docker", "run", "-d", "--name", "dspark_leftover", "--label", "io.gb10.dspark.pair=sim03",
+    on_rank(s3.head, ["docker", "run", "-d", "--name", "dspark_leftover", "--label", "io.gb10.dspark.pair=sim05",
                       "--entrypoint", "sleep", p["image_id"], "600"])
     res = playbook("teardown.yml", clean_tree, "--limit", s3.group, timeout=600)
     for r in s3.ranks:
@@ -321,6 +327,6 @@ def test_teardown_removes_the_engines_and_keeps_images_and_model(fleet, clean_tr
         assert on_rank(r, ["test", "-d", site()["dspark_model_dir"]], check=False).returncode == 0
     res = playbook("teardown.yml", clean_tree, "--limit", s3.group, timeout=600)
     recap = res.stdout.split("PLAY RECAP")[-1]
-    assert all("changed=0" in line for line in recap.splitlines() if line.startswith("sim03")), recap
+    assert all("changed=0" in line for line in recap.splitlines() if line.startswith("sim05")), recap
     _unused, doc = audit(clean_tree, "--limit", s3.group)
-    assert verdicts(doc) == {"sim03": "DOWN"}
+    assert verdicts(doc) == {"sim05": "DOWN"}

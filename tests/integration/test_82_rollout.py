@@ -1,20 +1,22 @@
-"""A release rolled out in waves (playbooks/rollout.yml) on the 4 pairs test_80 leaves up, to the simulator's next
-release (sim-v027: the same layer under another tag and label, so another image ID). Three runs in all:
+"""A release rolled out in waves (playbooks/rollout.yml) on the second fleet's 4 pairs (sim03 to sim06, as test_80
+leaves them), to the simulator's next release (sim-v027: the same layer under another tag and label, so another
+image ID). Three runs in all:
 
-1. a rollout halted by its canary: sim01's stand-in answers with inconsistent usage, so its runtime gate fails; no
+1. a rollout halted by its canary: sim03's stand-in answers with inconsistent usage, so its runtime gate fails; no
    other pair is touched (not even staged);
-2. a rollout stopped by the failure budget: sim01 (the canary, its fault gone) is drained first - a streamed request
+2. a rollout stopped by the failure budget: sim03 (the canary, its fault gone) is drained first - a streamed request
    to its head is in flight when the run reaches its engine; the run waits for it, the request gets all its tokens,
-   and only then is the engine replaced - then the image is staged on sim02-04 in one play, then waves of two pairs:
-   in the first, sim02 passes and sim03 fails its gate (its stand-in now answers with inconsistent usage), and the
-   budget (0, the rollout's default) keeps the second wave, sim04's, from starting: sim04's engines are not touched;
-3. the rollout again, sim03's fault gone, in waves of two: it takes up where the budget stopped it - the canary and
-   sim02, converged, are left alone; sim02+sim03, then sim04, each wave gated before the next starts. Every rank
+   and only then is the engine replaced - then the image is staged on sim04-06 in one play, then waves of two pairs:
+   in the first, sim04 passes and sim05 fails its gate (its stand-in now answers with inconsistent usage), and the
+   budget (0, the rollout's default) keeps the second wave, sim06's, from starting: sim06's engines are not touched;
+3. the rollout again, sim05's fault gone, in waves of two: it takes up where the budget stopped it - the canary and
+   sim04, converged, are left alone; sim04+sim05, then sim06, each wave gated before the next starts. Every rank
    ends on the new image, loaded once.
 """
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import threading
 import time
@@ -24,12 +26,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from simhelpers import INVENTORY, on_rank, playbook, sim_cli, site, snapshot
+import simhelpers
+from simhelpers import FLEET2_INVENTORY as INVENTORY, fleet2, on_rank, snapshot
 from dspark_sim import layout
 
-PAIRS = 4
+# every run, read and write of this file is the second fleet's (sim03 to sim06): it never reaches sim01 or sim02
+playbook = functools.partial(simhelpers.playbook, inventory=INVENTORY)
+site = functools.partial(simhelpers.site, INVENTORY)
 DRAIN_MARK = "dspark-rollout-drain"  # only the test's own request is slow, never the gate's or the guard's
-DRAIN_TOKENS, TOKEN_DELAY_S = 60, 0.5  # a request of 30 s (the run reaches the canary's stop within ~10 s), in flight when the run reaches the canary's engine
+# A request of 60 s, in flight when the run reaches the canary's engine: alone, the run reaches the canary's stop
+# within ~10 s; beside the one-pair lanes (lane c), it may take two or three times that.
+DRAIN_TOKENS, TOKEN_DELAY_S = 120, 0.5
 
 
 def release() -> Path:
@@ -62,7 +69,7 @@ def when(stamp: str) -> datetime.datetime:
 
 def engine(rank, absent_ok: bool = False) -> dict | None:
     """The rank's engine container: its image, start time and whether it runs (None when there is none and
-    ``absent_ok``: test_80 leaves sim03 torn down)."""
+    ``absent_ok``: test_80 leaves sim05 torn down)."""
     res = on_rank(rank, ["docker", "inspect", "--format", "{{json .}}", "dspark_vllm"], check=not absent_ok)
     if res.returncode != 0:
         return None
@@ -123,10 +130,10 @@ def gate_times(pairs) -> dict:
 
 @pytest.fixture(scope="module")
 def rollouts(sim, clean_tree):
-    """The three rollouts (halted by the canary, stopped by the budget, then through) and what each did. Four pairs:
-    test_80 left them up (a no-op then); run alone, the session's two pairs are resized."""
-    sim_cli("up", "--pairs", str(PAIRS))
-    pairs = layout.pairs(PAIRS)
+    """The three rollouts (halted by the canary, stopped by the budget, then through) and what each did, on the second
+    fleet's four pairs, as test_80 left them (run alone: as the session brought them up)."""
+    pairs = fleet2()
+    assert [p.name for p in pairs] == ["sim03", "sim04", "sim05", "sim06"], pairs  # the names this file's checks read
     canary, others, failing = pairs[0], pairs[1:], pairs[2]
     ranks = [r for p in pairs for r in p.ranks]
     release_args = ("-e", f"@{release()}", "-e", "dspark_rollout_drain_timeout=180")
@@ -145,15 +152,15 @@ def rollouts(sim, clean_tree):
         seen["after_halted"] = {r.name: snapshot(r) for p in others for r in p.ranks}
         seen["halted_waves"] = waves_report(started)
 
-        # the canary's fault is gone, sim03's gate now fails: waves of two pairs, the rollout's budget (0). sim02
-        # passes beside sim03, so the wave is not a batch that failed whole (which Ansible itself would end the play
-        # on, whatever the budget): what stops sim04's wave is the budget
+        # the canary's fault is gone, sim05's gate now fails: waves of two pairs, the rollout's budget (0). sim04
+        # passes beside sim05, so the wave is not a batch that failed whole (which Ansible itself would end the play
+        # on, whatever the budget): what stops sim06's wave is the budget
         for r in canary.ranks:
             put_host_vars(r, None)
         for r in failing.ranks:
             put_host_vars(r, wrong_usage)
         since = {r.name: on_rank(r, ["date", "+%s"]).stdout.strip() for r in ranks}
-        # a rank may hold the release's image already (sim01's from the halted run; another pair's from an earlier
+        # a rank may hold the release's image already (sim03's from the halted run; another pair's from an earlier
         # test of its lane, e.g. the release rollback's): such a rank loads nothing
         seen["held"] = {r.name: on_rank(r, ["docker", "image", "inspect", release_pin()["image_id"]],
                                         check=False).returncode == 0 for r in ranks}
@@ -174,7 +181,7 @@ def rollouts(sim, clean_tree):
         seen["guarded"] = datetime.datetime.fromtimestamp(
             (evidence() / canary.name / "serving-guard.json").stat().st_mtime, datetime.timezone.utc)
 
-        # sim03's fault is gone: the rollout again, waves of two pairs
+        # sim05's fault is gone: the rollout again, waves of two pairs
         for r in failing.ranks:
             put_host_vars(r, None)
         started = time.time()
@@ -202,10 +209,10 @@ def test_a_failing_canary_halts_the_rollout_and_touches_no_other_pair(rollouts):
     assert res.returncode == 2, out[-4000:]
     assert rollouts["after_halted"] == rollouts["before_halted"], "a pair other than the canary was changed"
     assert "usage is inconsistent" in out, out[-3000:]
-    assert "HALTED: the canary pair sim01 did not pass: no other pair was touched" in out, out[-3000:]
+    assert "HALTED: the canary pair sim03 did not pass: no other pair was touched" in out, out[-3000:]
     assert [(s["step"], s["verdict"]) for s in doc["steps"]] == [("canary", "FAILED")]
     assert doc["steps"][0]["pairs"][0]["phase"] == "Gate", doc
-    assert doc["not_started"] == ["sim02", "sim03", "sim04"]
+    assert doc["not_started"] == ["sim04", "sim05", "sim06"]
 
 
 @pytest.mark.fault("rollout-drain-waits")
@@ -227,20 +234,20 @@ def test_the_failure_budget_stops_the_waves_not_yet_started_and_touches_none_of_
     out = flat(res)
     assert res.returncode == 2, out[-4000:]
     assert [(s["step"], s["wave"], [e["pair"] for e in s["pairs"]], s["verdict"]) for s in doc["steps"]] == [
-        ("canary", None, ["sim01"], "PASS"), ("stage", None, ["sim02", "sim03", "sim04"], "PASS"),
-        ("wave", 1, ["sim02", "sim03"], "FAILED"), ("wave", 2, ["sim04"], "FAILED")], doc
+        ("canary", None, ["sim03"], "PASS"), ("stage", None, ["sim04", "sim05", "sim06"], "PASS"),
+        ("wave", 1, ["sim04", "sim05"], "FAILED"), ("wave", 2, ["sim06"], "FAILED")], doc
     wave1 = {e["pair"]: e for e in doc["steps"][2]["pairs"]}
-    assert wave1["sim02"]["verdict"] == "PASS" and wave1["sim03"]["phase"] == "Gate", doc
+    assert wave1["sim04"]["verdict"] == "PASS" and wave1["sim05"]["phase"] == "Gate", doc
     assert doc["steps"][3]["pairs"][0]["verdict"] == "NOT STARTED", doc  # its batch stopped at the budget's barrier
-    assert doc["not_started"] == ["sim04"] and "failure budget" in doc["halted"], doc
-    assert "pair sim04 not started: 1 of 3 pairs failed (sim03), expected at most 0" in out, out[-3000:]
-    assert "HALTED: the failure budget (dspark_fleet_max_failed_pairs) stopped the waves of sim04" in out, out[-3000:]
-    # sim04 was staged (its image loaded) but its engines were not touched: same containers, the old image
+    assert doc["not_started"] == ["sim06"] and "failure budget" in doc["halted"], doc
+    assert "pair sim06 not started: 1 of 3 pairs failed (sim05), expected at most 0" in out, out[-3000:]
+    assert "HALTED: the failure budget (dspark_fleet_max_failed_pairs) stopped the waves of sim06" in out, out[-3000:]
+    # sim06 was staged (its image loaded) but its engines were not touched: same containers, the old image
     before, after = rollouts["before_budget"], rollouts["after_budget"]
     for role in ("head", "worker"):
-        assert after[f"sim04-{role}"] == before[f"sim04-{role}"], (before, after)
-        assert (after[f"sim04-{role}"] or {}).get("image") != release_pin()["image_id"]
-    assert after["sim02-head"]["image"] == release_pin()["image_id"]  # the wave before the failure went through
+        assert after[f"sim06-{role}"] == before[f"sim06-{role}"], (before, after)
+        assert (after[f"sim06-{role}"] or {}).get("image") != release_pin()["image_id"]
+    assert after["sim04-head"]["image"] == release_pin()["image_id"]  # the wave before the failure went through
 
 
 @pytest.mark.fault("rollout-two-waves")
@@ -248,29 +255,29 @@ def test_the_rollout_goes_canary_first_then_waves_of_whole_pairs_each_gated_befo
     doc, engines, gated = rollouts["waves"], rollouts["engines"], rollouts["gated"]
     assert rollouts["through"].returncode == 0, flat(rollouts["through"])[-4000:]
     assert [(s["step"], s["wave"], [e["pair"] for e in s["pairs"]], s["verdict"]) for s in doc["steps"]] == [
-        ("canary", None, ["sim01"], "PASS"), ("stage", None, ["sim02", "sim03", "sim04"], "PASS"),
-        ("wave", 1, ["sim02", "sim03"], "PASS"), ("wave", 2, ["sim04"], "PASS")], doc
+        ("canary", None, ["sim03"], "PASS"), ("stage", None, ["sim04", "sim05", "sim06"], "PASS"),
+        ("wave", 1, ["sim04", "sim05"], "PASS"), ("wave", 2, ["sim06"], "PASS")], doc
     assert doc["halted"] is None and doc["not_started"] == []
     steps = {(s["step"], s["wave"]): (when(s["started"]), when(s["ended"])) for s in doc["steps"]}
     budget = {(s["step"], s["wave"]): (when(s["started"]), when(s["ended"])) for s in rollouts["budget_waves"]["steps"]}
     # whole pairs: both ranks of each pair started within their own step; a pair the budget's run had converged
-    # (the canary, sim02) was left alone by this run, and no engine started while staging
-    for run, step, names in ((budget, ("canary", None), ["sim01"]), (budget, ("wave", 1), ["sim02"]),
-                             (steps, ("wave", 1), ["sim03"]), (steps, ("wave", 2), ["sim04"])):
+    # (the canary, sim04) was left alone by this run, and no engine started while staging
+    for run, step, names in ((budget, ("canary", None), ["sim03"]), (budget, ("wave", 1), ["sim04"]),
+                             (steps, ("wave", 1), ["sim05"]), (steps, ("wave", 2), ["sim06"])):
         begin, end = run[step]
         for name in names:
             for role in ("head", "worker"):
                 assert begin < engines[f"{name}-{role}"]["started"] < end, (step, name, role, engines)
     # each step gated before the next one's engines start: the canary (guarded too) before everything else,
     # wave 1 before wave 2
-    first_other = min(rollouts["after_budget"][f"sim02-{r}"]["started"] for r in ("head", "worker"))
-    assert rollouts["gated_budget"]["sim01"] < rollouts["guarded"] < budget[("stage", None)][0] < first_other
-    wave2 = min(engines[f"sim04-{r}"]["started"] for r in ("head", "worker"))
-    assert max(gated["sim02"], gated["sim03"]) < wave2, (gated, wave2)
-    # every rank serves the new release; a rank that lacked its image loaded it once (sim01 in the halted run)
+    first_other = min(rollouts["after_budget"][f"sim04-{r}"]["started"] for r in ("head", "worker"))
+    assert rollouts["gated_budget"]["sim03"] < rollouts["guarded"] < budget[("stage", None)][0] < first_other
+    wave2 = min(engines[f"sim06-{r}"]["started"] for r in ("head", "worker"))
+    assert max(gated["sim04"], gated["sim05"]) < wave2, (gated, wave2)
+    # every rank serves the new release; a rank that lacked its image loaded it once (sim03 in the halted run)
     assert {name: e["image"] for name, e in engines.items()} == {name: release_pin()["image_id"] for name in engines}
     assert all(e["running"] for e in engines.values())
-    assert rollouts["held"]["sim01-head"] and rollouts["held"]["sim01-worker"], rollouts["held"]  # the halted run's load
+    assert rollouts["held"]["sim03-head"] and rollouts["held"]["sim03-worker"], rollouts["held"]  # the halted run's load
     assert rollouts["loads"] == {name: (0 if rollouts["held"][name] else 1) for name in engines}, (rollouts["loads"],
                                                                                                    rollouts["held"])
     assert not all(rollouts["held"].values()), rollouts["held"]  # the runs did load the release somewhere

@@ -1,8 +1,9 @@
 """Run the simulator tests in lanes: the whole-fleet files alone first, then the one-pair tests side by side
-(one pytest process per pair: sim01, sim02), then the whole-fleet files that end the run (tests/integration/conftest.py says
-which test belongs where). A fleet is a set of independent pairs; so are the tests of its two simulated pairs,
-and on this machine's two cores one pair's Ansible run leaves room for the other's (two lanes keep both cores
-busy: a third, tried, only made each lane slower).
+(one pytest process per pair: sim01, sim02) with the second fleet's files beside them (sim03 to sim06, their own
+inventory: lane c), then the whole-fleet files that end the run (tests/integration/conftest.py says which test
+belongs where). A fleet is a set of independent pairs; so are the tests of its two simulated pairs, and on this
+machine's two cores one pair's Ansible run leaves room for the other's; the second fleet's runs, which wait on
+cold starts, drains and timeouts much of the time, fill what the two leave idle.
 
     python -m tests.support.lanes [pytest options...]      # what `make test-integration` runs
     python -m tests.support.lanes --steps first,pairs ...  # some of the steps (first, pairs, last), in that order
@@ -30,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 REPORTS = ROOT / "artifacts" / "reports"
 JUNIT = REPORTS / "integration-junit.xml"
 MATRIX = ROOT / "tests" / "integration" / "fault_matrix.yml"
-STEPS = {"first": ("first",), "pairs": ("a", "b"), "last": ("last",)}  # lanes of a step run at the same time
+STEPS = {"first": ("first",), "pairs": ("a", "b", "c"), "last": ("last",)}  # lanes of a step run at the same time
 ALL_LANES = [lane for step in STEPS.values() for lane in step]
 
 

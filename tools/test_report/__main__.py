@@ -36,8 +36,8 @@ The total counts the group's wall time once; its members' own times are listed u
 and the disk only when nothing else wants them, so they take little from the members before ``--idle`` (not
 nothing: measured, vLLM's install beside test_80's fleet set-up still made it ~10 % slower).
 ``make test`` runs vLLM's virtualenv install and lint that way beside the simulator tests' first and pair steps
-(they fill those steps' moments of idle CPU), and the two halves of the unit tests beside the last step, which runs
-alone and leaves a core idle: the checks fill idle cores instead of taking minutes of their own.
+(they fill those steps' moments of idle CPU), with the two halves of the unit tests beside them too, not idle (their
+waits on threads and sockets would starve there): the checks fill idle cores instead of taking minutes of their own.
 """
 from __future__ import annotations
 
@@ -296,13 +296,13 @@ def together(group: str, pairs: list[str]) -> int:
     make = shlex.split(os.environ.get("MAKE") or "make")
     start = _start()
     running = {}
-    # With idle members, the others' output is shown as it comes (a long phase is never silent), the idle
-    # members' when they end; without, every member's when it ends.
+    # With idle members, the first member's output is shown as it comes (a long phase is never silent), every
+    # other member's when it ends (one check's lines are not cut into another's); without, every member's when it ends.
     live = any(idle for _n, _t, idle in members)
-    for name, target, idle in members:
+    for position, (name, target, idle) in enumerate(members):
         log = REPORTS / f"{name}.log"
         argv = [*make, "--no-print-directory", *shlex.split(target)]
-        if live and not idle:
+        if live and not idle and position == 0:
             proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
             pump = threading.Thread(target=_tee, args=(proc.stdout, log), daemon=True)
             pump.start()

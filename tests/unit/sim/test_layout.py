@@ -39,3 +39,10 @@ def test_head_is_rank_zero_with_the_asymmetric_cabling():
 def test_pair_count_out_of_range_is_refused(count):
     with pytest.raises(ValueError, match="PAIRS must be between"):
         layout.pairs(count)
+
+
+def test_pairs_numbered_from_a_later_pair():
+    assert [p.name for p in layout.pairs(2, 3)] == ["sim03", "sim04"]
+    for count, first in ((0, 5), (2, 0), (2, layout.MAX_PAIRS)):
+        with pytest.raises(ValueError, match="PAIRS must be between"):
+            layout.pairs(count, first)

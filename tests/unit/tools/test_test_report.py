@@ -118,7 +118,7 @@ def test_a_group_counts_once_in_the_total_and_its_members_are_listed_under_it():
     assert "| &nbsp;&nbsp;unit (in checks) | 1 min 59 s | 3 |" in text
 
 
-def test_idle_members_run_on_idle_cpu_and_the_others_are_shown_as_they_come(tmp_path, monkeypatch, capfd, reports):
+def test_idle_members_run_on_idle_cpu_and_the_first_is_shown_as_it_comes(tmp_path, monkeypatch, capfd, reports):
     # A stand-in for make that says which scheduling policy (SCHED_IDLE is 5 on Linux) and which I/O class (the top
     # bits of ioprio_get(2): 3 is idle) it runs under.
     (tmp_path / "mk").write_text("import ctypes, os, sys\n"
@@ -128,19 +128,23 @@ def test_idle_members_run_on_idle_cpu_and_the_others_are_shown_as_they_come(tmp_
                                  "raise SystemExit(4 if sys.argv[-1] == 'late' else 0)\n")
     monkeypatch.setenv("MAKE", f"{sys.executable} {tmp_path / 'mk'}")
     assert report.main(["begin"]) == 0
-    assert report.main(["together", "all", "main=sims", "--idle", "lint=checks", "unit=late"]) == 4
+    assert report.main(["together", "all", "main=sims", "unit=tests", "--idle", "lint=checks", "late=late"]) == 4
     out = capfd.readouterr().out
     import os
     own = os.sched_getscheduler(0)  # a member before --idle keeps this process's policy (make test's checks: idle)
     own_io = ctypes.CDLL(None).syscall(IOPRIO_GET[os.uname().machine], 1, 0) >> 13  # idle too under make test
     assert f"target sims policy {own} io {own_io}\n" in out and f"target checks policy {os.SCHED_IDLE} io 3\n" in out
-    assert f"target late policy {os.SCHED_IDLE} io 3\n" in out
+    assert f"target late policy {os.SCHED_IDLE} io 3\n" in out and f"target tests policy {own} io {own_io}\n" in out
     # the live member's output is kept in its log as well, and its end is announced without showing it again
     assert (tmp_path / "reports" / "main.log").read_text() == f"target sims policy {own} io {own_io}\n"
     assert out.count("target sims") == 1 and "---- main: exit 0 after" in out
+    # another member before --idle is not idle, but its output comes whole, when it ends, as the idle members' do
+    assert out.count("target tests") == 1 and "---- unit: exit 0 after" in out and "---- end of unit ----" in out
+    assert out.index("---- unit: exit 0 after") < out.index("target tests") < out.index("---- end of unit ----")
     text = (tmp_path / "reports" / "TESTS.md").read_text()
-    assert "| all: main ‖ lint ‖ unit, side by side |" in text and "FAILED in all" in text
+    assert "| all: main ‖ unit ‖ lint ‖ late, side by side |" in text and "FAILED in all" in text
     assert "| &nbsp;&nbsp;lint (in all, on idle CPU) | " in text and "| &nbsp;&nbsp;main (in all) | " in text
+    assert "| &nbsp;&nbsp;unit (in all) | " in text
     assert report.main(["together", "x", "--idle"]) == 64
 
 
