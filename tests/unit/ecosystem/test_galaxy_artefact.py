@@ -17,7 +17,7 @@ BIN = Path(sys.executable).parent
 
 # Top-level folders and files that belong to the checkout only.
 LEFT_OUT = ("sim/", "bench/", "tools/", "molecule/", "tests/unit/", "tests/integration/", "tests/vllm/",
-            "tests/fixtures/", "tests/support/", "inventories/sim/", "artifacts/", "collections/", ".venv/",
+            "tests/fixtures/", "tests/support/", "inventories/sim/", "inventories/sim-fleet2/", "artifacts/", "collections/", ".venv/",
             ".deps/", ".ci/", "Makefile", "requirements.txt", "ruff.toml", ".ansible-lint",
             "ansible-navigator.yml")  # the checkout's settings for running in the EE against the simulator
 # What a control node needs from it.

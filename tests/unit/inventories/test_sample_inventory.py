@@ -145,9 +145,11 @@ def test_the_samples_pin_and_site_settings_exist_once_without_links():
     """One pin, one site file: both inventory files read the folder's group_vars; nothing under
     inventories/ is a link, and no second pin.yml or site.yml exists."""
     assert not [p for p in SAMPLE.rglob("*") if p.is_symlink()]
-    for name in ("pin.yml", "site.yml"):  # inventories/sim is the simulator's, written by `make sim-up` (not in git)
+    # inventories/sim and inventories/sim-fleet2 are the simulator's, written by `make sim-up` (not in git)
+    for name in ("pin.yml", "site.yml"):
         assert [p.relative_to(SAMPLE).as_posix() for p in SAMPLE.rglob(name)
-                if not p.relative_to(SAMPLE).as_posix().startswith("sim/")] == [f"sample/group_vars/all/{name}"]
+                if not p.relative_to(SAMPLE).as_posix().startswith(("sim/", "sim-fleet2/"))] == [
+                    f"sample/group_vars/all/{name}"]
 
 
 @pytest.mark.parametrize("file", ["hosts.yml", "fleet.yml"])
