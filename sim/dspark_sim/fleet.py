@@ -63,7 +63,7 @@ def up(count: int, fleet2: int = 0) -> dict:
         rank.wait_ready(r)
     inv = inventory.write(first_fleet, meta, next_meta, fleet2)
     up_since = current.get("up_since") if current.get("pairs") == count else None
-    state = {"pairs": count, "fleet2": fleet2, "ranks": [r.name for r in ranks], "image": meta, "inventory": str(inv),
+    state = {"pairs": count, "ranks": [r.name for r in ranks], "image": meta, "inventory": str(inv),
              "up_since": up_since or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     STATE_FILE.write_text(json.dumps(state, indent=2) + "\n")
     return state

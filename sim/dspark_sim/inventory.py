@@ -102,7 +102,7 @@ def write(count: int, meta: dict, next_meta: dict | None = None, fleet2: int = 0
         shutil.rmtree(layout.FLEET2_INVENTORY_DIR)
     if fleet2:
         _write_fleet(layout.FLEET2_INVENTORY_DIR, hosts(fleet2, count + 1), meta, layout.FLEET2_EVIDENCE_DIR)
-    return _write_fleet(layout.INVENTORY_DIR, hosts(count), meta, layout.REPO_ROOT / "artifacts" / "evidence")
+    return _write_fleet(layout.INVENTORY_DIR, hosts(count), meta, layout.EVIDENCE_DIR)
 
 
 def _write_fleet(inv: Path, fleet_hosts: dict, meta: dict, evidence_dir: Path) -> Path:

@@ -21,6 +21,8 @@ STATE_DIR = Path(os.environ.get("DSPARK_SIM_STATE", "/var/lib/gb10-dspark-sim"))
 CACHE_DIR = Path(os.environ.get("DSPARK_SIM_CACHE", "/var/cache/gb10-dspark-sim"))
 REPO_ROOT = Path(__file__).resolve().parents[2]
 INVENTORY_DIR = REPO_ROOT / "inventories" / "sim"
+# Where the simulated fleet's site file sends the evidence packs.
+EVIDENCE_DIR = REPO_ROOT / "artifacts" / "evidence"
 # A second, independent fleet (``up --fleet2 N``): the N pairs after the first fleet's, in their own inventory with
 # their own evidence folder, so that runs over one whole fleet never reach the other's pairs.
 FLEET2_INVENTORY_DIR = REPO_ROOT / "inventories" / "sim-fleet2"

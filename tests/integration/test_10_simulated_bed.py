@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from simhelpers import PAIRS, UP_ARGS, ansible, fleet2, container_state, http_get, on_rank, playbook, sim_cli, site, wait_for
+from simhelpers import PAIRS, UP_ARGS, ansible, container_state, fleet2, http_get, on_rank, playbook, sim_cli, site
+from simhelpers import wait_for
 from dspark_sim import layout
 from dspark_sim import rank as sim_rank
 

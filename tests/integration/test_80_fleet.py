@@ -16,10 +16,10 @@ import pytest
 import yaml
 
 import simhelpers
-from simhelpers import FLEET2_INVENTORY as INVENTORY, GUIDE_OPS_USER, ROOT, fleet2, on_rank, snapshot, wait_for
+from simhelpers import FLEET2_INVENTORY as INVENTORY, FLEET2_PAIRS as PAIRS, GUIDE_OPS_USER, ROOT, fleet2, on_rank
+from simhelpers import snapshot, wait_for
 from dspark_sim import layout
 
-PAIRS = 4
 # every run, read and write of this file is the second fleet's: a whole-fleet run here never reaches sim01 or sim02
 ansible = functools.partial(simhelpers.ansible, inventory=INVENTORY)
 playbook = functools.partial(simhelpers.playbook, inventory=INVENTORY)

@@ -46,3 +46,12 @@ def test_pairs_numbered_from_a_later_pair():
     for count, first in ((0, 5), (2, 0), (2, layout.MAX_PAIRS)):
         with pytest.raises(ValueError, match="PAIRS must be between"):
             layout.pairs(count, first)
+
+
+def test_a_negative_second_fleet_is_refused_before_anything_is_touched(monkeypatch):
+    from dspark_sim import fleet
+    from dspark_sim.proc import SimError
+
+    monkeypatch.setattr(fleet, "_state", lambda: pytest.fail("read the simulator's state"))
+    with pytest.raises(SimError, match="--fleet2 must be 0 or more, got -1"):
+        fleet.up(2, -1)
