@@ -10,7 +10,7 @@
                                                       # those after --idle on idle CPU and disk only;
                                                       # record each NAME and GROUP's wall time
     python -m tools.test_report end                   # write TESTS.md: phases, total, the 15 slowest simulator tests;
-                                                      # exits 1 if a phase failed
+                                                      # print the failed tests last; exits 1 if a phase failed
 
 `begin` and `end` each time a fixed pure-Python loop (the machine's speed probe: the same work on every run, so
 its CPU seconds say how fast this machine ran at that moment; every figure of the run scales with it, and on a
@@ -23,6 +23,10 @@ Each phase also records how busy the machine's cores were while it ran (/proc/st
 machine counted: the simulated ranks' modules and engines are not children of the phase); TESTS.md shows it
 per phase and, for the run, the CPU time in all and the wall time it would take on these cores if they were
 never idle: how far scheduling alone could shorten the run.
+
+When a phase failed, `end` prints the failed tests last of all, where a log cut to its tail still shows them: each
+failed simulator test with the assertion lines of its failure (from the JUnit XML), then every other pytest run's
+FAILED and ERROR lines (from the members' logs). The lanes run side by side, so a lane's own summary is far up.
 
 The simulator tests' own times come from the JUnit XML that `make test-integration` writes
 (artifacts/reports/integration-junit.xml). A phase that fails still has its time recorded and TESTS.md
@@ -43,6 +47,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -95,7 +100,7 @@ def fork_probe(forks: int | None = None, objects: int | None = None) -> float:
     worker, which the speed probe's loop does not see (lower is faster)."""
     forks, objects = forks or FORK_PROBE[0], objects or FORK_PROBE[1]
     heap = [{"i": i, "s": str(i)} for i in range(objects)]
-    before = os.times()
+    before = _cpu_used()
     for _ in range(forks):
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child: read the parent's objects (their reference counts change), leave
@@ -103,9 +108,16 @@ def fork_probe(forks: int | None = None, objects: int | None = None) -> float:
                 item.get("i")
             os._exit(0)
         os.waitpid(pid, 0)
-    after = os.times()
-    spent = sum(getattr(after, f) - getattr(before, f) for f in ("user", "system", "children_user", "children_system"))
-    return round(1000.0 * spent / forks, 1)
+    return round(1000.0 * (_cpu_used() - before) / forks, 1)
+
+
+def _cpu_used() -> float:
+    """CPU seconds, user and system, of this process and its waited-for children: getrusage(2), which counts in
+    microseconds where os.times() counts in clock ticks (10 ms: a few cheap forks could all round to nothing)."""
+    import resource
+
+    return sum(usage.ru_utime + usage.ru_stime
+               for usage in (resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)))
 
 
 def cpu_sample(stat: Path = Path("/proc/stat")) -> tuple[int, int] | None:
@@ -164,6 +176,41 @@ def slowest_tests(path: Path | None = None, count: int = SLOWEST) -> list[tuple[
         name = f"{case.get('classname', '')}::{case.get('name', '')}".strip(":")
         rows.append((name, float(case.get("time") or 0.0), outcome))
     return sorted(rows, key=lambda r: -r[1])[:count]
+
+
+FAILED_SHOWN = 8  # failed simulator tests shown at the end, each with its last assertion lines
+ASSERT_LINES = 6
+SUMMARY_LINE = re.compile(r"^(?:\[[\w-]+\] )?(?:FAILED|ERROR) \S+::")  # pytest's -ra line, a lane's prefix or none
+
+
+def failed_tests(junit: Path | None = None, logs: Path | None = None) -> list[str]:
+    """What to print when the run failed: each failed or errored simulator test of the JUnit XML with the last
+    ``E`` lines of its failure (up to FAILED_SHOWN tests), then the pytest summary lines (FAILED/ERROR) of every log
+    in ``logs`` whose test the XML did not already name."""
+    lines, named = [], set()
+    try:
+        cases = list(ET.parse(junit or JUNIT).iter("testcase"))
+    except (OSError, ET.ParseError):
+        cases = []
+    for case in cases:
+        bad = case.find("failure") if case.find("failure") is not None else case.find("error")
+        if bad is None:
+            continue
+        name = f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name', '')}"
+        named.add(case.get("name", ""))
+        if len(named) > FAILED_SHOWN:
+            continue
+        text = (bad.text or "").splitlines()
+        said = [line for line in text if line.startswith("E ")][-ASSERT_LINES:] or [(bad.get("message") or "")[:300]]
+        lines += [f"FAILED {name}", *(f"    {line}" for line in said)]
+    if len(named) > FAILED_SHOWN:
+        lines.append(f"... and {len(named) - FAILED_SHOWN} more failed simulator tests (artifacts/reports/"
+                     "integration-junit.xml)")
+    for log in sorted((logs or REPORTS).glob("*.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            if SUMMARY_LINE.match(line) and not any(f"::{n}" in line for n in named):
+                lines.append(f"{log.stem}: {line[:240]}")
+    return lines
 
 
 def _start_and_end(record: dict, keys: tuple[str, str], figure: str) -> str:
@@ -356,6 +403,9 @@ def main(argv: list[str]) -> int:
         print(f"[test] phase times: {OUT.relative_to(ROOT)}")
         failed = [p["name"] for p in record.get("phases", []) if p["code"] != 0 and not p.get("within")]
         if failed:  # a phase whose failure did not stop make (its make line ignores errors) still fails the run
+            for line in failed_tests():
+                print(f"[test] {line}")
+            sys.stdout.flush()
             print(f"[test] FAILED: {', '.join(failed)}", file=sys.stderr)
         return 1 if failed else 0
     print(__doc__, file=sys.stderr)

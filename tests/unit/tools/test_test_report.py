@@ -213,3 +213,40 @@ def test_the_fork_probe_counts_the_children_s_cpu_and_grows_with_what_they_touch
     text = report.render(record, "abc1234", [])
     assert "took 61 ms of CPU at the start of the run (lower is faster" in text and "ms at its end" not in text
     assert "fork cost" not in report.render({"started": 0, "phases": []}, "abc1234", [])
+
+
+def test_a_failed_run_ends_with_the_failed_tests_and_their_assertion_lines(tmp_path, reports, monkeypatch, capsys):
+    junit = tmp_path / "j.xml"
+    junit.write_text("""<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="pytest">
+<testcase classname="tests.integration.test_30_provision" name="test_a" time="1"/>
+<testcase classname="tests.integration.test_70_systems" name="test_lanes[x]" time="2"><failure message="m">def f():
+&gt;       assert gap &gt; 0.2
+E       AssertionError: lane 2 gap 0.11
+E       assert 0.11 &gt; 0.2</failure></testcase>
+<testcase classname="tests.integration.test_35_faults" name="test_lock" time="2"><error message="fixture broke"/></testcase>
+</testsuite></testsuites>
+""")
+    monkeypatch.setattr(report, "JUNIT", junit)
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "unit-plugins.log").write_text(
+        "tests/unit/x.py ..F\nFAILED tests/unit/x.py::test_y - assert 1 == 2\nnot a summary FAILED line\n")
+    (tmp_path / "reports" / "integration.log").write_text(  # the lane's own summary of a test the XML names
+        "[b] FAILED tests/integration/test_70_systems.py::test_lanes[x] - AssertionError: lane 2\n")
+    assert report.failed_tests() == [
+        "FAILED tests/integration/test_70_systems.py::test_lanes[x]",
+        "    E       AssertionError: lane 2 gap 0.11", "    E       assert 0.11 > 0.2",
+        "FAILED tests/integration/test_35_faults.py::test_lock", "    fixture broke",
+        "unit-plugins: FAILED tests/unit/x.py::test_y - assert 1 == 2"]
+    report._save({"started": 0, "phases": [{"name": "unit", "seconds": 1, "code": 1}]})
+    assert report.main(["end"]) == 1
+    out = capsys.readouterr()
+    assert out.out.splitlines()[-1] == "[test] unit-plugins: FAILED tests/unit/x.py::test_y - assert 1 == 2"
+    assert "[test] FAILED: unit" in out.err
+
+
+def test_a_green_run_prints_no_failed_tests(tmp_path, reports, capsys):
+    report._save({"started": 0, "phases": [{"name": "unit", "seconds": 1, "code": 0}]})
+    (tmp_path / "reports" / "unit.log").write_text("FAILED tests/unit/x.py::test_y - left over from an old run\n")
+    assert report.main(["end"]) == 0
+    assert "FAILED" not in capsys.readouterr().out
