@@ -24,7 +24,7 @@ machine counted: the simulated ranks' modules and engines are not children of th
 per phase and, for the run, the CPU time in all and the wall time it would take on these cores if they were
 never idle: how far scheduling alone could shorten the run.
 
-When a phase failed, `end` prints the failed tests last of all, where a log cut to its tail still shows them: each
+When a phase fails, it and `end` print the failed tests last, where a log cut to its tail still shows them: each
 failed simulator test with the assertion lines of its failure (from the JUnit XML), then every other pytest run's
 FAILED and ERROR lines (from the members' logs). The lanes run side by side, so a lane's own summary is far up.
 
@@ -183,13 +183,14 @@ ASSERT_LINES = 6
 SUMMARY_LINE = re.compile(r"^(?:\[[\w-]+\] )?(?:FAILED|ERROR) \S+::")  # pytest's -ra line, a lane's prefix or none
 
 
-def failed_tests(junit: Path | None = None, logs: Path | None = None) -> list[str]:
+def failed_tests(since: float = 0.0, junit: Path | None = None, logs: Path | None = None) -> list[str]:
     """What to print when the run failed: each failed or errored simulator test of the JUnit XML with the last
     ``E`` lines of its failure (up to FAILED_SHOWN tests), then the pytest summary lines (FAILED/ERROR) of every log
-    in ``logs`` whose test the XML did not already name."""
+    in ``logs`` whose test the XML did not already name. Files older than ``since`` (an earlier run's) are left out."""
     lines, named = [], set()
+    junit = junit or JUNIT
     try:
-        cases = list(ET.parse(junit or JUNIT).iter("testcase"))
+        cases = list(ET.parse(junit).iter("testcase")) if junit.stat().st_mtime >= since else []
     except (OSError, ET.ParseError):
         cases = []
     for case in cases:
@@ -206,7 +207,7 @@ def failed_tests(junit: Path | None = None, logs: Path | None = None) -> list[st
     if len(named) > FAILED_SHOWN:
         lines.append(f"... and {len(named) - FAILED_SHOWN} more failed simulator tests (artifacts/reports/"
                      "integration-junit.xml)")
-    for log in sorted((logs or REPORTS).glob("*.log")):
+    for log in sorted(path for path in (logs or REPORTS).glob("*.log") if path.stat().st_mtime >= since):
         for line in log.read_text(errors="replace").splitlines():
             if SUMMARY_LINE.match(line) and not any(f"::{n}" in line for n in named):
                 lines.append(f"{log.stem}: {line[:240]}")
@@ -264,12 +265,20 @@ def _busy(phase: dict) -> str:
 
 
 def _record(entries: list[dict], code: int) -> None:
-    """Add ``entries`` to the record; a failing phase writes TESTS.md at once (``make test`` stops after it)."""
+    """Add ``entries`` to the record; a failing phase writes TESTS.md at once and prints the failed tests
+    (``make test`` may stop after it, before `end`)."""
     record = _load()
     record["phases"] += entries
     _save(record)
     if code != 0:
         OUT.write_text(render(record, _commit(), slowest_tests()))
+        _print_failed()
+
+
+def _print_failed() -> None:
+    for line in failed_tests(since=_load().get("started", 0.0)):
+        print(f"[test] {line}")
+    sys.stdout.flush()
 
 
 def _phase_name(phase: dict) -> str:
@@ -403,9 +412,7 @@ def main(argv: list[str]) -> int:
         print(f"[test] phase times: {OUT.relative_to(ROOT)}")
         failed = [p["name"] for p in record.get("phases", []) if p["code"] != 0 and not p.get("within")]
         if failed:  # a phase whose failure did not stop make (its make line ignores errors) still fails the run
-            for line in failed_tests():
-                print(f"[test] {line}")
-            sys.stdout.flush()
+            _print_failed()
             print(f"[test] FAILED: {', '.join(failed)}", file=sys.stderr)
         return 1 if failed else 0
     print(__doc__, file=sys.stderr)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import ctypes
 import importlib
 import json
+import os
 import sys
 
 import pytest
@@ -250,3 +251,20 @@ def test_a_green_run_prints_no_failed_tests(tmp_path, reports, capsys):
     (tmp_path / "reports" / "unit.log").write_text("FAILED tests/unit/x.py::test_y - left over from an old run\n")
     assert report.main(["end"]) == 0
     assert "FAILED" not in capsys.readouterr().out
+
+
+def test_an_earlier_run_s_logs_and_xml_are_not_this_run_s_failures(tmp_path, reports, monkeypatch, capsys):
+    old = tmp_path / "reports" / "unit-plugins.log"
+    old.parent.mkdir()
+    old.write_text("FAILED tests/unit/x.py::test_y - left over from an old run\n")
+    junit = tmp_path / "j.xml"
+    junit.write_text(JUNIT)  # test_b failed in it
+    for path in (old, junit):
+        os.utime(path, (1000.0, 1000.0))
+    monkeypatch.setattr(report, "JUNIT", junit)
+    report._save({"started": 2000.0, "phases": []})
+    assert report.main(["run", "deps", "--", sys.executable, "-c", "raise SystemExit(3)"]) == 3
+    assert "FAILED" not in capsys.readouterr().out
+    assert report.failed_tests(since=999.0) == [
+        "FAILED tests/integration/test_37_hung.py::test_b", "    x",
+        "unit-plugins: FAILED tests/unit/x.py::test_y - left over from an old run"]
