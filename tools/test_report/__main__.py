@@ -9,7 +9,8 @@
                                                       # output in artifacts/reports/NAME.log, shown when it ends);
                                                       # those after --idle on idle CPU and disk only;
                                                       # record each NAME and GROUP's wall time
-    python -m tools.test_report end                   # write TESTS.md: phases, total, the 15 slowest simulator tests;
+    python -m tools.test_report end                   # write TESTS.md: phases, total, the 15 slowest simulator tests
+                                                      # and the 15 that used the most controller CPU;
                                                       # print the failed tests last; exits 1 if a phase failed
 
 `begin` and `end` each time a fixed pure-Python loop (the machine's speed probe: the same work on every run, so
@@ -63,6 +64,7 @@ RECORD = REPORTS / "test-phases.json"
 JUNIT = REPORTS / "integration-junit.xml"
 OUT = REPORTS / "TESTS.md"
 SLOWEST = 15
+CPU_PROPERTY = "controller_cpu_s"  # a test case's property in the JUnit XML (tests/integration/conftest.py)
 PROBE_N = 10**7  # the speed probe's loop: about half a second of CPU on this project's 2-core machine
 FORK_PROBE = (40, 200_000)  # the fork probe: forks, and the parent's objects each child touches (a 65 MB parent)
 
@@ -160,9 +162,9 @@ def _clock(seconds: float) -> str:
     return f"{minutes} min {rest:02d} s" if minutes else f"{rest} s"
 
 
-def slowest_tests(path: Path | None = None, count: int = SLOWEST) -> list[tuple[str, float, str]]:
-    """(test id, seconds, outcome) of the ``count`` slowest test cases of a JUnit XML file (``make
-    test-integration``'s), slowest first."""
+def _cases(path: Path | None = None) -> list[tuple[str, float, str, float | None]]:
+    """(test id, seconds, outcome, controller CPU seconds or None) of every test case of a JUnit XML file (``make
+    test-integration``'s; the CPU is the ``controller_cpu_s`` property that tests/integration/conftest.py records)."""
     try:
         tree = ET.parse(path or JUNIT)
     except (OSError, ET.ParseError):
@@ -174,8 +176,26 @@ def slowest_tests(path: Path | None = None, count: int = SLOWEST) -> list[tuple[
             if case.find(tag) is not None:
                 outcome = {"failure": "failed"}.get(tag, tag)
         name = f"{case.get('classname', '')}::{case.get('name', '')}".strip(":")
-        rows.append((name, float(case.get("time") or 0.0), outcome))
-    return sorted(rows, key=lambda r: -r[1])[:count]
+        cpu = next((prop.get("value") for prop in case.iter("property") if prop.get("name") == CPU_PROPERTY), None)
+        try:
+            cpu = float(cpu) if cpu is not None else None
+        except ValueError:
+            cpu = None
+        rows.append((name, float(case.get("time") or 0.0), outcome, cpu))
+    return rows
+
+
+def slowest_tests(path: Path | None = None, count: int = SLOWEST) -> list[tuple[str, float, str]]:
+    """(test id, seconds, outcome) of the ``count`` slowest test cases of a JUnit XML file, slowest first."""
+    rows = sorted(_cases(path), key=lambda r: -r[1])[:count]
+    return [(name, seconds, outcome) for name, seconds, outcome, _cpu in rows]
+
+
+def cpu_heaviest_tests(path: Path | None = None, count: int = SLOWEST) -> list[tuple[str, float, float]]:
+    """(test id, controller CPU seconds, seconds) of the ``count`` test cases that used the most controller CPU, most
+    first; the cases without the figure are left out."""
+    rows = sorted((r for r in _cases(path) if r[3] is not None), key=lambda r: -r[3])[:count]
+    return [(name, cpu, seconds) for name, seconds, _outcome, cpu in rows]
 
 
 FAILED_SHOWN = 8  # failed simulator tests shown at the end, each with its last assertion lines
@@ -224,7 +244,8 @@ def _start_and_end(record: dict, keys: tuple[str, str], figure: str) -> str:
         f" and {figure.format(found[1])} at its end" if len(found) == 2 else "")
 
 
-def render(record: dict, commit: str, slow: list[tuple[str, float, str]]) -> str:
+def render(record: dict, commit: str, slow: list[tuple[str, float, str]],
+           hungry: list[tuple[str, float, float]] = ()) -> str:
     phases = record.get("phases", [])
     total = sum(p["seconds"] for p in phases if not p.get("within"))
     failed = [p["name"] for p in phases if p["code"] != 0 and not p.get("within")]
@@ -256,6 +277,13 @@ def render(record: dict, commit: str, slow: list[tuple[str, float, str]]) -> str
               "test's seconds are its wall time with the other pairs' tests running beside it.", "",
               "| test | seconds | outcome |", "|---|---|---|"]
     lines += [f"| `{name}` | {seconds:.0f} | {outcome} |" for name, seconds, outcome in slow]
+    if hungry:
+        lines += ["", f"## The {len(hungry)} simulator tests that used the most controller CPU", "",
+                  "CPU seconds (user and system) of the test's pytest process and of every process it started and "
+                  "waited for: its Ansible runs with their task workers and SSH clients, its own SSH calls; not the "
+                  "ranks' side. A module-scoped fixture counts in the first test that uses it.", "",
+                  "| test | controller CPU s | seconds |", "|---|---|---|"]
+        lines += [f"| `{name}` | {cpu:.0f} | {seconds:.0f} |" for name, cpu, seconds in hungry]
     return "\n".join(lines) + "\n"
 
 
@@ -271,7 +299,7 @@ def _record(entries: list[dict], code: int) -> None:
     record["phases"] += entries
     _save(record)
     if code != 0:
-        OUT.write_text(render(record, _commit(), slowest_tests()))
+        OUT.write_text(render(record, _commit(), slowest_tests(), cpu_heaviest_tests()))
         _print_failed()
 
 
@@ -408,7 +436,7 @@ def main(argv: list[str]) -> int:
         record["probe_end_s"] = speed_probe()
         record["fork_end_ms"] = fork_probe()
         _save(record)
-        OUT.write_text(render(record, _commit(), slowest_tests()))
+        OUT.write_text(render(record, _commit(), slowest_tests(), cpu_heaviest_tests()))
         print(f"[test] phase times: {OUT.relative_to(ROOT)}")
         failed = [p["name"] for p in record.get("phases", []) if p["code"] != 0 and not p.get("within")]
         if failed:  # a phase whose failure did not stop make (its make line ignores errors) still fails the run

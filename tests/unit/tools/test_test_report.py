@@ -268,3 +268,25 @@ def test_an_earlier_run_s_logs_and_xml_are_not_this_run_s_failures(tmp_path, rep
     assert report.failed_tests(since=999.0) == [
         "FAILED tests/integration/test_37_hung.py::test_b", "    x",
         "unit-plugins: FAILED tests/unit/x.py::test_y - left over from an old run"]
+
+
+def test_the_tests_that_used_the_most_controller_cpu_come_from_the_junit_properties(tmp_path):
+    xml = tmp_path / "j.xml"
+    xml.write_text("""<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="pytest">
+<testcase classname="t" name="cheap_but_slow" time="90"><properties>
+<property name="controller_cpu_s" value="4.0"/></properties></testcase>
+<testcase classname="t" name="hungry" time="30"><properties><property name="other" value="x"/>
+<property name="controller_cpu_s" value="41.5"/></properties></testcase>
+<testcase classname="t" name="unmeasured" time="100"/>
+<testcase classname="t" name="garbled" time="1"><properties><property name="controller_cpu_s" value="n/a"/>
+</properties></testcase>
+</testsuite></testsuites>
+""")
+    hungry = report.cpu_heaviest_tests(xml)
+    assert hungry == [("t::hungry", 41.5, 30.0), ("t::cheap_but_slow", 4.0, 90.0)]
+    assert report.slowest_tests(xml, 1) == [("t::unmeasured", 100.0, "passed")]
+    text = report.render({"started": 0, "phases": []}, "abc1234", [], hungry)
+    assert "## The 2 simulator tests that used the most controller CPU" in text
+    assert "| `t::hungry` | 42 | 30 |" in text
+    assert "most controller CPU" not in report.render({"started": 0, "phases": []}, "abc1234", [])
