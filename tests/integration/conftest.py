@@ -190,21 +190,14 @@ def pytest_sessionfinish(session, exitstatus):
 # ranks' side (their modules, engines and dockerds) is not counted: those are not this process's children. A
 # module-scoped fixture counts in the first test that uses it, as its seconds do. tools/test_report reads the value
 # from the JUnit XML (a property of the test case).
-from tools.test_report.__main__ import CPU_PROPERTY  # noqa: E402
+from tools.test_report.__main__ import CPU_PROPERTY, cpu_used  # noqa: E402
 
 _CPU_START = pytest.StashKey[float]()
 
 
-def _cpu_now() -> float:
-    import resource
-
-    return sum(usage.ru_utime + usage.ru_stime
-               for usage in (resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)))
-
-
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_setup(item):
-    item.stash[_CPU_START] = _cpu_now()
+    item.stash[_CPU_START] = cpu_used()
     yield
 
 
@@ -212,4 +205,4 @@ def pytest_runtest_setup(item):
 def pytest_runtest_teardown(item, nextitem):
     yield
     if _CPU_START in item.stash:  # before the teardown's report is made: the JUnit XML takes the properties from it
-        item.user_properties.append((CPU_PROPERTY, f"{_cpu_now() - item.stash[_CPU_START]:.1f}"))
+        item.user_properties.append((CPU_PROPERTY, f"{cpu_used() - item.stash[_CPU_START]:.1f}"))

@@ -102,7 +102,7 @@ def fork_probe(forks: int | None = None, objects: int | None = None) -> float:
     worker, which the speed probe's loop does not see (lower is faster)."""
     forks, objects = forks or FORK_PROBE[0], objects or FORK_PROBE[1]
     heap = [{"i": i, "s": str(i)} for i in range(objects)]
-    before = _cpu_used()
+    before = cpu_used()
     for _ in range(forks):
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child: read the parent's objects (their reference counts change), leave
@@ -110,12 +110,13 @@ def fork_probe(forks: int | None = None, objects: int | None = None) -> float:
                 item.get("i")
             os._exit(0)
         os.waitpid(pid, 0)
-    return round(1000.0 * (_cpu_used() - before) / forks, 1)
+    return round(1000.0 * (cpu_used() - before) / forks, 1)
 
 
-def _cpu_used() -> float:
+def cpu_used() -> float:
     """CPU seconds, user and system, of this process and its waited-for children: getrusage(2), which counts in
-    microseconds where os.times() counts in clock ticks (10 ms: a few cheap forks could all round to nothing)."""
+    microseconds where os.times() counts in clock ticks (10 ms: a few cheap forks could all round to nothing). The
+    fork probe and each simulator test's controller CPU (tests/integration/conftest.py) are read with it."""
     import resource
 
     return sum(usage.ru_utime + usage.ru_stime
@@ -200,7 +201,8 @@ def cpu_heaviest_tests(path: Path | None = None, count: int = SLOWEST) -> list[t
 
 FAILED_SHOWN = 8  # failed simulator tests shown at the end, each with its last assertion lines
 ASSERT_LINES = 6
-SUMMARY_LINE = re.compile(r"^(?:\[[\w-]+\] )?(?:FAILED|ERROR) \S+::")  # pytest's -ra line, a lane's prefix or none
+# pytest's -ra line, a lane's prefix or none; its group is the test's id
+SUMMARY_LINE = re.compile(r"^(?:\[[\w-]+\] )?(?:FAILED|ERROR) (\S+::\S+)")
 
 
 def failed_tests(since: float = 0.0, junit: Path | None = None, logs: Path | None = None) -> list[str]:
@@ -218,7 +220,7 @@ def failed_tests(since: float = 0.0, junit: Path | None = None, logs: Path | Non
         if bad is None:
             continue
         name = f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name', '')}"
-        named.add(case.get("name", ""))
+        named.add(name)
         if len(named) > FAILED_SHOWN:
             continue
         text = (bad.text or "").splitlines()
@@ -229,7 +231,8 @@ def failed_tests(since: float = 0.0, junit: Path | None = None, logs: Path | Non
                      "integration-junit.xml)")
     for log in sorted(path for path in (logs or REPORTS).glob("*.log") if path.stat().st_mtime >= since):
         for line in log.read_text(errors="replace").splitlines():
-            if SUMMARY_LINE.match(line) and not any(f"::{n}" in line for n in named):
+            found = SUMMARY_LINE.match(line)
+            if found and found.group(1) not in named:
                 lines.append(f"{log.stem}: {line[:240]}")
     return lines
 
@@ -299,12 +302,17 @@ def _record(entries: list[dict], code: int) -> None:
     record["phases"] += entries
     _save(record)
     if code != 0:
-        OUT.write_text(render(record, _commit(), slowest_tests(), cpu_heaviest_tests()))
-        _print_failed()
+        _write_tests_md(record)
+        _print_failed(record)
 
 
-def _print_failed() -> None:
-    for line in failed_tests(since=_load().get("started", 0.0)):
+def _write_tests_md(record: dict) -> None:
+    OUT.write_text(render(record, _commit(), slowest_tests(), cpu_heaviest_tests()))
+
+
+def _print_failed(record: dict) -> None:
+    """This run's failed tests (failed_tests), each line after ``[test]``."""
+    for line in failed_tests(since=record.get("started", 0.0)):
         print(f"[test] {line}")
     sys.stdout.flush()
 
@@ -436,11 +444,11 @@ def main(argv: list[str]) -> int:
         record["probe_end_s"] = speed_probe()
         record["fork_end_ms"] = fork_probe()
         _save(record)
-        OUT.write_text(render(record, _commit(), slowest_tests(), cpu_heaviest_tests()))
+        _write_tests_md(record)
         print(f"[test] phase times: {OUT.relative_to(ROOT)}")
         failed = [p["name"] for p in record.get("phases", []) if p["code"] != 0 and not p.get("within")]
         if failed:  # a phase whose failure did not stop make (its make line ignores errors) still fails the run
-            _print_failed()
+            _print_failed(record)
             print(f"[test] FAILED: {', '.join(failed)}", file=sys.stderr)
         return 1 if failed else 0
     print(__doc__, file=sys.stderr)

@@ -233,11 +233,14 @@ E       assert 0.11 &gt; 0.2</failure></testcase>
     (tmp_path / "reports" / "unit-plugins.log").write_text(
         "tests/unit/x.py ..F\nFAILED tests/unit/x.py::test_y - assert 1 == 2\nnot a summary FAILED line\n")
     (tmp_path / "reports" / "integration.log").write_text(  # the lane's own summary of a test the XML names
-        "[b] FAILED tests/integration/test_70_systems.py::test_lanes[x] - AssertionError: lane 2\n")
+        "[b] FAILED tests/integration/test_70_systems.py::test_lanes[x] - AssertionError: lane 2\n"
+        # and of one it does not, whose name only starts with a named one's
+        "[a] ERROR tests/integration/test_35_faults.py::test_lock_released - fixture broke\n")
     assert report.failed_tests() == [
         "FAILED tests/integration/test_70_systems.py::test_lanes[x]",
         "    E       AssertionError: lane 2 gap 0.11", "    E       assert 0.11 > 0.2",
         "FAILED tests/integration/test_35_faults.py::test_lock", "    fixture broke",
+        "integration: [a] ERROR tests/integration/test_35_faults.py::test_lock_released - fixture broke",
         "unit-plugins: FAILED tests/unit/x.py::test_y - assert 1 == 2"]
     report._save({"started": 0, "phases": [{"name": "unit", "seconds": 1, "code": 1}]})
     assert report.main(["end"]) == 1
