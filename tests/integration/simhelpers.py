@@ -194,6 +194,20 @@ def runs(pair: layout.Pair) -> list[Path]:
     return sorted(root.iterdir()) if root.exists() else []
 
 
+def texts_under(root: Path):
+    """(path, text) of every file under ``root``, for a scan of what the runs wrote. The evidence folder is the
+    whole control node's: the other lanes' runs write into it meanwhile (a pack is made in a hidden ``.partial``
+    folder and renamed), so an entry that vanishes between the listing and the read is another run's, passed
+    over, not an error (``Path.rglob`` raises on a folder renamed under it)."""
+    for folder, _dirs, names in os.walk(root):
+        for name in names:
+            path = Path(folder) / name
+            try:
+                yield path, path.read_text(errors="replace")
+            except FileNotFoundError:
+                continue
+
+
 def newest_pack(pair: layout.Pair, before: list[Path]) -> Path:
     """The one pack a run made, given the packs there were before it."""
     new = [p for p in runs(pair) if p not in before]
