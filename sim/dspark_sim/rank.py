@@ -18,6 +18,7 @@ from .proc import SimError, run, say
 
 INIT = layout.REPO_ROOT / "sim" / "rank" / "init.sh"
 FAKEHW = layout.REPO_ROOT / "sim" / "fakehw"
+PYCACHE = layout.REPO_ROOT / "sim" / "rank" / "dspark_sim_pycache.py"
 
 
 def ensure_key(path: Path, comment: str) -> Path:
@@ -69,6 +70,7 @@ def prepare(rank: layout.Rank, model_src: Path) -> None:
     rule = rank.sub("sudoers") / layout.OPERATOR
     rule.write_text(f"{layout.OPERATOR} ALL=(ALL:ALL) NOPASSWD: ALL\n")
     rule.chmod(0o440)
+    _install_pycache(rank, operator)
     (rank.dir / "mounts").write_text("".join(f"{rank.sub(s)} {t}\n" for s, t in layout.RANK_MOUNTS.items()))
     daemon = {
         "data-root": "/var/lib/docker",
@@ -96,6 +98,22 @@ def prepare(rank: layout.Rank, model_src: Path) -> None:
     dest = rank.sub("models") / model_src.name
     if not dest.exists():
         shutil.copytree(model_src, dest, symlinks=False)
+
+
+def _install_pycache(rank: layout.Rank, operator: pwd.struct_passwd) -> None:
+    """The bytecode cache of Ansible's module payloads (sim/rank/dspark_sim_pycache.py says why) in the user site
+    folder of each home of the rank (root's, which ``become`` runs as, and the operator's), with the ``.pth`` line
+    that loads it: only the rank's ``python3`` finds them, never the host's."""
+    version = subprocess.run(["/usr/bin/python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    for home, owner in (("home", None), ("operator-home", operator)):
+        site = rank.sub(home) / ".local" / "lib" / f"python{version}" / "site-packages"
+        site.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(PYCACHE, site / PYCACHE.name)
+        (site / "dspark-sim-pycache.pth").write_text(f"import {PYCACHE.stem}\n")
+        if owner is not None:
+            for path in (rank.sub(home) / ".local", *(rank.sub(home) / ".local").rglob("*")):
+                os.chown(path, owner.pw_uid, owner.pw_gid)
 
 
 def authorise_control(pair: layout.Pair) -> None:
