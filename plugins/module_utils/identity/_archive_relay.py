@@ -138,8 +138,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802
         if not self._own_path():
             return
-        self.server.relay.stop_asked.set()  # type: ignore[attr-defined]
+        # answered first: once the stop is asked, the main loop may shut this connection at any moment
         self._status(200)
+        self.wfile.flush()
+        self.server.relay.stop_asked.set()  # type: ignore[attr-defined]
 
 
 class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):

@@ -205,6 +205,25 @@ def test_a_stop_request_on_the_path_ends_the_relay(archive):
     assert not thread.is_alive() and out["reason"] == "stopped" and out["transfers"] == 0
 
 
+def test_the_stop_request_is_answered_before_the_relay_shuts_its_connections(archive, monkeypatch):
+    """The answer to a stop request is slow to go out (a busy machine): the relay still answers it 200 before its
+    main loop, which shuts every open connection on a stop, sees the stop."""
+    slow = relay._Handler._status
+
+    def slow_status(self, code):
+        time.sleep(3 * relay.POLL)
+        slow(self, code)
+
+    monkeypatch.setattr(relay._Handler, "_status", slow_status)
+    server = relay.Relay(str(archive), "127.0.0.1", 0, "t")
+    thread, out = serving(server, transfers=1, idle_timeout=30, deadline=30)
+    with urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{server.port}{server.path}", method="POST",
+                                                       data=b""), timeout=5) as r:
+        assert r.status == 200
+    thread.join(5)
+    assert not thread.is_alive() and out["reason"] == "stopped"
+
+
 def test_connections_beyond_the_limit_are_turned_away(archive):
     server = relay.Relay(str(archive), "127.0.0.1", 0, "t", connection_timeout=5, max_connections=2)
     thread, out = serving(server, transfers=1, idle_timeout=30, deadline=30)
