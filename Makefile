@@ -95,8 +95,9 @@ demo: sim-up
 # brings the simulator down, and the end reports the failure), with the unit tests beside them in two halves, and
 # vLLM's virtualenv installed and lint run beside them on idle CPU and disk (SCHED_IDLE and the idle I/O class: they
 # take little the lanes want; the unit tests are not idle, since their waits on threads and sockets would starve
-# there); then the last step, the simulator's teardown; then molecule and the real-vLLM lane side by side (molecule's
-# one pair waits on its cold start much of the time; the lane needs no simulator). Each one's time goes to
+# there); then the tail: the last step (the simulator's teardown, which mostly waits) and the real-vLLM lane (which
+# needs no simulator) side by side, and molecule (one pair of its own simulator, waiting on its cold start much of
+# the time) beside the lane as soon as the teardown has ended. Each one's time goes to
 # artifacts/reports/TESTS.md (tools/test_report: standard library only, so the system python runs it before the
 # virtualenv exists), with the 15 slowest simulator tests; `end` fails when a phase did.
 TIMED := $(BASE_PYTHON) -m tools.test_report
@@ -107,8 +108,8 @@ test:
 	  "integration-first-and-pairs=test-integration STEPS=first,pairs" "unit-plugins=test-unit UNIT=tests/unit/plugins" \
 	  "unit-others=test-unit UNIT='tests/unit --ignore=tests/unit/plugins'" \
 	  --idle vllm-install=test-vllm-install lint=lint
-	@$(TIMED) run integration-last -- $(MAKE) --no-print-directory test-integration STEPS=last
-	@MAKE="$(MAKE)" $(TIMED) together tail molecule=test-molecule vllm-lane=test-vllm
+	@MAKE="$(MAKE)" $(TIMED) together tail "integration-last=test-integration STEPS=last" vllm-lane=test-vllm \
+	  "molecule@integration-last=test-molecule"
 	@$(TIMED) end
 
 lint: deps

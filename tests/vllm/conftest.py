@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,9 +95,29 @@ def lane_model(lane_venv) -> Path:
 
 
 @pytest.fixture(scope="session")
-def real(lane_venv, lane_model) -> Real:
+def real_started_early(request, lane_venv, lane_model):
+    """The start of the session's real server (``real``), begun in a thread when a test of the session uses it: a
+    fixture that starts another server (test_api_key's keyed one) asks for this first, so that the two cold starts
+    (most of the lane's time) run side by side. ``real`` takes the started server; one it never took (the session
+    stopped first) is stopped here."""
+    pending: dict = {}
+    if any("real" in item.fixturenames for item in request.session.items):
+        pool = ThreadPoolExecutor(max_workers=1)
+        pending["real"] = pool.submit(server.start_vllm, lane_venv, lane_model, LOGS, name="vllm")
+        pool.shutdown(wait=False)
+    yield pending
+    left = pending.pop("real", None)
+    if left is not None:
+        try:
+            left.result().stop()
+        except Exception:  # noqa: BLE001 - its start failed: nothing runs
+            pass
+
+
+@pytest.fixture(scope="session")
+def real(real_started_early, lane_venv, lane_model) -> Real:
     """The real vLLM server, without an API key, for the whole session."""
-    srv = server.start_vllm(lane_venv, lane_model, LOGS, name="vllm")
+    srv = real_started_early.pop("real").result()
     found = Real(srv.url, server.SERVED, server.MAX_MODEL_LEN, lane_model, lane_venv, srv)
     LANE.servers["real vLLM server"] = {"argv": [Path(a).name if a.startswith("/") else a for a in srv.argv],
                                         "startup_s": srv.startup_s,

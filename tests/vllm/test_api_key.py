@@ -16,7 +16,8 @@ KEY = "lane-" + secrets.token_hex(16)
 
 
 @pytest.fixture(scope="module")
-def keyed(lane_venv, lane_model, lane, lane_logs):
+def keyed(real_started_early, lane_venv, lane_model, lane, lane_logs):
+    # real_started_early: the session's unkeyed server starts beside this one
     srv = server.start_vllm(lane_venv, lane_model, lane_logs, name="vllm-api-key", api_key=KEY)
     lane.servers["real vLLM server with --api-key"] = {"startup_s": srv.startup_s}
     yield srv

@@ -319,7 +319,8 @@ def _print_failed(record: dict) -> None:
 
 def _phase_name(phase: dict) -> str:
     if phase.get("within"):
-        return f"&nbsp;&nbsp;{phase['name']} (in {phase['within']}{', on idle CPU' if phase.get('idle') else ''})"
+        return (f"&nbsp;&nbsp;{phase['name']} (in {phase['within']}"
+                f"{', after ' + phase['after'] if phase.get('after') else ''}{', on idle CPU' if phase.get('idle') else ''})")
     if phase.get("members"):
         return f"{phase['name']}: {' ‖ '.join(phase['members'])}, side by side"
     return phase["name"]
@@ -377,11 +378,24 @@ def _idle() -> None:
 
 def together(group: str, pairs: list[str]) -> int:
     """Run ``make TARGET`` for each ``NAME=TARGET`` side by side, those after ``--idle`` on idle CPU only; record
-    each and the group's wall time. The group's code is the first failing member's (all members run to their end
-    either way)."""
+    each and the group's wall time. ``NAME@OTHER=TARGET`` starts when the member OTHER (named before it) has ended,
+    whatever its code: a target that needs what OTHER does first, while the rest of the group goes on. The group's
+    code is the first failing member's (all members run to their end either way)."""
     idle_from = pairs.index("--idle") if "--idle" in pairs else len(pairs)
-    members = [(*p.split("=", 1), i > idle_from) for i, p in enumerate(pairs) if i != idle_from]
-    if not members or any(len(m) != 3 or not all(m[:2]) for m in members):
+    members, after = [], {}
+    for i, p in enumerate(pairs):
+        if i == idle_from:
+            continue
+        name, sep, target = p.partition("=")
+        name, _at, other = name.partition("@")
+        if not (sep and name and target) or (_at and other not in [m[0] for m in members]):
+            print(f"together {group}: expected NAME=TARGET or NAME@EARLIER_NAME=TARGET pairs, got {pairs}",
+                  file=sys.stderr)
+            return 64
+        members.append((name, target, i > idle_from))
+        if _at:
+            after[name] = other
+    if not members:
         print(f"together {group}: expected NAME=TARGET pairs, got {pairs}", file=sys.stderr)
         return 64
     REPORTS.mkdir(parents=True, exist_ok=True)
@@ -391,7 +405,8 @@ def together(group: str, pairs: list[str]) -> int:
     # With idle members, the first member's output is shown as it comes (a long phase is never silent), every
     # other member's when it ends (one check's lines are not cut into another's); without, every member's when it ends.
     live = any(idle for _n, _t, idle in members)
-    for position, (name, target, idle) in enumerate(members):
+
+    def launch(position: int, name: str, target: str, idle: bool) -> None:
         log = REPORTS / f"{name}.log"
         argv = [*make, "--no-print-directory", *shlex.split(target)]
         if live and not idle and position == 0:
@@ -405,9 +420,16 @@ def together(group: str, pairs: list[str]) -> int:
                                         preexec_fn=_idle if idle else None)
         running[proc] = (name, log, time.monotonic(), pump)
         print(f"[test] {name}: started (make {target}) beside the others of {group}"
-              f"{' on idle CPU' if idle else ''}", flush=True)
+              f"{f' after {after[name]}' if name in after else ''}{' on idle CPU' if idle else ''}", flush=True)
+
+    waiting = []
+    for position, (name, target, idle) in enumerate(members):
+        if name in after:
+            waiting.append((position, name, target, idle))
+        else:
+            launch(position, name, target, idle)
     results = {}
-    while running:
+    while running or waiting:
         ended = [proc for proc in running if proc.poll() is not None]
         if not ended:
             time.sleep(0.5)
@@ -419,11 +441,15 @@ def together(group: str, pairs: list[str]) -> int:
                 print(f"[test] ---- {name}: exit {proc.returncode} after {_clock(results[name][1])} ----", flush=True)
             else:
                 _show(name, proc.returncode, results[name][1], log)
+        for entry in [w for w in waiting if after[w[1]] in results]:
+            waiting.remove(entry)
+            launch(*entry)
     codes = [results[name][0] for name, _t, _i in members]
     code = next((c for c in codes if c != 0), 0)
     _record([{"name": group, **_measured(start), "code": code, "members": [name for name, _t, _i in members]}]
             + [{"name": name, "seconds": results[name][1], "code": results[name][0], "within": group,
-                **({"idle": True} if idle else {})} for name, _t, idle in members], code)
+                **({"after": after[name]} if name in after else {}), **({"idle": True} if idle else {})}
+               for name, _t, idle in members], code)
     return code
 
 

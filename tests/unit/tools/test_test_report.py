@@ -106,6 +106,36 @@ def test_together_runs_the_members_side_by_side_and_counts_the_group_once(tmp_pa
     assert report.main(["together", "checks", "oops"]) == 64
 
 
+def test_a_member_named_after_another_starts_when_that_one_has_ended_and_the_rest_run_beside(tmp_path, monkeypatch,
+                                                                                              capsys, reports):
+    # A stand-in for make that writes when each target starts and ends: "first" runs 0.6 s, "beside" 1.5 s,
+    # "later" 0.1 s; "first" fails, and "later" (after it) still runs.
+    events = tmp_path / "events"
+    (tmp_path / "mk").write_text(
+        "import sys, time\n"
+        f"log = {str(events)!r}\n"
+        "name = sys.argv[-1]\n"
+        "open(log, 'a').write(f'{time.monotonic()} start {name}\\n')\n"
+        "time.sleep({'first': 0.6, 'beside': 1.5}.get(name, 0.1))\n"
+        "open(log, 'a').write(f'{time.monotonic()} end {name}\\n')\n"
+        "raise SystemExit(7 if name == 'first' else 0)\n")
+    monkeypatch.setenv("MAKE", f"{sys.executable} {tmp_path / 'mk'}")
+    assert report.main(["begin"]) == 0
+    assert report.main(["together", "tail", "one=first", "two=beside", "three@one=later"]) == 7
+    seen = {f"{what} {name}": float(at) for at, what, name in (line.split() for line in events.read_text().splitlines())}
+    assert seen["start later"] >= seen["end first"]  # after "first" ended (failed)
+    assert seen["start later"] < seen["end beside"]  # while "beside" still ran: not after the whole group
+    assert seen["start beside"] < seen["end first"]  # "beside" did not wait
+    record = __import__("json").loads((tmp_path / "reports" / "r.json").read_text())
+    three = next(p for p in record["phases"] if p["name"] == "three")
+    assert three["after"] == "one" and three["code"] == 0 and three["within"] == "tail"
+    assert "| &nbsp;&nbsp;three (in tail, after one) | " in (tmp_path / "reports" / "TESTS.md").read_text()
+    assert "three: started (make later) beside the others of tail after one" in capsys.readouterr().out
+    # the member it waits for must be named before it, and exist
+    assert report.main(["together", "tail", "three@one=later", "one=first"]) == 64
+    assert report.main(["together", "tail", "one=first", "three@nobody=later"]) == 64
+
+
 def test_a_group_counts_once_in_the_total_and_its_members_are_listed_under_it():
     record = {"started": 0, "phases": [
         {"name": "deps", "seconds": 20.0, "code": 0},
