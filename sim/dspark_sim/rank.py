@@ -1,6 +1,7 @@
 """Bring one simulated rank up (folders, keys, fake hardware, dockerd, sshd) and down."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pwd
@@ -100,14 +101,19 @@ def prepare(rank: layout.Rank, model_src: Path) -> None:
         shutil.copytree(model_src, dest, symlinks=False)
 
 
+@functools.lru_cache(maxsize=None)
+def _rank_python_version() -> str:
+    """X.Y of the ranks' /usr/bin/python3 (asked once per process: the same interpreter for every rank)."""
+    return subprocess.run(["/usr/bin/python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
 def _install_pycache(rank: layout.Rank, operator: pwd.struct_passwd) -> None:
     """The bytecode cache of Ansible's module payloads (sim/rank/dspark_sim_pycache.py says why) in the user site
     folder of each home of the rank (root's, which ``become`` runs as, and the operator's), with the ``.pth`` line
     that loads it: only the rank's ``python3`` finds them, never the host's."""
-    version = subprocess.run(["/usr/bin/python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
     for home, owner in (("home", None), ("operator-home", operator)):
-        site = rank.sub(home) / ".local" / "lib" / f"python{version}" / "site-packages"
+        site = rank.sub(home) / ".local" / "lib" / f"python{_rank_python_version()}" / "site-packages"
         site.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(PYCACHE, site / PYCACHE.name)
         (site / "dspark-sim-pycache.pth").write_text(f"import {PYCACHE.stem}\n")

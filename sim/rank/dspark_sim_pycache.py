@@ -23,17 +23,19 @@ import zipimport
 
 _CACHE = os.path.join(os.path.expanduser("~"), ".cache", "dspark-sim-pyc")
 _compile = zipimport._compile_source
+_checked = []  # the folder, or None when it may not be used: checked once per process, at the first payload source
 
 
 def _cache_dir():
-    try:
-        os.makedirs(_CACHE, mode=0o700, exist_ok=True)
-        st = os.stat(_CACHE)
-    except OSError:
-        return None
-    if st.st_uid != os.geteuid() or st.st_mode & 0o077:
-        return None
-    return _CACHE
+    if not _checked:
+        try:
+            os.makedirs(_CACHE, mode=0o700, exist_ok=True)
+            st = os.stat(_CACHE)
+            usable = st.st_uid == os.geteuid() and not st.st_mode & 0o077
+        except OSError:
+            usable = False
+        _checked.append(_CACHE if usable else None)
+    return _checked[0]
 
 
 def _cached_compile(pathname, source):

@@ -387,16 +387,16 @@ def together(group: str, pairs: list[str]) -> int:
         if i == idle_from:
             continue
         name, sep, target = p.partition("=")
-        name, _at, other = name.partition("@")
-        if not (sep and name and target) or (_at and other not in [m[0] for m in members]):
-            print(f"together {group}: expected NAME=TARGET or NAME@EARLIER_NAME=TARGET pairs, got {pairs}",
-                  file=sys.stderr)
-            return 64
+        name, at, other = name.partition("@")
+        if not (sep and name and target) or (at and other not in [m[0] for m in members]):
+            members = []
+            break
         members.append((name, target, i > idle_from))
-        if _at:
+        if at:
             after[name] = other
     if not members:
-        print(f"together {group}: expected NAME=TARGET pairs, got {pairs}", file=sys.stderr)
+        print(f"together {group}: expected NAME=TARGET or NAME@EARLIER_NAME=TARGET pairs, got {pairs}",
+              file=sys.stderr)
         return 64
     REPORTS.mkdir(parents=True, exist_ok=True)
     make = shlex.split(os.environ.get("MAKE") or "make")
