@@ -13,19 +13,23 @@ from simhelpers import PAIRS, UP_ARGS, fleet2, inventory_of, layout, sim_cli  # 
 
 
 # ---- lanes: the pairs' tests run side by side (tests/support/lanes.py) --------------------------------
-# A test that works on one pair asks for it as ``pair_a`` (sim01) or ``pair_b`` (sim02); a test that
-# asks for ``sim`` itself works on the whole fleet. `--lane a` and `--lane b` run the one-pair tests of
-# one pair, in two pytest processes at once, each pair's tests in file order; `--lane c` runs the files of the
-# second fleet (sim03 to sim06, inventories/sim-fleet2: whole-fleet runs there never reach sim01 or sim02) beside
-# them; `--lane first` and `--lane last` run the first fleet's whole-fleet files alone, before and after them.
-# `--lane all` (the default) runs everything in one process, in file order, as `pytest tests/integration` always did.
+# A test that works on one pair asks for it as ``pair_a`` (sim01), ``pair_b`` (sim02) or ``pair_c`` (sim03, the
+# second fleet's first pair); a test that asks for ``sim`` itself works on the whole fleet. `--lane a` and `--lane b`
+# run the one-pair tests of one pair, in two pytest processes at once, each pair's tests in file order; `--lane c`
+# runs the files of the second fleet (sim03 to sim06, inventories/sim-fleet2: whole-fleet runs there never reach
+# sim01 or sim02) beside them, then the one-pair tests of pair_c, on sim03 as those files left it; `--lane first`
+# and `--lane last` run the first fleet's whole-fleet files alone, before and after them. `--lane all` (the
+# default) runs everything in one process, in file order but for pair_c's tests, which come right after the second
+# fleet's files there too.
 FLEET_FIRST = ("test_10_simulated_bed.py",)
 FLEET2_FILES = ("test_80_fleet.py", "test_82_rollout.py")
 FLEET_LAST = ("test_90_teardown.py",)
-# Two lanes of one-pair tests, not more (a third, tried, made the lanes longer, not shorter); the second fleet's
-# lane fills the moments they leave a core idle (waits on cold starts, drains, timeouts) instead of running alone.
-PAIR_LANES = {"pair_a": "a", "pair_b": "b"}
-LANES = ("all", "first", *PAIR_LANES.values(), "c", "last")
+# Two lanes of one-pair tests on the first fleet, not more (a third, tried, made the lanes longer, not shorter); the
+# second fleet's lane fills the moments they leave a core idle (waits on cold starts, drains, timeouts), and once its
+# whole-fleet files have ended, takes some one-pair tests of its own (pair_c), so that the three lanes end together
+# rather than two running on alone with a core partly idle.
+PAIR_LANES = {"pair_a": "a", "pair_b": "b", "pair_c": "c"}
+LANES = ("all", "first", "a", "b", "c", "last")
 
 
 def pytest_addoption(parser):
@@ -33,9 +37,21 @@ def pytest_addoption(parser):
                      help="which simulator tests this process runs (tests/support/lanes.py runs the lanes)")
 
 
+def fleet_files_first(items: list, lanes: dict) -> list:
+    """``items`` with pair_c's tests moved to right after the second fleet's files: those files meet the second
+    fleet as the session brought it up, and pair_c's tests take sim03 as they left it, never the other way round."""
+    late = [item for item in items
+            if lanes[item.nodeid] == "c" and Path(str(item.fspath)).name not in FLEET2_FILES]
+    moved = {id(item) for item in late}
+    rest = [item for item in items if id(item) not in moved]
+    fleet = [at for at, item in enumerate(rest) if Path(str(item.fspath)).name in FLEET2_FILES]
+    at = fleet[-1] + 1 if fleet else len(rest)
+    return rest[:at] + late + rest[at:]
+
+
 def lane_of(item) -> str:
-    """first or last for a test of a whole-fleet file, c for one of the second fleet's, a or b for a test that asks
-    for one pair only."""
+    """first or last for a test of a whole-fleet file, c for one of the second fleet's, a, b or c for a test that asks
+    for one pair only (pair_a, pair_b, pair_c)."""
     name = Path(str(item.fspath)).name
     if name in FLEET_FIRST:
         return "first"
@@ -50,7 +66,7 @@ def lane_of(item) -> str:
         return "a"  # touches no pair: either lane may run it
     if "sim" in direct or len(pairs) != 1:
         raise pytest.UsageError(f"{item.nodeid}: a test outside {', '.join(FLEET_FIRST + FLEET2_FILES + FLEET_LAST)} "
-                                f"works on one pair: ask for pair_a or pair_b (it asks for {sorted(pairs) or 'neither'}"
+                                f"works on one pair: ask for pair_a, pair_b or pair_c (it asks for {sorted(pairs) or 'neither'}"
                                 f"{' and for sim' if 'sim' in direct else ''})")
     return PAIR_LANES[pairs.pop()]
 
@@ -86,6 +102,13 @@ def pair_a(sim):
 def pair_b(sim):
     """Pair sim02, for a test that works on it alone (lane b)."""
     return sim[1]
+
+
+@pytest.fixture(scope="session")
+def pair_c(sim):
+    """Pair sim03, the second fleet's first, for a one-pair test of lane c: it runs after that fleet's whole-fleet
+    files (test_80, test_82), on the pair as they left it, with that fleet's inventory (simhelpers.inventory_of)."""
+    return fleet2()[0]
 
 
 @pytest.fixture(scope="session")
@@ -151,6 +174,7 @@ def pytest_collection_modifyitems(session, config, items):
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = keep
+    items[:] = fleet_files_first(items, lanes)
     for item in items:
         for mark in item.iter_markers("fault"):
             reliability.claim(_MATRIX, item.nodeid, tuple(mark.args))

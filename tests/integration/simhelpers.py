@@ -35,7 +35,7 @@ def inventory_of(rank: layout.Rank) -> Path:
     return INVENTORY if rank.pair <= PAIRS else FLEET2_INVENTORY
 
 
-# The ops account docs/operator-guide.md §1.1 makes on a rank: test_85 makes it on pair 1's worker the guide's way,
+# The ops account docs/operator-guide.md §1.1 makes on a rank: test_85 makes it on pair_c's worker the guide's way,
 # logs in with it and removes it again (the rank's sshd log keeps that login).
 GUIDE_OPS_USER = "gb10-ops"
 
@@ -188,9 +188,14 @@ def thaw(pids: list[int]) -> None:
             pass
 
 
+def evidence_of(pair: layout.Pair) -> Path:
+    """The pair's evidence folder on the control node (its inventory's site says where: each fleet has its own)."""
+    return Path(site(inventory_of(pair.head))["dspark_evidence_dir"]) / pair.name
+
+
 def runs(pair: layout.Pair) -> list[Path]:
     """The pair's evidence packs on the control node, oldest first (their names are UTC times)."""
-    root = Path(site()["dspark_evidence_dir"]) / f"sim{pair.index:02d}" / "runs"
+    root = evidence_of(pair) / "runs"
     return sorted(root.iterdir()) if root.exists() else []
 
 

@@ -4,7 +4,8 @@ Docker engine goes away during readiness. The stand-in hangs as vLLM does: the h
 answering /health, /v1/models and /metrics, generation stalls, and only a step that outlives
 VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS ends the engine.
 
-Pair 2 (pair_b) is used and provisioned again with the site's settings at the end."""
+The second fleet's first pair (pair_c, lane c, after that fleet's whole-fleet files) is used and provisioned again
+with the site's settings at the end."""
 from __future__ import annotations
 
 import json
@@ -18,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from simhelpers import (INVENTORY, ROOT, container_state, freeze, newest_pack, on_rank, playbook, runs, site,
-                        start_dockerd, stop_dockerd, thaw, wait_for)
+from simhelpers import (ROOT, container_state, evidence_of, freeze, inventory_of, newest_pack, on_rank, playbook, runs,
+                        site, start_dockerd, stop_dockerd, thaw, wait_for)
 
 LIVENESS_S = 8
 EXECUTE_TIMEOUT_S = 25
@@ -28,7 +29,8 @@ GUARD_BOUND_S = 12  # the guard's own bound: well inside the engine's execute ti
 
 
 def provision(pair, tree, *extra: str, check: bool = True):
-    return playbook("provision.yml", tree, "--limit", pair.group, *extra, check=check)
+    return playbook("provision.yml", tree, "--limit", pair.group, *extra, check=check,
+                    inventory=inventory_of(pair.head))
 
 
 def flat(res) -> str:
@@ -37,7 +39,8 @@ def flat(res) -> str:
 
 def audit(pair, tree, report: Path, *extra: str):
     res = playbook("audit.yml", tree, "--limit", pair.group, "-e", f"dspark_audit_report_dir={report}",
-                   "-e", f"dspark_audit_liveness_timeout={LIVENESS_S}", *extra, check=False)
+                   "-e", f"dspark_audit_liveness_timeout={LIVENESS_S}", *extra, check=False,
+                   inventory=inventory_of(pair.head))
     return res, json.loads((report / "audit.json").read_text())
 
 
@@ -57,14 +60,14 @@ def wait_for_a_new_join(pair, old_head: str | None) -> None:
              300, what="a new head and its worker's join")
 
 
-def engine_env(**extra: str) -> dict:
-    return {"dspark_engine_extra_env": {**(site().get("dspark_engine_extra_env") or {}), **extra}}
+def engine_env(pair, **extra: str) -> dict:
+    return {"dspark_engine_extra_env": {**(site(inventory_of(pair.head)).get("dspark_engine_extra_env") or {}), **extra}}
 
 
 def background(pair, tree, name: str, *extra: str) -> subprocess.Popen:
     """A playbook in its own process group, so that a test can act on the pair while it runs."""
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0")
-    return subprocess.Popen([str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(INVENTORY),
+    return subprocess.Popen([str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(inventory_of(pair.head)),
                              f"playbooks/{name}", "-e", f"dspark_preflight_wrapper_path={tree}", "--limit", pair.group,
                              *extra], cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
@@ -79,8 +82,8 @@ def end(proc: subprocess.Popen) -> None:
 
 
 @pytest.fixture(scope="module")
-def pair(pair_b, clean_tree):
-    p = pair_b
+def pair(pair_c, clean_tree):
+    p = pair_c
     provision(p, clean_tree)
     yield p
     provision(p, clean_tree, "-e", "dspark_engine_force_replace=true")  # the site's engine again, serving
@@ -124,13 +127,13 @@ def test_a_worker_hung_while_idle_is_hung_in_the_audit_with_the_reason_everywher
 def test_a_worker_hung_during_the_guard_names_the_head_and_the_engine_dies_at_its_execute_timeout(
         pair, clean_tree, host_vars, tmp_path):
     # vLLM's own variable is an engine setting: a departure from the qualified profile, allowed for this test
-    env = dict(engine_env(DSPARK_SIM_TOKEN_DELAY_S="0.05", VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=str(EXECUTE_TIMEOUT_S)),
+    env = dict(engine_env(pair, DSPARK_SIM_TOKEN_DELAY_S="0.05", VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=str(EXECUTE_TIMEOUT_S)),
                dspark_profile_allow_experimental=True)
     host_vars(pair.head, env)
     host_vars(pair.worker, env)
     provision(pair, clean_tree)
     before = runs(pair)
-    guard_report = Path(site()["dspark_evidence_dir"]) / f"sim{pair.index:02d}" / "serving-guard.json"
+    guard_report = evidence_of(pair) / "serving-guard.json"
     guard_report.unlink(missing_ok=True)
     # each request may wait 300 s (the default): only the guard's own bound can end it in time
     guard = background(pair, clean_tree, "guard.yml", "-e", f"dspark_guard_overall_timeout={GUARD_BOUND_S}")
@@ -179,7 +182,7 @@ def test_a_worker_hung_during_the_guard_names_the_head_and_the_engine_dies_at_it
 @pytest.mark.fault("hung-readiness")
 def test_a_worker_hung_during_readiness_stalls_the_wait_with_both_logs_and_both_engines_stop(
         pair, clean_tree, host_vars):
-    env = engine_env(DSPARK_SIM_STARTUP_DELAY_S="20")
+    env = engine_env(pair, DSPARK_SIM_STARTUP_DELAY_S="20")
     host_vars(pair.head, env)
     host_vars(pair.worker, env)
     old = container_id(pair.head)
@@ -205,7 +208,7 @@ def test_a_worker_hung_during_readiness_stalls_the_wait_with_both_logs_and_both_
 
 @pytest.mark.fault("readiness-docker-unreachable")
 def test_a_worker_whose_docker_engine_goes_away_during_readiness_is_named(pair, clean_tree, host_vars):
-    env = engine_env(DSPARK_SIM_STARTUP_DELAY_S="30")
+    env = engine_env(pair, DSPARK_SIM_STARTUP_DELAY_S="30")
     host_vars(pair.head, env)
     host_vars(pair.worker, env)
     old = container_id(pair.head)

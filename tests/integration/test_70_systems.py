@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 
 
-from simhelpers import container_state, playbook, site
+from simhelpers import container_state, evidence_of, inventory_of, playbook
 
 DELAY_S = 0.05
 SMALL = json.dumps({
@@ -21,7 +21,12 @@ SMALL = json.dumps({
 
 
 def pair_dir(pair) -> Path:
-    return Path(site()["dspark_evidence_dir"]) / f"sim{pair.index:02d}"
+    return evidence_of(pair)
+
+
+def run(name: str, pair, tree: Path, *extra: str, check: bool = True):
+    """playbooks/<name> on the pair alone, from its own inventory."""
+    return playbook(name, tree, "--limit", pair.group, *extra, check=check, inventory=inventory_of(pair.head))
 
 
 def systems(pair) -> dict:
@@ -42,11 +47,11 @@ def slow(pair, host_vars, **extra):
     host_vars(pair.worker, {"dspark_engine_extra_env": {k: v for k, v in env.items() if k != "DSPARK_SIM_FAULT"}})
 
 
-def test_lanes_follow_the_per_token_delay(pair_a, clean_tree, host_vars):
-    pair = pair_a
+def test_lanes_follow_the_per_token_delay(pair_c, clean_tree, host_vars):
+    pair = pair_c
     slow(pair, host_vars)
-    playbook("provision.yml", clean_tree, "--limit", pair.group)
-    res = playbook("systems.yml", clean_tree, "--limit", pair.group, "-e", SMALL)
+    run("provision.yml", pair, clean_tree)
+    res = run("systems.yml", pair, clean_tree, "-e", SMALL)
     assert "systems lanes PASS" in flat(res)
     doc = systems(pair)
     assert doc["status"] == "PASS" and doc["context"]["profile"] == "production"
@@ -76,8 +81,8 @@ def test_lanes_follow_the_per_token_delay(pair_a, clean_tree, host_vars):
 def test_wrong_usage_is_an_error_row_not_a_figure(pair_b, clean_tree, host_vars):
     pair = pair_b
     slow(pair, host_vars, DSPARK_SIM_FAULT="wrong_usage")
-    playbook("provision.yml", clean_tree, "--limit", pair.group, check=False)  # the gate fails on usage too
-    res = playbook("systems.yml", clean_tree, "--limit", pair.group, "-e", SMALL, check=False)
+    run("provision.yml", pair, clean_tree, check=False)  # the gate fails on usage too
+    res = run("systems.yml", pair, clean_tree, "-e", SMALL, check=False)
     assert res.returncode != 0
     doc = systems(pair)
     latency = rows(doc, "latency")[0]
@@ -86,14 +91,14 @@ def test_wrong_usage_is_an_error_row_not_a_figure(pair_b, clean_tree, host_vars)
     assert "systems lanes ERROR" in flat(res)
 
 
-def test_pubsuite_runs_end_to_end_and_resumes_without_redoing_a_stage(pair_a, clean_tree, host_vars):
-    pair = pair_a
+def test_pubsuite_runs_end_to_end_and_resumes_without_redoing_a_stage(pair_c, clean_tree, host_vars):
+    pair = pair_c
     slow(pair, host_vars)
     suite_id = f"t70-{uuid.uuid4().hex[:8]}"  # a new suite: nothing recorded yet
     suite = ["-e", f"dspark_pubsuite_id={suite_id}", "-e", "dspark_niah_poll_interval=1", "-e", SMALL]
     stages_file = pair_dir(pair) / "pubsuite" / suite_id / "stages.json"
     # the first run is interrupted in the systems stage (an unknown lane is refused there)
-    first = playbook("pubsuite.yml", clean_tree, "--limit", pair.group, *suite,
+    first = run("pubsuite.yml", pair, clean_tree, *suite,
                      "-e", '{"dspark_systems_lanes": ["latency", "no_such_lane"]}', check=False)
     assert first.returncode != 0
     stages = json.loads(stages_file.read_text())["stages"]
@@ -102,7 +107,7 @@ def test_pubsuite_runs_end_to_end_and_resumes_without_redoing_a_stage(pair_a, cl
     niah_summaries = sorted(pair_dir(pair).glob("niah/long-1m-*/niah.json"))
     niah_mtimes = [p.stat().st_mtime for p in niah_summaries]
 
-    second = playbook("pubsuite.yml", clean_tree, "--limit", pair.group, *suite)
+    second = run("pubsuite.yml", pair, clean_tree, *suite)
     out = flat(second)
     assert re.search(r"finished stages: niah, production\b(?!,)", out)
     stages = json.loads(stages_file.read_text())["stages"]
@@ -126,5 +131,5 @@ def test_pubsuite_runs_end_to_end_and_resumes_without_redoing_a_stage(pair_a, cl
     assert stages["pack"]["status"] == "PUBLISHABLE", index["reasons"]
     assert "all PASS, the pack is publishable" in out
 
-    third = playbook("pubsuite.yml", clean_tree, "--limit", pair.group, *suite)
+    third = run("pubsuite.yml", pair, clean_tree, *suite)
     assert re.search(r"finished stages: niah, production, systems, repro, pack\b", flat(third))

@@ -141,8 +141,8 @@ def test_converged_fleet_is_ok_and_a_second_audit_rewrites_nothing(fleet, clean_
     recap = [line for line in res.stdout.split("PLAY RECAP")[-1].splitlines() if line.startswith("sim")]
     assert len(recap) == 2 * PAIRS and all("changed=0" in line for line in recap), recap
     assert {p.name: p.stat().st_mtime_ns for p in report_dir().iterdir()} == mtimes
-    # Provisioned and audited through the unprivileged operator account: no rank took a root login. (test_85 logs in
-    # once as the operator guide's ops account, which it made the guide's way on one rank.)
+    # Provisioned and audited through the unprivileged operator account: no rank took a root login. (test_85, after
+    # this file, logs in once on sim03's worker as the operator guide's ops account, which it made the guide's way.)
     for rank_ in (r for pair in fleet for r in pair.ranks):
         users = set(re.findall(r"Accepted publickey for (\S+) ", (rank_.sub("log") / "sshd.log").read_text()))
         assert users - {GUIDE_OPS_USER} == {layout.OPERATOR}, (rank_.name, users)

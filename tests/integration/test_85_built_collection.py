@@ -11,7 +11,7 @@ import os
 import subprocess
 
 from control_node import operator_env, run
-from simhelpers import GUIDE_OPS_USER, INVENTORY, ROOT, on_rank
+from simhelpers import GUIDE_OPS_USER, ROOT, inventory_of, on_rank
 
 from dspark_sim import rank as sim_rank
 from tests.support.docblocks import block_after
@@ -22,8 +22,8 @@ GUIDE = ROOT / "docs" / "operator-guide.md"
 NOT_ON_A_CONTROL_NODE = {"docker", "molecule", "ansible-lint", "selenium", "ruff", "ansible-builder"}
 
 
-def test_the_readme_block_makes_a_control_node_and_writes_nothing_into_the_checkout(pair_a, control_node, clean_tree):
-    """(pair_a only places the test in that pair's lane, before the test that provisions from this control node.)"""
+def test_the_readme_block_makes_a_control_node_and_writes_nothing_into_the_checkout(pair_c, control_node, clean_tree):
+    """(pair_c only places the test in that pair's lane, before the test that provisions from this control node.)"""
     for res in control_node.installs:  # both runs of the block printed `dspark --version` last
         assert "[WARNING]" not in res.stderr, res.stderr
         lines = res.stdout.splitlines()
@@ -45,11 +45,11 @@ def test_the_readme_block_makes_a_control_node_and_writes_nothing_into_the_check
     assert not have & NOT_ON_A_CONTROL_NODE, have & NOT_ON_A_CONTROL_NODE
 
 
-def test_dspark_from_the_readme_control_node_provisions_and_audits_a_pair(pair_a, control_node):
-    pair = pair_a
+def test_dspark_from_the_readme_control_node_provisions_and_audits_a_pair(pair_c, control_node):
+    pair = pair_c
     root = control_node.root
     evidence = control_node.base / "evidence"
-    common = ["--inventory", str(INVENTORY), "--limit", pair.group, "-e", f"dspark_evidence_dir={evidence}"]
+    common = ["--inventory", str(inventory_of(pair.head)), "--limit", pair.group, "-e", f"dspark_evidence_dir={evidence}"]
     res = control_node.run("dspark", "provision", *common, check=False)
     assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-3000:]
 
@@ -71,11 +71,11 @@ def test_dspark_from_the_readme_control_node_provisions_and_audits_a_pair(pair_a
 OPS_USER = GUIDE_OPS_USER
 
 
-def test_the_guides_ops_user_steps_make_a_rank_account_ansible_can_log_in_to_and_become_root(pair_a, tmp_path):
-    """docs/operator-guide.md §1.1 step 2, run as written as root on a rank (pair_a's worker), with a key made for
+def test_the_guides_ops_user_steps_make_a_rank_account_ansible_can_log_in_to_and_become_root(pair_c, tmp_path):
+    """docs/operator-guide.md §1.1 step 2, run as written as root on a rank (pair_c's worker), with a key made for
     this test in the file the guide names: the new account takes that key (its own authorized_keys, which the
     simulator's sshd reads first, as a real rank's does) and becomes root through sudo with no password."""
-    rank = pair_a.worker
+    rank = pair_c.worker
     block = block_after(GUIDE, "2. **The ops user on each rank**")
     assert OPS_USER in block
     key = tmp_path / "gb10_ed25519"
@@ -95,7 +95,7 @@ def test_the_guides_ops_user_steps_make_a_rank_account_ansible_can_log_in_to_and
         on_rank(rank, ["bash", "-c", f"userdel -r {OPS_USER} 2>/dev/null; rm -f /etc/sudoers.d/{OPS_USER}"], check=False)
 
 
-def test_the_guides_air_gapped_install_runs_from_the_carried_files_alone(pair_a, clean_tree, tmp_path):
+def test_the_guides_air_gapped_install_runs_from_the_carried_files_alone(pair_c, clean_tree, tmp_path):
     """docs/operator-guide.md §5, both blocks as written: the connected machine fills ~/carry from the clean clone
     (nothing written into it), and the control node installs from ~/carry with pip cut off from every index
     (no configuration file, no index, no other find-links) and ansible-galaxy offline."""

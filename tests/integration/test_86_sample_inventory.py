@@ -1,6 +1,6 @@
 """inventories/sample/hosts.yml works as the template it claims to be. Filled in the way its header
 tells an operator to fill it in for a real pair (each host's management and fabric address, the SSH
-key, the control-node paths), here pointing at the simulator's pair 1, it passes the preflight in
+key, the control-node paths), here pointing at a simulated pair (sim03, lane c's), it passes the preflight in
 check mode and changes nothing, run the way a real control node runs it: gb10.dspark.preflight from
 the control node that README.md's "Real pairs" block makes (the control_node fixture runs it as
 written), from its ~/dspark, outside the checkout. Everything else comes from the sample unchanged: the pair,
@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from simhelpers import INVENTORY, ROOT, site, snapshot
+from simhelpers import ROOT, inventory_of, site, snapshot
 
 SAMPLE = ROOT / "inventories" / "sample"
 PLAYBOOK = "gb10.dspark.preflight"
-# The sample's hosts, and the simulator ranks they are pointed at (pair 1).
+# The sample's hosts, and the ranks of the simulated pair they are pointed at.
 HOSTS = {"lab01-head": "head", "lab01-worker": "worker"}
 # What the sample's header says to fill in per host that the simulator decides: the addresses.
 PER_HOST = ("ansible_host", "dspark_fabric_ip")
@@ -33,8 +33,9 @@ PER_HOST = ("ansible_host", "dspark_fabric_ip")
 CONTROL_NODE_PATHS = ("dspark_image_archive", "dspark_runtime_manifest_src")
 
 
-def sim_hostvars() -> dict[str, dict]:
-    res = subprocess.run([str(Path(sys.executable).with_name("ansible-inventory")), "-i", str(INVENTORY), "--list"],
+def sim_hostvars(pair) -> dict[str, dict]:
+    res = subprocess.run([str(Path(sys.executable).with_name("ansible-inventory")), "-i", str(inventory_of(pair.head)),
+                          "--list"],
                          cwd=ROOT, env=env(), text=True, capture_output=True, timeout=120, check=True)
     return json.loads(res.stdout)["_meta"]["hostvars"]
 
@@ -51,7 +52,8 @@ def fill_in(dest: Path, pair, evidence: Path, pin: dict | None) -> Path:
     doc = yaml.safe_load(hosts_file.read_text())
     lab = doc["all"]["children"]["dspark_pairs"]["children"]["pair_lab01"]["hosts"]
     assert set(lab) == set(HOSTS), f"the sample's pair changed: {sorted(lab)}; update this test"
-    sim = sim_hostvars()
+    sim = sim_hostvars(pair)
+    sim_inventory = inventory_of(pair.head)
     for host, role in HOSTS.items():
         rank = getattr(pair, role)
         for key in PER_HOST:
@@ -60,18 +62,18 @@ def fill_in(dest: Path, pair, evidence: Path, pin: dict | None) -> Path:
 
     site_file = dest / "group_vars" / "all" / "site.yml"
     ours = yaml.safe_load(site_file.read_text())
-    sim_site = site()
+    sim_site = site(sim_inventory)
     for key in CONTROL_NODE_PATHS:
         assert key in ours, f"the sample's site.yml no longer sets {key}; update this test"
         ours[key] = sim_site[key]
     ours["dspark_evidence_dir"] = str(evidence)
     # The unprivileged account the ranks let in (the sample's gb10-ops is the site's to choose).
-    connection = yaml.safe_load((INVENTORY / "group_vars" / "all" / "connection.yml").read_text())
+    connection = yaml.safe_load((sim_inventory / "group_vars" / "all" / "connection.yml").read_text())
     assert "ansible_user" in ours and ours["ansible_user"] != "root", "the sample should log in unprivileged"
     ours["ansible_user"] = connection["ansible_user"]
     site_file.write_text(yaml.safe_dump(ours, sort_keys=False))
     # The SSH key and known hosts of the simulator (the sample leaves the key commented out).
-    shutil.copy(INVENTORY / "group_vars" / "all" / "connection.yml", dest / "group_vars" / "all" / "connection.yml")
+    shutil.copy(sim_inventory / "group_vars" / "all" / "connection.yml", dest / "group_vars" / "all" / "connection.yml")
     if pin is not None:
         (dest / "group_vars" / "all" / "pin.yml").write_text(yaml.safe_dump({"dspark_pin": pin}, sort_keys=False))
     return hosts_file
@@ -105,12 +107,12 @@ def recap(stdout: str) -> dict[str, dict[str, int]]:
 
 
 @pytest.fixture
-def pair(pair_a):
-    return pair_a
+def pair(pair_c):
+    return pair_c
 
 
 def test_sample_filled_in_for_the_simulator_passes_preflight_in_check_mode(pair, control_node, tmp_path):
-    sim_pin = yaml.safe_load((INVENTORY / "group_vars" / "all" / "pin.yml").read_text())["dspark_pin"]
+    sim_pin = yaml.safe_load((inventory_of(pair.head) / "group_vars" / "all" / "pin.yml").read_text())["dspark_pin"]
     inventory = fill_in(tmp_path / "ours", pair, tmp_path / "evidence", pin=sim_pin)
     before = {r.name: snapshot(r) for r in pair.ranks}
     res = preflight(inventory, control_node)
@@ -136,7 +138,7 @@ def test_sample_filled_in_for_the_simulator_passes_preflight_in_check_mode(pair,
 def test_sample_with_its_own_v026_pin_is_refused_before_anything_changes(pair, control_node, tmp_path):
     inventory = fill_in(tmp_path / "ours", pair, tmp_path / "evidence", pin=None)
     sample_pin = yaml.safe_load((SAMPLE / "group_vars" / "all" / "pin.yml").read_text())["dspark_pin"]
-    manifest = Path(site()["dspark_runtime_manifest_src"])
+    manifest = Path(site(inventory_of(pair.head))["dspark_runtime_manifest_src"])
     actual = hashlib.sha256(manifest.read_bytes()).hexdigest()
     assert actual != sample_pin["runtime_manifest_sha256"]  # the simulator serves its own build, not v026
     before = {r.name: snapshot(r) for r in pair.ranks}
