@@ -106,6 +106,16 @@ def playbook(name: str, tree: Path, *extra: str, check: bool = True, timeout: fl
                    tool="ansible-playbook", check=check, timeout=timeout, env=env, inventory=inventory)
 
 
+def pair_playbook(name: str, pair: layout.Pair, tree: Path, *extra: str, **options) -> subprocess.CompletedProcess:
+    """playbooks/<name> on ``pair`` alone (``--limit``), from the inventory that holds it (either fleet's)."""
+    return playbook(name, tree, "--limit", pair.group, *extra, inventory=inventory_of(pair.head), **options)
+
+
+def site_of(pair: layout.Pair) -> dict:
+    """The site variables of the inventory that holds ``pair``."""
+    return site(inventory_of(pair.head))
+
+
 def unconverge(pair: layout.Pair) -> None:
     """Back to an unconverged pair: no container, no image, no archive copy on either rank."""
     for r in pair.ranks:
@@ -190,7 +200,7 @@ def thaw(pids: list[int]) -> None:
 
 def evidence_of(pair: layout.Pair) -> Path:
     """The pair's evidence folder on the control node (its inventory's site says where: each fleet has its own)."""
-    return Path(site(inventory_of(pair.head))["dspark_evidence_dir"]) / pair.name
+    return Path(site_of(pair)["dspark_evidence_dir"]) / pair.name
 
 
 def runs(pair: layout.Pair) -> list[Path]:

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from simhelpers import (ROOT, container_state, evidence_of, freeze, inventory_of, newest_pack, on_rank, playbook, runs,
-                        site, start_dockerd, stop_dockerd, thaw, wait_for)
+from simhelpers import (ROOT, container_state, evidence_of, freeze, inventory_of, newest_pack, on_rank, pair_playbook,
+                        runs, site_of, start_dockerd, stop_dockerd, thaw, wait_for)
 
 LIVENESS_S = 8
 EXECUTE_TIMEOUT_S = 25
@@ -29,8 +29,7 @@ GUARD_BOUND_S = 12  # the guard's own bound: well inside the engine's execute ti
 
 
 def provision(pair, tree, *extra: str, check: bool = True):
-    return playbook("provision.yml", tree, "--limit", pair.group, *extra, check=check,
-                    inventory=inventory_of(pair.head))
+    return pair_playbook("provision.yml", pair, tree, *extra, check=check)
 
 
 def flat(res) -> str:
@@ -38,9 +37,8 @@ def flat(res) -> str:
 
 
 def audit(pair, tree, report: Path, *extra: str):
-    res = playbook("audit.yml", tree, "--limit", pair.group, "-e", f"dspark_audit_report_dir={report}",
-                   "-e", f"dspark_audit_liveness_timeout={LIVENESS_S}", *extra, check=False,
-                   inventory=inventory_of(pair.head))
+    res = pair_playbook("audit.yml", pair, tree, "-e", f"dspark_audit_report_dir={report}",
+                        "-e", f"dspark_audit_liveness_timeout={LIVENESS_S}", *extra, check=False)
     return res, json.loads((report / "audit.json").read_text())
 
 
@@ -61,7 +59,7 @@ def wait_for_a_new_join(pair, old_head: str | None) -> None:
 
 
 def engine_env(pair, **extra: str) -> dict:
-    return {"dspark_engine_extra_env": {**(site(inventory_of(pair.head)).get("dspark_engine_extra_env") or {}), **extra}}
+    return {"dspark_engine_extra_env": {**(site_of(pair).get("dspark_engine_extra_env") or {}), **extra}}
 
 
 def background(pair, tree, name: str, *extra: str) -> subprocess.Popen:

@@ -6,10 +6,9 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from pathlib import Path
 
 
-from simhelpers import container_state, evidence_of, inventory_of, playbook
+from simhelpers import container_state, evidence_of, pair_playbook
 
 DELAY_S = 0.05
 SMALL = json.dumps({
@@ -20,17 +19,8 @@ SMALL = json.dumps({
     "dspark_systems_prefill_prompt_tokens": 2000})
 
 
-def pair_dir(pair) -> Path:
-    return evidence_of(pair)
-
-
-def run(name: str, pair, tree: Path, *extra: str, check: bool = True):
-    """playbooks/<name> on the pair alone, from its own inventory."""
-    return playbook(name, tree, "--limit", pair.group, *extra, check=check, inventory=inventory_of(pair.head))
-
-
 def systems(pair) -> dict:
-    return json.loads((pair_dir(pair) / "systems.json").read_text())
+    return json.loads((evidence_of(pair) / "systems.json").read_text())
 
 
 def rows(doc: dict, lane: str) -> list[dict]:
@@ -50,8 +40,8 @@ def slow(pair, host_vars, **extra):
 def test_lanes_follow_the_per_token_delay(pair_c, clean_tree, host_vars):
     pair = pair_c
     slow(pair, host_vars)
-    run("provision.yml", pair, clean_tree)
-    res = run("systems.yml", pair, clean_tree, "-e", SMALL)
+    pair_playbook("provision.yml", pair, clean_tree)
+    res = pair_playbook("systems.yml", pair, clean_tree, "-e", SMALL)
     assert "systems lanes PASS" in flat(res)
     doc = systems(pair)
     assert doc["status"] == "PASS" and doc["context"]["profile"] == "production"
@@ -75,14 +65,14 @@ def test_lanes_follow_the_per_token_delay(pair_c, clean_tree, host_vars):
     assert all(r["client_kind"] == "openai_portable" for r in doc["rows"] if r["lane"] != "external")
     assert doc["client_kinds"] == ["openai_portable"] and doc["reasons"] == []
     assert "client" in latency and "server" in latency  # client and server figures are kept apart
-    assert "| latency |" in (pair_dir(pair) / "systems.md").read_text()
+    assert "| latency |" in (evidence_of(pair) / "systems.md").read_text()
 
 
 def test_wrong_usage_is_an_error_row_not_a_figure(pair_b, clean_tree, host_vars):
     pair = pair_b
     slow(pair, host_vars, DSPARK_SIM_FAULT="wrong_usage")
-    run("provision.yml", pair, clean_tree, check=False)  # the gate fails on usage too
-    res = run("systems.yml", pair, clean_tree, "-e", SMALL, check=False)
+    pair_playbook("provision.yml", pair, clean_tree, check=False)  # the gate fails on usage too
+    res = pair_playbook("systems.yml", pair, clean_tree, "-e", SMALL, check=False)
     assert res.returncode != 0
     doc = systems(pair)
     latency = rows(doc, "latency")[0]
@@ -96,18 +86,18 @@ def test_pubsuite_runs_end_to_end_and_resumes_without_redoing_a_stage(pair_c, cl
     slow(pair, host_vars)
     suite_id = f"t70-{uuid.uuid4().hex[:8]}"  # a new suite: nothing recorded yet
     suite = ["-e", f"dspark_pubsuite_id={suite_id}", "-e", "dspark_niah_poll_interval=1", "-e", SMALL]
-    stages_file = pair_dir(pair) / "pubsuite" / suite_id / "stages.json"
+    stages_file = evidence_of(pair) / "pubsuite" / suite_id / "stages.json"
     # the first run is interrupted in the systems stage (an unknown lane is refused there)
-    first = run("pubsuite.yml", pair, clean_tree, *suite,
-                     "-e", '{"dspark_systems_lanes": ["latency", "no_such_lane"]}', check=False)
+    first = pair_playbook("pubsuite.yml", pair, clean_tree, *suite,
+                          "-e", '{"dspark_systems_lanes": ["latency", "no_such_lane"]}', check=False)
     assert first.returncode != 0
     stages = json.loads(stages_file.read_text())["stages"]
     assert set(stages) == {"niah", "production"} and stages["niah"]["status"] == "PASS"
     engine = (container_state(pair.head)["StartedAt"], container_state(pair.worker)["StartedAt"])
-    niah_summaries = sorted(pair_dir(pair).glob("niah/long-1m-*/niah.json"))
+    niah_summaries = sorted(evidence_of(pair).glob("niah/long-1m-*/niah.json"))
     niah_mtimes = [p.stat().st_mtime for p in niah_summaries]
 
-    second = run("pubsuite.yml", pair, clean_tree, *suite)
+    second = pair_playbook("pubsuite.yml", pair, clean_tree, *suite)
     out = flat(second)
     assert re.search(r"finished stages: niah, production\b(?!,)", out)
     stages = json.loads(stages_file.read_text())["stages"]
@@ -116,7 +106,7 @@ def test_pubsuite_runs_end_to_end_and_resumes_without_redoing_a_stage(pair_c, cl
     # NIAH and the production launch were not done again: same engine, same NIAH summary
     assert (container_state(pair.head)["StartedAt"], container_state(pair.worker)["StartedAt"]) == engine
     assert [p.stat().st_mtime for p in niah_summaries] == niah_mtimes
-    packs = sorted((pair_dir(pair) / "runs").iterdir())
+    packs = sorted((evidence_of(pair) / "runs").iterdir())
     index = json.loads((packs[-1] / "index.json").read_text())
     assert index["playbook"] == "pubsuite"
     names = {a["name"] for a in index["artifacts"]}
@@ -131,5 +121,5 @@ def test_pubsuite_runs_end_to_end_and_resumes_without_redoing_a_stage(pair_c, cl
     assert stages["pack"]["status"] == "PUBLISHABLE", index["reasons"]
     assert "all PASS, the pack is publishable" in out
 
-    third = run("pubsuite.yml", pair, clean_tree, *suite)
+    third = pair_playbook("pubsuite.yml", pair, clean_tree, *suite)
     assert re.search(r"finished stages: niah, production, systems, repro, pack\b", flat(third))

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from simhelpers import ROOT, inventory_of, site, snapshot
+from simhelpers import ROOT, inventory_of, site_of, snapshot
 
 SAMPLE = ROOT / "inventories" / "sample"
 PLAYBOOK = "gb10.dspark.preflight"
@@ -33,9 +33,8 @@ PER_HOST = ("ansible_host", "dspark_fabric_ip")
 CONTROL_NODE_PATHS = ("dspark_image_archive", "dspark_runtime_manifest_src")
 
 
-def sim_hostvars(pair) -> dict[str, dict]:
-    res = subprocess.run([str(Path(sys.executable).with_name("ansible-inventory")), "-i", str(inventory_of(pair.head)),
-                          "--list"],
+def sim_hostvars(inventory: Path) -> dict[str, dict]:
+    res = subprocess.run([str(Path(sys.executable).with_name("ansible-inventory")), "-i", str(inventory), "--list"],
                          cwd=ROOT, env=env(), text=True, capture_output=True, timeout=120, check=True)
     return json.loads(res.stdout)["_meta"]["hostvars"]
 
@@ -52,8 +51,8 @@ def fill_in(dest: Path, pair, evidence: Path, pin: dict | None) -> Path:
     doc = yaml.safe_load(hosts_file.read_text())
     lab = doc["all"]["children"]["dspark_pairs"]["children"]["pair_lab01"]["hosts"]
     assert set(lab) == set(HOSTS), f"the sample's pair changed: {sorted(lab)}; update this test"
-    sim = sim_hostvars(pair)
     sim_inventory = inventory_of(pair.head)
+    sim = sim_hostvars(sim_inventory)
     for host, role in HOSTS.items():
         rank = getattr(pair, role)
         for key in PER_HOST:
@@ -62,7 +61,7 @@ def fill_in(dest: Path, pair, evidence: Path, pin: dict | None) -> Path:
 
     site_file = dest / "group_vars" / "all" / "site.yml"
     ours = yaml.safe_load(site_file.read_text())
-    sim_site = site(sim_inventory)
+    sim_site = site_of(pair)
     for key in CONTROL_NODE_PATHS:
         assert key in ours, f"the sample's site.yml no longer sets {key}; update this test"
         ours[key] = sim_site[key]
@@ -138,7 +137,7 @@ def test_sample_filled_in_for_the_simulator_passes_preflight_in_check_mode(pair,
 def test_sample_with_its_own_v026_pin_is_refused_before_anything_changes(pair, control_node, tmp_path):
     inventory = fill_in(tmp_path / "ours", pair, tmp_path / "evidence", pin=None)
     sample_pin = yaml.safe_load((SAMPLE / "group_vars" / "all" / "pin.yml").read_text())["dspark_pin"]
-    manifest = Path(site(inventory_of(pair.head))["dspark_runtime_manifest_src"])
+    manifest = Path(site_of(pair)["dspark_runtime_manifest_src"])
     actual = hashlib.sha256(manifest.read_bytes()).hexdigest()
     assert actual != sample_pin["runtime_manifest_sha256"]  # the simulator serves its own build, not v026
     before = {r.name: snapshot(r) for r in pair.ranks}
