@@ -91,22 +91,13 @@ mismatches:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import finish
-from ansible_collections.gb10.dspark.plugins.module_utils.fleet._pair import check_pairs
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import end
+from ansible_collections.gb10.dspark.plugins.module_utils.fleet._pair import PAIR_IDENTITY_SPEC, check_pair_identity
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "hosts": {"type": "list", "elements": "dict", "required": True},
-            "expected_image_id": {"type": "str"},
-            "check_images": {"type": "bool", "default": True},
-        },
-        supports_check_mode=True,
-    )
-    p = module.params
-    pairs, mismatches = check_pairs(p["hosts"], p["expected_image_id"], p["check_images"])
-    finish(module, {"pairs": pairs}, mismatches)
+    module = AnsibleModule(argument_spec=PAIR_IDENTITY_SPEC, supports_check_mode=True)
+    end(module, check_pair_identity(module.params))
 
 
 if __name__ == "__main__":

@@ -176,36 +176,13 @@ mismatches:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import finish, guarded, rank_name
-from ansible_collections.gb10.dspark.plugins.module_utils.identity._runtime_manifest import Expectation, verify
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import end
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._runtime_manifest import ARGUMENT_SPEC, check
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "rank": {"type": "str"},
-            "path": {"type": "path", "required": True},
-            "expected_sha256": {"type": "str", "required": True, "no_log": False},
-            "expected": {"type": "dict", "default": {}},
-            "profile_section": {"type": "str"},
-            "profile": {"type": "dict", "default": {}},
-            "expected_schema_version": {"type": "int", "default": 3},
-            "fail_on_mismatch": {"type": "bool", "default": True},
-        },
-        supports_check_mode=True,
-    )
-    p = module.params
-    rank = rank_name(p["rank"])
-    expectation = Expectation(
-        sha256=p["expected_sha256"],
-        identity=p["expected"],
-        profile_section=p["profile_section"],
-        profile=p["profile"],
-        schema_version=p["expected_schema_version"],
-    )
-    report = guarded(module, lambda: verify(p["path"], expectation, rank))
-    result = report.result()
-    finish(module, result, report.mismatches, p["fail_on_mismatch"])
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    end(module, check(module.params))
 
 
 if __name__ == "__main__":

@@ -198,37 +198,22 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import finish
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import end
 from ansible_collections.gb10.dspark.plugins.module_utils.identity._wrapper_tree import (
-    TreeError,
-    check_tree,
+    ARGUMENT_SPEC,
+    check,
     clean_git_environment,
 )
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "path": {"type": "path", "required": True},
-            "expected_revision": {"type": "str"},
-            "allow_dirty": {"type": "bool", "default": False},
-            "ignore_untracked": {"type": "bool", "default": False},
-        },
-        supports_check_mode=True,
-    )
-    p = module.params
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     clean_git_environment(os.environ)
-    git = module.get_bin_path("git")
 
     def run(argv: list[str], env: dict[str, str]) -> tuple[int, str, str]:
         return module.run_command(argv, environ_update=env)
 
-    try:
-        report = check_tree(p["path"], run, git=git, expected_revision=p["expected_revision"],
-                            allow_dirty=p["allow_dirty"], ignore_untracked=p["ignore_untracked"])
-    except TreeError as exc:
-        module.fail_json(msg=str(exc), mismatches=[])
-    finish(module, {"tree": report.tree()}, report.mismatches, warnings=report.warnings)
+    end(module, check(module.params, run, module.get_bin_path("git")))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import Mismatch
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import Mismatch, outcome
 
 # A pair name (and a run id) reaches paths on the control node and the head: evidence folders, the
 # lock, report file names. Nothing that could leave a folder or break a record is accepted: no "/",
@@ -345,3 +345,18 @@ def _half_pairs_named(problems: list[Mismatch], halves: list[tuple[str, int, str
                             f"{len(absent)} ({', '.join(f'{p} without its {ROLE[r]}' for p, r, _h in absent)})",
                             reason=SLICING_FIX, expected_word="expected"))
     return out
+
+
+# The options of gb10.dspark.pair_identity: the module and its action (pure computation, done in the controller's
+# worker process) validate them alike.
+PAIR_IDENTITY_SPEC = {
+    "hosts": {"type": "list", "elements": "dict", "required": True},
+    "expected_image_id": {"type": "str"},
+    "check_images": {"type": "bool", "default": True},
+}
+
+
+def check_pair_identity(params: dict) -> dict:
+    """The task result of gb10.dspark.pair_identity for validated ``params`` (module and action alike)."""
+    pairs, mismatches = check_pairs(params["hosts"], params["expected_image_id"], params["check_images"])
+    return outcome({"pairs": pairs}, mismatches)

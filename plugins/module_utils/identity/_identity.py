@@ -113,30 +113,53 @@ def rank_name(given: str | None) -> str:
     return given or socket.gethostname()
 
 
-def guarded(module, call):
-    """Run ``call()``; a failed check ends the module with the collection's failure shape.
+def refused(exc: Exception) -> dict:
+    """The task result of a check that raised: an :class:`IdentityError` with every mismatch, a
+    :class:`CheckError` with its message (which names the rank)."""
+    if isinstance(exc, IdentityError):
+        return {"changed": False, "failed": True, **failure(exc.mismatches)}
+    return {"changed": False, "failed": True, "msg": str(exc), "mismatches": []}
 
-    ``module`` is the ``AnsibleModule``. An :class:`IdentityError` fails with every mismatch, a
-    :class:`CheckError` with its message (which names the rank). Anything else is a bug and
-    propagates with its traceback.
+
+def outcome(result: dict, mismatches: list[Mismatch], fail_on_mismatch: bool = True,
+            warnings: list[str] | tuple = ()) -> dict:
+    """The task result of a read-only check, the same whether a module or an action plugin returns it: ``result``
+    with ``changed`` false and the mismatches as data, failed (listing every mismatch) when there are any and
+    ``fail_on_mismatch``, and the check's warnings under ``warnings``."""
+    out = dict(result)
+    out.setdefault("changed", False)
+    out["mismatches"] = [m.as_dict() for m in mismatches]
+    if warnings:
+        out["warnings"] = list(warnings)
+    if mismatches and fail_on_mismatch:
+        out.update(failed=True, **failure(mismatches))
+    return out
+
+
+def end(module, result: dict) -> None:
+    """End a module with a task result made by :func:`outcome` or :func:`refused`: its warnings warned, then
+    ``fail_json`` when it failed, else ``exit_json``."""
+    result = dict(result)
+    for warning in result.pop("warnings", ()):
+        module.warn(warning)
+    if result.pop("failed", False):
+        module.fail_json(**result)
+    module.exit_json(**result)
+
+
+def guarded(module, call):
+    """Run ``call()``; a failed check ends the module with the collection's failure shape (:func:`refused`).
+
+    ``module`` is the ``AnsibleModule``. Anything but an :class:`IdentityError` or a :class:`CheckError` is a bug
+    and propagates with its traceback.
     """
     try:
         return call()
-    except IdentityError as exc:
-        module.fail_json(changed=False, **failure(exc.mismatches))
-    except CheckError as exc:
-        module.fail_json(msg=str(exc), changed=False, mismatches=[])
+    except (IdentityError, CheckError) as exc:
+        end(module, refused(exc))
 
 
 def finish(module, result: dict, mismatches: list[Mismatch], fail_on_mismatch: bool = True,
            warnings: list[str] | tuple = ()) -> None:
     """End a read-only check: warnings, then fail (listing every mismatch) or exit with the result."""
-    for warning in warnings:
-        module.warn(warning)
-    result = dict(result)
-    result.setdefault("changed", False)
-    result["mismatches"] = [m.as_dict() for m in mismatches]
-    if mismatches and fail_on_mismatch:
-        result.update(failure(mismatches))
-        module.fail_json(**result)
-    module.exit_json(**result)
+    end(module, outcome(result, mismatches, fail_on_mismatch, warnings))

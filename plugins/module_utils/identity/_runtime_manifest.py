@@ -23,7 +23,14 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 
-from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import CheckError, Mismatch
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import (
+    CheckError,
+    IdentityError,
+    Mismatch,
+    outcome,
+    rank_name,
+    refused,
+)
 from ansible_collections.gb10.dspark.plugins.module_utils.common._strict_json import (
     StrictJSONError,
     json_equal,
@@ -186,3 +193,30 @@ def verify(path: str, expectation: Expectation, rank: str) -> Report:
     report.manifest = _summary(document, expectation)
     report.mismatches.extend(check_document(document, expectation, rank))
     return report
+
+
+# The options of gb10.dspark.runtime_manifest: the module and its action (which checks a manifest on the control
+# node in the controller's worker process) validate them alike.
+ARGUMENT_SPEC = {
+    "rank": {"type": "str"},
+    "path": {"type": "path", "required": True},
+    "expected_sha256": {"type": "str", "required": True, "no_log": False},
+    "expected": {"type": "dict", "default": {}},
+    "profile_section": {"type": "str"},
+    "profile": {"type": "dict", "default": {}},
+    "expected_schema_version": {"type": "int", "default": 3},
+    "fail_on_mismatch": {"type": "bool", "default": True},
+}
+
+
+def check(params: dict) -> dict:
+    """The task result of gb10.dspark.runtime_manifest for validated ``params`` (module and action alike)."""
+    rank = rank_name(params["rank"])
+    expectation = Expectation(sha256=params["expected_sha256"], identity=params["expected"],
+                              profile_section=params["profile_section"], profile=params["profile"],
+                              schema_version=params["expected_schema_version"])
+    try:
+        report = verify(params["path"], expectation, rank)
+    except (IdentityError, CheckError) as exc:
+        return refused(exc)
+    return outcome(report.result(), report.mismatches, params["fail_on_mismatch"])

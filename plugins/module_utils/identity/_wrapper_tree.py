@@ -27,7 +27,7 @@ from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 
 from ansible_collections.gb10.dspark.plugins.module_utils.common._digest import sha256_file
-from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import Mismatch
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import Mismatch, outcome
 from ansible_collections.gb10.dspark.plugins.module_utils.common._strict_json import loads
 
 Run = Callable[[list[str], dict[str, str]], tuple[int, str, str]]
@@ -443,3 +443,25 @@ def _check_revision(report: Report, run: Run, git: str | None, expected: str) ->
             _fault(report, "revision", report.revision, shown)
     elif report.revision != expected.strip():
         _fault(report, "revision", report.revision or "absent", expected.strip())
+
+
+# The options of gb10.dspark.wrapper_tree: the module and its action (which inspects a checkout on the control
+# node in the controller's worker process) validate them alike.
+ARGUMENT_SPEC = {
+    "path": {"type": "path", "required": True},
+    "expected_revision": {"type": "str"},
+    "allow_dirty": {"type": "bool", "default": False},
+    "ignore_untracked": {"type": "bool", "default": False},
+}
+
+
+def check(params: dict, run: Run, git: str | None) -> dict:
+    """The task result of gb10.dspark.wrapper_tree for validated ``params`` (module and action alike): ``run(argv,
+    env) -> (rc, stdout, stderr)`` runs git (``git``, its path, None when it is not installed) with the variables
+    of ``env`` added to an environment that :func:`clean_git_environment` has cleaned."""
+    try:
+        report = check_tree(params["path"], run, git=git, expected_revision=params["expected_revision"],
+                            allow_dirty=params["allow_dirty"], ignore_untracked=params["ignore_untracked"])
+    except TreeError as exc:
+        return {"changed": False, "failed": True, "msg": str(exc), "mismatches": []}
+    return outcome({"tree": report.tree()}, report.mismatches, warnings=report.warnings)
