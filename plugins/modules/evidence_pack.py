@@ -471,111 +471,13 @@ diff:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gb10.dspark.plugins.module_utils.evidence._evidence import IMPLEMENTATIONS, KINDS
-from ansible_collections.gb10.dspark.plugins.module_utils.evidence._evidence_run import from_run, merge_facts
-from ansible_collections.gb10.dspark.plugins.module_utils.evidence._evidence_pack import plan_pack, write_pack
-from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import guarded
-from ansible_collections.gb10.dspark.plugins.module_utils.common._secrets import MIN_SECRET_LENGTH
+from ansible_collections.gb10.dspark.plugins.module_utils.evidence._evidence_pack import ARGUMENT_SPEC, pack
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import end
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "dest": {"type": "path", "required": True},
-            "pair": {"type": "str", "required": True},
-            "run_id": {"type": "str", "required": True},
-            "playbook": {"type": "str", "required": True},
-            "artifacts": {
-                "type": "list", "elements": "dict", "required": True,
-                "options": {
-                    "name": {"type": "str", "required": True},
-                    "src": {"type": "path"},
-                    "content": {"type": "raw"},
-                    "kind": {"type": "str", "default": "other", "choices": list(KINDS)},
-                    "required": {"type": "bool", "default": False},
-                },
-                "mutually_exclusive": [["src", "content"]],
-                "required_one_of": [["src", "content"]],
-            },
-            "facts": {
-                "type": "dict", "default": {},
-                "options": {
-                    "pin": {"type": "dict"},
-                    "manifest_sha256": {"type": "str"},
-                    "profile": {"type": "dict", "options": {
-                        "name": {"type": "str"},
-                        "sha256": {"type": "str"},
-                        "experimental": {"type": "bool"},
-                        "departures": {"type": "list", "elements": "raw"},
-                        "cudagraph_implementation": {"type": "str", "choices": list(IMPLEMENTATIONS)},
-                        "fabric_env": {"type": "dict"},
-                    }},
-                    "tree": {"type": "dict", "options": {
-                        "dirty": {"type": "bool"},
-                        "allow_dirty": {"type": "bool"},
-                        "commit": {"type": "str"},
-                    }},
-                    "gate_status": {"type": "str"},
-                    "guard_status": {"type": "str"},
-                    "guard_infra_errors": {"type": "int"},
-                    "guard_model_failures": {"type": "int"},
-                    "niah_status": {"type": "str"},
-                    "niah_infra_errors": {"type": "int"},
-                    "niah_model_failures": {"type": "int"},
-                    "systems_status": {"type": "str"},
-                    "systems_infra_errors": {"type": "int"},
-                    "systems_model_failures": {"type": "int"},
-                    "systems_not_implemented": {"type": "int"},
-                    "row_kinds": {"type": "list", "elements": "str", "choices": list(IMPLEMENTATIONS)},
-                    "client_kinds": {"type": "dict"},
-                },
-            },
-            "run_files": {"type": "list", "elements": "dict"},
-            "secrets": {"type": "list", "elements": "str", "default": [], "no_log": True},
-            "secret_env": {"type": "list", "elements": "str", "default": [], "no_log": True},
-            "redact_prefixes": {
-                "type": "list", "elements": "dict", "default": [],
-                "options": {
-                    "prefix": {"type": "path", "required": True},
-                    "placeholder": {"type": "str", "required": True},
-                },
-            },
-        },
-        supports_check_mode=True,
-    )
-    p = module.params
-
-    def build():
-        artifacts, facts = list(p["artifacts"]), p["facts"]
-        if p["run_files"] is not None:
-            found, derived = from_run(p["run_files"])
-            artifacts += found
-            facts = merge_facts(derived, facts)
-        plan = plan_pack(p["dest"], p["pair"], p["run_id"], p["playbook"], artifacts, facts=facts,
-                         secrets=p["secrets"], redact_prefixes=p["redact_prefixes"], secret_env=p["secret_env"])
-        if not module.check_mode:
-            write_pack(plan)
-        return plan
-
-    plan = guarded(module, build)
-    files = plan.files()
-    result = {
-        "changed": True,  # every run writes a new pack (in check mode: would write)
-        "dest": plan.dest,
-        "invalid_for_publish": plan.invalid_for_publish,
-        "reasons": plan.reasons,
-        "artifacts": [e.as_dict() for e in plan.entries],
-        "files": files,
-        "index": plan.index,
-    }
-    if module._diff:
-        result["diff"] = {"before": {}, "after": {"path": plan.dest, "files": files}}
-    if plan.short_secrets:
-        module.warn(f"{plan.short_secrets} secret value(s) shorter than {MIN_SECRET_LENGTH} characters were not searched "
-                    "for in the pack (their variables are still redacted by name)")
-    if plan.invalid_for_publish:
-        module.warn(f"evidence pack {plan.dest} is not valid for publication: " + "; ".join(plan.reasons))
-    module.exit_json(**result)
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    end(module, pack(module.params, check_mode=module.check_mode, diff=module._diff))
 
 
 if __name__ == "__main__":

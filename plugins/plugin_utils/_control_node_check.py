@@ -1,18 +1,20 @@
 # Copyright (c) gb10.dspark contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The action side of a read-only check that reads the control node (``runtime_manifest``, ``wrapper_tree``).
+"""The action side of the modules that work on the control node (``runtime_manifest``, ``wrapper_tree``,
+``pair_identity``, ``evidence_pack``).
 
-The roles run these checks on the control node (``delegate_to: localhost``, ``become: false``). There, the action
-calls the check's function in the controller's worker process, the one the module calls, with the module's
-argument spec: no module is built, shipped or started in a second Python (about 0.2 s of CPU per task, in every run
-of every pair). Anywhere else (a rank, a task that becomes another user, an async task) the module runs as
-usual, so the check reads the files of the host it names. Either way the result is the same mapping
-(``module_utils/identity/_identity.outcome``).
+The roles run them on the control node (``delegate_to: localhost``, ``become: false``). There, the action
+calls the module's own function in the controller's worker process, with the module's argument spec: no module
+is built, shipped or started in a second Python (about 0.5 s of CPU per task, in every run of every pair; 2 s of
+a converged pair's re-provision). Anywhere else (a rank, a task that becomes another user, an async task) the
+module runs as usual, so it reads and writes the host the task names. Either way the result is the same mapping
+(``module_utils/identity/_identity.outcome`` for the checks), with no value of a ``no_log`` option in it.
 """
 from __future__ import annotations
 
 import json
 
+from ansible.module_utils.common.parameters import remove_values
 from ansible.plugins.action import ActionBase
 
 
@@ -24,6 +26,8 @@ class ControlNodeCheck(ActionBase):
     ARGUMENT_SPEC: dict = {}
 
     def check(self, params: dict) -> dict:
+        """The task result for validated ``params`` (``self._task.check_mode`` and ``self._task.diff`` as the
+        module's check and diff mode)."""
         raise NotImplementedError
 
     def on_control_node(self) -> bool:
@@ -40,7 +44,9 @@ class ControlNodeCheck(ActionBase):
             if not wrap_async:
                 self._remove_tmp_path(self._connection._shell.tmpdir)
             return result
-        _unused, params = self.validate_argument_spec(argument_spec=self.ARGUMENT_SPEC)
+        validated, params = self.validate_argument_spec(argument_spec=self.ARGUMENT_SPEC)
         # A JSON round trip hands the check plain values, as a module receives them (templated values carry tags).
-        result.update(self.check(json.loads(json.dumps(params))))
+        checked = self.check(json.loads(json.dumps(params)))
+        # As AnsibleModule does: no value of a no_log option appears anywhere in the result.
+        result.update(remove_values(checked, validated._no_log_values))  # pylint: disable=protected-access
         return result

@@ -20,12 +20,19 @@ from ansible_collections.gb10.dspark.plugins.module_utils.common._files import (
     make_parents,
     write_json_atomic,
 )
-from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import CheckError, IdentityError, Mismatch
-from ansible_collections.gb10.dspark.plugins.module_utils.common._secrets import redact_document
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import (
+    CheckError,
+    IdentityError,
+    Mismatch,
+    refused,
+)
+from ansible_collections.gb10.dspark.plugins.module_utils.common._secrets import MIN_SECRET_LENGTH, redact_document
 from ansible_collections.gb10.dspark.plugins.module_utils.evidence._evidence import (
     DIR_MODE,
     Entry,
     FILE_MODE,
+    IMPLEMENTATIONS,
+    KINDS,
     INDEX_JSON,
     INDEX_MD,
     Prefix,
@@ -44,6 +51,7 @@ from ansible_collections.gb10.dspark.plugins.module_utils.evidence._evidence imp
     replace_prefixes,
     secret_values,
 )
+from ansible_collections.gb10.dspark.plugins.module_utils.evidence._evidence_run import from_run, merge_facts
 from ansible_collections.gb10.dspark.plugins.module_utils.evidence._evidence_index import (
     build_index,
     check_facts,
@@ -217,3 +225,108 @@ def write_pack(plan: Plan) -> None:
             if staging is not None:
                 shutil.rmtree(staging, ignore_errors=True)
             _remove_empty(created)
+
+
+# The options of gb10.dspark.evidence_pack: the module and its action (which packs on the control node in the
+# controller's worker process) validate them alike.
+ARGUMENT_SPEC = {
+    "dest": {"type": "path", "required": True},
+    "pair": {"type": "str", "required": True},
+    "run_id": {"type": "str", "required": True},
+    "playbook": {"type": "str", "required": True},
+    "artifacts": {
+        "type": "list", "elements": "dict", "required": True,
+        "options": {
+            "name": {"type": "str", "required": True},
+            "src": {"type": "path"},
+            "content": {"type": "raw"},
+            "kind": {"type": "str", "default": "other", "choices": list(KINDS)},
+            "required": {"type": "bool", "default": False},
+        },
+        "mutually_exclusive": [["src", "content"]],
+        "required_one_of": [["src", "content"]],
+    },
+    "facts": {
+        "type": "dict", "default": {},
+        "options": {
+            "pin": {"type": "dict"},
+            "manifest_sha256": {"type": "str"},
+            "profile": {"type": "dict", "options": {
+                "name": {"type": "str"},
+                "sha256": {"type": "str"},
+                "experimental": {"type": "bool"},
+                "departures": {"type": "list", "elements": "raw"},
+                "cudagraph_implementation": {"type": "str", "choices": list(IMPLEMENTATIONS)},
+                "fabric_env": {"type": "dict"},
+            }},
+            "tree": {"type": "dict", "options": {
+                "dirty": {"type": "bool"},
+                "allow_dirty": {"type": "bool"},
+                "commit": {"type": "str"},
+            }},
+            "gate_status": {"type": "str"},
+            "guard_status": {"type": "str"},
+            "guard_infra_errors": {"type": "int"},
+            "guard_model_failures": {"type": "int"},
+            "niah_status": {"type": "str"},
+            "niah_infra_errors": {"type": "int"},
+            "niah_model_failures": {"type": "int"},
+            "systems_status": {"type": "str"},
+            "systems_infra_errors": {"type": "int"},
+            "systems_model_failures": {"type": "int"},
+            "systems_not_implemented": {"type": "int"},
+            "row_kinds": {"type": "list", "elements": "str", "choices": list(IMPLEMENTATIONS)},
+            "client_kinds": {"type": "dict"},
+        },
+    },
+    "run_files": {"type": "list", "elements": "dict"},
+    "secrets": {"type": "list", "elements": "str", "default": [], "no_log": True},
+    "secret_env": {"type": "list", "elements": "str", "default": [], "no_log": True},
+    "redact_prefixes": {
+        "type": "list", "elements": "dict", "default": [],
+        "options": {
+            "prefix": {"type": "path", "required": True},
+            "placeholder": {"type": "str", "required": True},
+        },
+    },
+}
+
+
+def pack(params: dict, check_mode: bool = False, diff: bool = False) -> dict:
+    """The task result of gb10.dspark.evidence_pack for validated ``params`` (module and action alike): the pack
+    planned, then written unless ``check_mode``; its files in ``diff`` when asked; warnings for short secrets and
+    for a pack that is not valid for publication."""
+    try:
+        artifacts, facts = list(params["artifacts"]), params["facts"]
+        if params["run_files"] is not None:
+            found, derived = from_run(params["run_files"])
+            artifacts += found
+            facts = merge_facts(derived, facts)
+        plan = plan_pack(params["dest"], params["pair"], params["run_id"], params["playbook"], artifacts, facts=facts,
+                         secrets=params["secrets"], redact_prefixes=params["redact_prefixes"],
+                         secret_env=params["secret_env"])
+        if not check_mode:
+            write_pack(plan)
+    except (IdentityError, CheckError) as exc:
+        return refused(exc)
+    files = plan.files()
+    result = {
+        "changed": True,  # every run writes a new pack (in check mode: would write)
+        "dest": plan.dest,
+        "invalid_for_publish": plan.invalid_for_publish,
+        "reasons": plan.reasons,
+        "artifacts": [e.as_dict() for e in plan.entries],
+        "files": files,
+        "index": plan.index,
+    }
+    if diff:
+        result["diff"] = {"before": {}, "after": {"path": plan.dest, "files": files}}
+    warnings = []
+    if plan.short_secrets:
+        warnings.append(f"{plan.short_secrets} secret value(s) shorter than {MIN_SECRET_LENGTH} characters were not "
+                        "searched for in the pack (their variables are still redacted by name)")
+    if plan.invalid_for_publish:
+        warnings.append(f"evidence pack {plan.dest} is not valid for publication: " + "; ".join(plan.reasons))
+    if warnings:
+        result["warnings"] = warnings
+    return result

@@ -1,19 +1,23 @@
-"""The actions of the checks that read the control node (runtime_manifest, wrapper_tree, pair_identity): on the
-control node they return what the module returns, from this process, with no module shipped; on a rank, with
-become or async they ship the module instead, so the check reads the host the task names."""
+"""The actions of the modules that work on the control node (runtime_manifest, wrapper_tree, pair_identity,
+evidence_pack): on the control node they return what the module returns, from this process, with no module
+shipped; on a rank, with become or async they ship the module instead, so it reads the host the task names."""
 from __future__ import annotations
 
+import json
 from unittest import mock
 
 import pytest
 from ansible.module_utils.common import warnings as ansible_warnings
 
+from ansible_collections.gb10.dspark.plugins.action import evidence_pack as evidence_pack_action
 from ansible_collections.gb10.dspark.plugins.action import pair_identity as pair_identity_action
 from ansible_collections.gb10.dspark.plugins.action import runtime_manifest as runtime_manifest_action
 from ansible_collections.gb10.dspark.plugins.action import wrapper_tree as wrapper_tree_action
-from ansible_collections.gb10.dspark.plugins.modules import pair_identity, runtime_manifest, wrapper_tree
+from ansible_collections.gb10.dspark.plugins.modules import evidence_pack, pair_identity, runtime_manifest, wrapper_tree
 from tests.unit.plugins.action._plugin import make_plugin
 from tests.unit.plugins.modules.conftest import run_module
+from tests.unit.plugins.modules.test_evidence_pack import API_KEY, _run_dir  # noqa: F401  pylint: disable=unused-import
+from tests.unit.plugins.modules.test_evidence_pack import args as evidence_args
 from tests.unit.plugins.modules.test_runtime_manifest import _sim, _tamper  # noqa: F401  pylint: disable=unused-import
 from tests.unit.plugins.modules.test_wrapper_tree import _isolated_git, _repo, git, make_repo  # noqa: F401  pylint: disable=unused-import
 
@@ -23,8 +27,9 @@ SHIPPED = {"changed": False, "shipped": True}
 
 
 def run_action(action, name: str, args: dict, *, transport: str = "local", become=None, async_val: int = 0,
-               check_mode: bool = False) -> tuple[dict, mock.MagicMock]:
+               check_mode: bool = False, diff: bool = False) -> tuple[dict, mock.MagicMock]:
     plugin = make_plugin(action.ActionModule, f"gb10.dspark.{name}", args, check_mode)
+    plugin._task.diff = diff
     plugin._connection.transport = transport
     plugin._connection.become = become
     plugin._task.async_val = async_val
@@ -109,3 +114,46 @@ def test_an_unknown_option_is_refused_before_anything_runs(sim):
 
     with pytest.raises(AnsibleActionFail):
         run_action(runtime_manifest_action, "runtime_manifest", dict(sim["args"], colour="blue"))
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_the_evidence_pack_action_writes_what_the_module_writes(tmp_path, run_dir, check_mode):
+    a = evidence_args(tmp_path, run_dir, dest=str(tmp_path / "by-module"))
+    a["facts"]["tree"] = {"dirty": True, "allow_dirty": True, "commit": "4d9a358"}  # invalid: a warning
+    want = run_module(evidence_pack, a, check_mode=check_mode, diff=True)
+    module_warnings = list(ansible_warnings.get_warning_messages())
+    b = dict(a, dest=str(tmp_path / "by-action"))
+    got, shipped = run_action(evidence_pack_action, "evidence_pack", b, check_mode=check_mode, diff=True)
+    shipped.assert_not_called()
+    assert same(got)["failed"] is False and got["changed"] is True
+    assert got["dest"] == b["dest"] and got["diff"]["after"]["path"] == b["dest"]
+    for key in ("invalid_for_publish", "reasons", "artifacts", "files"):
+        assert got[key] == want[key], key
+    assert [w.replace("by-action", "by-module") for w in got["warnings"]] == module_warnings
+    assert len(module_warnings) == 1 and "not valid for publication" in module_warnings[0]
+    if check_mode:
+        assert not (tmp_path / "by-action").exists() and not (tmp_path / "by-module").exists()
+    else:
+        for name in got["files"]:
+            if name not in ("index.json", "index.md", "SHA256SUMS"):  # these name their own folder
+                assert (tmp_path / "by-action" / name).read_bytes() == (tmp_path / "by-module" / name).read_bytes()
+
+
+def test_the_evidence_pack_action_shows_no_secret_and_fails_as_the_module_does(tmp_path, run_dir):
+    a = evidence_args(tmp_path, run_dir)
+    a["artifacts"].append({"name": "notes.txt", "content": f"curl -H 'Authorization: Bearer {API_KEY}'\n"})
+    want = run_module(evidence_pack, a)
+    got, _shipped = run_action(evidence_pack_action, "evidence_pack", a)
+    assert got["failed"] is True and got["msg"] == want["msg"] and got["changed"] is False
+    assert API_KEY not in json.dumps(got)
+    assert not (run_dir / "runs").exists()
+
+
+def test_no_value_of_a_secret_option_is_in_the_actions_result(tmp_path, run_dir):
+    """As AnsibleModule masks them: here the key is also in the pack's folder name, which the result names."""
+    a = evidence_args(tmp_path, run_dir, dest=str(tmp_path / f"pack-{API_KEY}"))
+    got, _shipped = run_action(evidence_pack_action, "evidence_pack", a)
+    assert not got.get("failed"), got.get("msg")
+    assert API_KEY not in json.dumps(got)
+    assert got["dest"].startswith(str(tmp_path / "pack-")) and got["dest"] != a["dest"]  # masked, as a module's is
+    assert (tmp_path / f"pack-{API_KEY}" / "index.json").is_file()
