@@ -80,3 +80,43 @@ def test_the_next_release_is_another_image_over_the_same_layer_and_both_archives
     assert manifest[0]["RepoTags"] == [nxt["image_tag"]]
     kept = sorted(p.name for p in layout.CACHE_DIR.glob("dspark-standin-*.tar"))
     assert kept == sorted(m["image_archive"].rsplit("/", 1)[1] for m in (current, nxt))
+
+
+def _rootfs_with(tmp_path, monkeypatch, members):
+    base = tmp_path / "rootfs.tar"
+    with tarfile.open(base, "w") as t:
+        for name, data, link in members:
+            ti = tarfile.TarInfo(name)
+            if link:
+                ti.type, ti.linkname = tarfile.LNKTYPE, link
+                t.addfile(ti)
+            else:
+                ti.size = len(data)
+                t.addfile(ti, io.BytesIO(data))
+    monkeypatch.setattr(layout, "CACHE_DIR", tmp_path / "cache")
+    (tmp_path / "cache").mkdir(exist_ok=True)
+    monkeypatch.setattr(image, "rootfs", lambda: base)
+
+
+def test_manuals_translations_docs_and_perl_modules_are_left_out_of_the_layer(tmp_path, monkeypatch):
+    _rootfs_with(tmp_path, monkeypatch, [
+        ("./usr/bin/python3", b"#!fake\n", None), ("./usr/share/doc/bash/copyright", b"c\n", None),
+        ("./usr/share/man/man1/ls.1.gz", b"m\n", None), ("./usr/share/locale/de/LC_MESSAGES/x.mo", b"l\n", None),
+        ("./usr/share/perl/5.36/strict.pm", b"p\n", None), ("./usr/share/perl5/Debconf/Db.pm", b"d\n", None),
+        ("./usr/share/bash-completion/bash_completion", b"b\n", None), ("./usr/share/doctor/kept", b"k\n", None),
+        ("./usr/lib/locale/C.utf8/LC_CTYPE", b"u\n", None),
+    ])
+    meta = image.build("e" * 40)
+    files = _members(meta["image_archive"])
+    with tarfile.open(fileobj=io.BytesIO(files[json.loads(files["manifest.json"])[0]["Layers"][0]])) as t:
+        names = set(t.getnames())
+    assert {"usr/bin/python3", "usr/share/bash-completion/bash_completion", "usr/share/doctor/kept",
+            "usr/lib/locale/C.utf8/LC_CTYPE", "usr/local/bin/vllm"} <= names
+    assert not [n for n in names if n.startswith(image.EXCLUDED_DIRS)], names
+
+
+def test_a_kept_hard_link_to_a_left_out_file_stops_the_build(tmp_path, monkeypatch):
+    _rootfs_with(tmp_path, monkeypatch, [("./usr/share/doc/x/README", b"r\n", None),
+                                         ("./usr/bin/readme", b"", "./usr/share/doc/x/README")])
+    with pytest.raises(image.SimError, match="hard-links usr/bin/readme"):
+        image.build("f" * 40)
