@@ -9,7 +9,7 @@ import json
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import CheckError, IdentityError, failure
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import CheckError, IdentityError, refused
 from ansible_collections.gb10.dspark.plugins.module_utils.engine._profile import RESOLVE_ARGUMENT_SPEC, build
 
 
@@ -20,10 +20,8 @@ def resolve(args: dict) -> dict:
     plain = json.loads(json.dumps(args))
     try:
         return {"changed": False, **build(**plain)}
-    except IdentityError as exc:
-        return {"changed": False, "failed": True, **failure(exc.mismatches)}
-    except CheckError as exc:
-        return {"changed": False, "failed": True, "msg": str(exc), "mismatches": []}
+    except (IdentityError, CheckError) as exc:
+        return refused(exc)
 
 
 class ActionModule(ActionBase):

@@ -25,14 +25,19 @@ def git_path() -> str | None:
         return None
 
 
-def local_run(argv: list[str], env: dict[str, str]) -> tuple[int, str, str]:
-    """``argv`` here, with ``env`` added to this process's environment cleaned of git's redirections; text out
-    as the module's run_command gives it (undecodable bytes kept as surrogates)."""
+def local_runner():
+    """``run(argv, env)`` here: ``env`` added to this process's environment, cleaned of git's redirections once for
+    the whole check; text out as the module's run_command gives it (undecodable bytes kept as surrogates)."""
     environ = dict(os.environ)
     clean_git_environment(environ)
-    done = subprocess.run(argv, env={**environ, **env}, stdin=subprocess.DEVNULL, capture_output=True, check=False)
-    return (done.returncode, done.stdout.decode("utf-8", "surrogateescape"),
-            done.stderr.decode("utf-8", "surrogateescape"))
+
+    def run(argv: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+        done = subprocess.run(argv, env={**environ, **env}, stdin=subprocess.DEVNULL, capture_output=True,
+                              check=False)
+        return (done.returncode, done.stdout.decode("utf-8", "surrogateescape"),
+                done.stderr.decode("utf-8", "surrogateescape"))
+
+    return run
 
 
 class ActionModule(ControlNodeCheck):
@@ -40,4 +45,4 @@ class ActionModule(ControlNodeCheck):
     _VALID_ARGS = frozenset(ARGUMENT_SPEC)
 
     def check(self, params: dict) -> dict:
-        return check(params, local_run, git_path())
+        return check(params, local_runner(), git_path())

@@ -114,8 +114,8 @@ def rank_name(given: str | None) -> str:
 
 
 def refused(exc: Exception) -> dict:
-    """The task result of a check that raised: an :class:`IdentityError` with every mismatch, a
-    :class:`CheckError` with its message (which names the rank)."""
+    """The task result of a check that raised: an :class:`IdentityError` with every mismatch, any other error (a
+    :class:`CheckError`, whose message names the rank, or a check's own error) with its message."""
     if isinstance(exc, IdentityError):
         return {"changed": False, "failed": True, **failure(exc.mismatches)}
     return {"changed": False, "failed": True, "msg": str(exc), "mismatches": []}

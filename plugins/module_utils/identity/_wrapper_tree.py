@@ -27,7 +27,7 @@ from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 
 from ansible_collections.gb10.dspark.plugins.module_utils.common._digest import sha256_file
-from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import Mismatch, outcome
+from ansible_collections.gb10.dspark.plugins.module_utils.identity._identity import Mismatch, outcome, refused
 from ansible_collections.gb10.dspark.plugins.module_utils.common._strict_json import loads
 
 Run = Callable[[list[str], dict[str, str]], tuple[int, str, str]]
@@ -463,5 +463,5 @@ def check(params: dict, run: Run, git: str | None) -> dict:
         report = check_tree(params["path"], run, git=git, expected_revision=params["expected_revision"],
                             allow_dirty=params["allow_dirty"], ignore_untracked=params["ignore_untracked"])
     except TreeError as exc:
-        return {"changed": False, "failed": True, "msg": str(exc), "mismatches": []}
+        return refused(exc)
     return outcome({"tree": report.tree()}, report.mismatches, warnings=report.warnings)
