@@ -1,5 +1,5 @@
 """Shared by the benchmarks in bench/: paths, Ansible runs (ad-hoc and playbooks) against the
-simulator inventory, SSH to a rank, and the peak-memory sampler of a module's process.
+simulator inventory, a command on a rank, and the peak-memory sampler of a module's process.
 
 Importing this module has no side effect beyond putting the checkout and sim/ on sys.path.
 """
@@ -23,7 +23,7 @@ for _p in (ROOT, ROOT / "sim"):
         sys.path.insert(0, str(_p))
 
 import _report  # noqa: E402  (bench/_report.py, beside this file)
-from dspark_sim import drive  # noqa: E402  (sim/dspark_sim/drive.py: the simulator's CLI, SSH, Ansible env)
+from dspark_sim import drive  # noqa: E402  (sim/dspark_sim/drive.py: the simulator's CLI, a rank's commands, Ansible env)
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -241,7 +241,7 @@ def sim_cli(*args: str, timeout: float = 1800) -> str:
 
 
 def on_rank(rank, argv: list[str], check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run argv on a simulated rank (a ``dspark_sim.layout.Rank``) over the simulator's SSH."""
+    """Run argv as root on a simulated rank (a ``dspark_sim.layout.Rank``), in its namespaces."""
     res = drive.run_on(rank, argv, timeout=timeout)
     if check and res.returncode != 0:
         raise BenchError(f"{rank.name}: `{shlex.join(argv)}` exited {res.returncode}: {res.stderr.strip()[-500:]}")

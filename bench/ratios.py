@@ -332,12 +332,12 @@ def measure_staging(b: Bench) -> dict:
         f"Numerator: gb10.dspark.image_identity on both ranks of {PAIR.group} at once (one ad-hoc `ansible "
         f"{HEAD.name},{WORKER.name} -f 2` run) with a pin built from the synthetic archive's identity: it reads the archive's ID, "
         "streams the archive into each rank's engine, tags the image and asserts the tag. Denominator: `docker load "
-        f"-i` of the same archive on {HEAD.name} over SSH. Both start with the image absent on the ranks; the "
+        f"-i` of the same archive run on {HEAD.name} itself (in its namespaces, as root). Both start with the image absent on the ranks; the "
         "archive is one file under BENCH_WORK_DIR, which both ranks read.",
         "The role's copy of dspark_image_archive from the control node is not in this figure: the pin names the "
         "real image, which a synthetic archive cannot match.",
         "Both ranks' dockerds share the host's disk and cores, so the two loads of the numerator compete for them. "
-        "The numerator is the whole ad-hoc run, Ansible's own start included; the denominator is one SSH command.",
+        "The numerator is the whole ad-hoc run, Ansible's own start included; the denominator is one command on the rank.",
         "Ansible pipelining is off for both stagings so that the module's process carries its name "
         f"({MARK}) for the memory sampling.",
     ]

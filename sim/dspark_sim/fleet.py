@@ -132,7 +132,7 @@ def status() -> dict:
     st = _state()
     out = {"up": bool(st), "pairs": st.get("pairs", 0), "inventory": st.get("inventory"), "ranks": []}
     for r in layout.all_ranks(st["pairs"]) if st else []:
-        alive = bool(rank._pid_alive(r.sub("run") / "init.pid"))
+        alive = bool(rank.init_pid(r))
         docker = alive and rank.ssh(r, ["docker", "info", "--format", "{{.ID}}"], check=False, timeout=15)
         engine_up = bool(docker and docker.returncode == 0)
         serving = engine_up and rank.ssh(r, ["docker", "ps", "--all", "--filter", "label=io.gb10.dspark.rank",

@@ -155,6 +155,12 @@ def _pid_alive(pidfile: Path) -> int | None:
         return None
 
 
+def init_pid(rank: layout.Rank) -> int | None:
+    """The PID of the rank's init (which becomes its sshd): the process that holds the rank's namespaces;
+    None when the rank is not running."""
+    return _pid_alive(rank.sub("run") / "init.pid")
+
+
 def ensure_mountpoints() -> None:
     for target in layout.RANK_MOUNTS.values():
         missing = []
@@ -182,7 +188,7 @@ def remove_created_mountpoints() -> None:
 
 
 def start(rank: layout.Rank) -> None:
-    if _pid_alive(rank.sub("run") / "init.pid"):
+    if init_pid(rank):
         return
     ensure_mountpoints()
     log = open(rank.sub("log") / "init.log", "ab")
@@ -200,7 +206,7 @@ def wait_ready(rank: layout.Rank, timeout: float = 90) -> None:
             with socket.create_connection((rank.mgmt_ip, 22), timeout=2):
                 break
         except OSError:
-            if not _pid_alive(rank.sub("run") / "init.pid") and time.monotonic() > deadline - timeout + 5:
+            if not init_pid(rank) and time.monotonic() > deadline - timeout + 5:
                 tail = (rank.sub("log") / "init.log").read_text(errors="replace")[-600:]
                 raise SimError(f"rank {rank.name}: its init exited during start-up:\n{tail}") from None
             time.sleep(0.3)

@@ -210,7 +210,7 @@ def pytest_sessionfinish(session, exitstatus):
 
 # ---- each test's controller CPU, for docs/TESTS.md ------------------------------------------------------------------
 # The CPU seconds (user and system) of this pytest process and of every process it started and reaped while the test
-# ran, setup and teardown included: its Ansible runs with their task workers and SSH clients, its own SSH calls. The
+# ran, setup and teardown included: its Ansible runs with their task workers and SSH clients, its own commands on the ranks. The
 # ranks' side (their modules, engines and dockerds) is not counted: those are not this process's children. A
 # module-scoped fixture counts in the first test that uses it, as its seconds do. tools/test_report reads the value
 # from the JUnit XML (a property of the test case).

@@ -1,4 +1,4 @@
-"""Helpers for the integration tests: the simulator CLI, Ansible, SSH to a rank, HTTP polling."""
+"""Helpers for the integration tests: the simulator CLI, Ansible, a command on a rank, HTTP polling."""
 from __future__ import annotations
 
 import json
@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "sim"))
 
-from dspark_sim import drive, layout  # noqa: E402  (drive: the simulator's CLI, SSH and Ansible env)
+from dspark_sim import drive, layout  # noqa: E402  (drive: the simulator's CLI, a rank's commands, Ansible env)
 
 INVENTORY = ROOT / "inventories" / "sim"
 PAIRS = 2  # one per lane of the one-pair tests (tests/support/lanes.py)
@@ -65,7 +65,8 @@ def ansible(*args: str, tool: str = "ansible", check: bool = True, timeout: floa
 
 def on_rank(rank: layout.Rank, argv: list[str], check: bool = True, timeout: float = 60,
             input_text: str | None = None) -> subprocess.CompletedProcess:
-    """Run argv on a rank over the simulator's real SSH (``input_text`` on its standard input)."""
+    """Run argv as root on a rank, in its namespaces (``input_text`` on its standard input; sim/dspark_sim/drive.py:
+    the collection's own path to a rank, which the tests exercise, is Ansible over SSH)."""
     res = drive.run_on(rank, argv, timeout=timeout, input_text=input_text)
     if check and res.returncode != 0:
         raise AssertionError(f"{rank.name}: {argv} exited {res.returncode}: {res.stderr}")
@@ -134,7 +135,7 @@ SNAPSHOT_SCRIPT = (
 
 def snapshot(rank: layout.Rank) -> dict:
     """Everything on a rank that a run could change: images, containers (ID, name, state, start time,
-    restart count) and the files under the collection's folders and the model directory (one SSH call)."""
+    restart count) and the files under the collection's folders and the model directory (one command on the rank)."""
     out = on_rank(rank, ["sh", "-c", SNAPSHOT_SCRIPT]).stdout
     images, rest = out.split("#containers\n", 1)
     containers, files = rest.split("#files\n", 1)

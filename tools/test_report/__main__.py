@@ -283,7 +283,7 @@ def render(record: dict, commit: str, slow: list[tuple[str, float, str]],
     if hungry:
         lines += ["", f"## The {len(hungry)} simulator tests that used the most controller CPU", "",
                   "CPU seconds (user and system) of the test's pytest process and of every process it started and "
-                  "waited for: its Ansible runs with their task workers and SSH clients, its own SSH calls; not the "
+                  "waited for: its Ansible runs with their task workers and SSH clients, its own commands on the ranks; not the "
                   "ranks' side. A module-scoped fixture counts in the first test that uses it.", "",
                   "| test | controller CPU s | seconds |", "|---|---|---|"]
         lines += [f"| `{name}` | {cpu:.0f} | {seconds:.0f} |" for name, cpu, seconds in hungry]

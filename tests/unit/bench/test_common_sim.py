@@ -29,7 +29,7 @@ class FakeRun:
 def fake_run(monkeypatch):
     fake = FakeRun()
     monkeypatch.setattr(subprocess, "run", fake)
-    monkeypatch.setattr(sim_rank, "ssh_argv", lambda r: ["ssh", f"root@{r.mgmt_ip}", "--"])
+    monkeypatch.setattr(sim_rank, "init_pid", lambda r: 4242)
     return fake
 
 
@@ -45,10 +45,11 @@ def test_sim_cli_returns_stdout_and_raises_bench_error(fake_run):
         common.sim_cli("up", "--pairs", "2")
 
 
-def test_on_rank_runs_over_ssh_and_raises_bench_error(fake_run):
+def test_on_rank_runs_in_the_ranks_namespaces_and_raises_bench_error(fake_run):
     res = common.on_rank(RANK, ["docker", "image", "rm", "a b"], timeout=600)
     argv, kw = fake_run.calls[-1]
-    assert argv == ["ssh", "root@10.231.0.11", "--", "docker image rm 'a b'"] and kw["timeout"] == 600
+    assert argv[:2] == ["nsenter", "--target=4242"] and argv[-4:] == ["docker", "image", "rm", "a b"]
+    assert kw["timeout"] == 600
     assert kw.get("input") is None and res.stdout == "the stdout"
     fake_run.returncode = 125
     assert common.on_rank(RANK, ["false"], check=False).returncode == 125

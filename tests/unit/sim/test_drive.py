@@ -1,10 +1,9 @@
-"""dspark_sim.drive (the simulator's CLI, a command on a rank over SSH, the Ansible environment) and
+"""dspark_sim.drive (the simulator's CLI, a command on a rank, the Ansible environment) and
 the integration tests' thin wrappers over it (tests/integration/simhelpers.py), without a simulator:
 subprocess.run is replaced and the argv, environment and input it receives are checked."""
 from __future__ import annotations
 
 import os
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -44,9 +43,9 @@ def fake_run(monkeypatch):
 
 
 @pytest.fixture
-def fake_ssh(monkeypatch):
-    """rank.ssh_argv without the control key: a recognisable prefix naming the rank's address."""
-    monkeypatch.setattr(sim_rank, "ssh_argv", lambda r: ["ssh", "-x", f"root@{r.mgmt_ip}", "--"])
+def running(monkeypatch):
+    """The rank's init is process 4242 (rank.init_pid without a simulator)."""
+    monkeypatch.setattr(sim_rank, "init_pid", lambda r: 4242)
 
 
 RANK = SimpleNamespace(name="sim07-worker", mgmt_ip="10.231.0.24")
@@ -84,41 +83,48 @@ def test_cli_timeout_is_required():
 
 
 # ---- run_on ----------------------------------------------------------------------------------
-def test_run_on_sends_the_argv_as_one_quoted_remote_command(fake_run, fake_ssh):
+def test_run_on_runs_the_argv_as_it_is_in_the_ranks_namespaces_with_a_logins_environment(fake_run, running):
     argv = ["sh", "-c", "echo \"$HOME\" > '/tmp/a b'; true"]
     drive.run_on(RANK, argv, timeout=7)
     local, kw = fake_run.only
-    assert local[:4] == ["ssh", "-x", "root@10.231.0.24", "--"]
-    assert len(local) == 5 and local[4] == shlex.join(argv)
-    assert shlex.split(local[4]) == argv  # the remote shell gets back exactly these words
+    assert local[:7] == ["nsenter", "--target=4242", "--net", "--mount", "--uts", "--wd=/", "--"]
+    # no shell between: the words reach the rank as they are, with sudo's environment and nothing of this one
+    assert local[7:9] == ["env", "-i"] and local[9:9 + len(drive.RANK_ENV)] == list(drive.RANK_ENV)
+    assert local[9 + len(drive.RANK_ENV):] == argv
+    assert "HOME=/root" in drive.RANK_ENV and any(e.startswith("PATH=/usr/local/sbin:") for e in drive.RANK_ENV)
     assert kw["timeout"] == 7 and kw["check"] is False and kw["text"] is True and kw["capture_output"] is True
     assert kw["input"] is None
-    assert "env" not in kw  # the rank runs with sshd's environment, not a changed local one
+    assert "env" not in kw
 
 
-def test_run_on_passes_its_input_text_on_stdin(fake_run, fake_ssh):
+def test_run_on_passes_its_input_text_on_stdin(fake_run, running):
     drive.run_on(RANK, ["docker", "load"], timeout=3, input_text="payload\n")
     assert fake_run.only[1]["input"] == "payload\n"
 
 
-def test_run_on_returns_a_failure_instead_of_raising(monkeypatch, fake_ssh):
+def test_run_on_returns_a_failure_instead_of_raising(monkeypatch, running):
     monkeypatch.setattr(subprocess, "run", FakeRun(returncode=1, stdout="", stderr="no such file"))
     assert drive.run_on(RANK, ["test", "-e", "/x"], timeout=3).returncode == 1
 
 
-def test_rank_argv_uses_the_simulators_control_key_and_known_hosts(monkeypatch, tmp_path):
-    """The real rank.ssh_argv, with the state folder moved and a key already there (no ssh-keygen)."""
+def test_a_rank_that_is_not_running_answers_255_naming_it_and_runs_nothing(fake_run, monkeypatch, tmp_path):
     monkeypatch.setattr(layout, "STATE_DIR", tmp_path)
-    key = tmp_path / "ssh" / "id_ed25519"
-    key.parent.mkdir()
-    key.write_text("not a real key")
     rank = layout.Rank(2, 1)
-    argv = drive.rank_argv(rank, ["hostname"])
-    assert argv[:3] == ["ssh", "-i", str(key)]
-    assert f"UserKnownHostsFile={tmp_path / 'ssh' / 'known_hosts'}" in argv
-    assert "BatchMode=yes" in argv and "StrictHostKeyChecking=yes" in argv
-    # As the unprivileged operator (root may not log in), the command run through sudo.
-    assert argv[-6:] == [f"{layout.OPERATOR}@{rank.mgmt_ip}", "--", "sudo", "-n", "--", "hostname"]
+    res = drive.run_on(rank, ["true"], timeout=3)  # no init.pid at all
+    assert res.returncode == drive.NOT_RUNNING == 255 and rank.name in res.stderr and "not running" in res.stderr
+    assert fake_run.calls == []
+
+
+def test_init_pid_is_the_live_process_the_ranks_pid_file_names(monkeypatch, tmp_path):
+    monkeypatch.setattr(layout, "STATE_DIR", tmp_path)
+    rank = layout.Rank(2, 1)
+    rank.sub("run").mkdir(parents=True)
+    (rank.sub("run") / "init.pid").write_text(f"{os.getpid()}\n")
+    assert sim_rank.init_pid(rank) == os.getpid()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (rank.sub("run") / "init.pid").write_text(f"{dead.pid}\n")
+    assert sim_rank.init_pid(rank) is None
 
 
 # ---- Ansible ---------------------------------------------------------------------------------
@@ -152,10 +158,10 @@ def simhelpers(monkeypatch):
     return simhelpers
 
 
-def test_simhelpers_on_rank_passes_timeout_and_input_and_raises_assertion(simhelpers, fake_run, fake_ssh):
+def test_simhelpers_on_rank_passes_timeout_and_input_and_raises_assertion(simhelpers, fake_run, running):
     simhelpers.on_rank(RANK, ["cat"], input_text="x", timeout=9)
     local, kw = fake_run.only
-    assert local == ["ssh", "-x", "root@10.231.0.24", "--", "cat"] and kw["input"] == "x" and kw["timeout"] == 9
+    assert local == drive.rank_argv(4242, ["cat"]) and kw["input"] == "x" and kw["timeout"] == 9
     fake_run.returncode = 3
     assert simhelpers.on_rank(RANK, ["false"], check=False).returncode == 3
     with pytest.raises(AssertionError, match=r"sim07-worker: \['false'\] exited 3: err"):
