@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "sim"))
 
-from dspark_sim import drive, layout  # noqa: E402  (drive: the simulator's CLI, a rank's commands, Ansible env)
+from dspark_sim import drive, layout, network  # noqa: E402  (drive: the simulator's CLI, a rank's commands, Ansible env)
 
 INVENTORY = ROOT / "inventories" / "sim"
 PAIRS = 2  # one per lane of the one-pair tests (tests/support/lanes.py)
@@ -71,6 +72,42 @@ def on_rank(rank: layout.Rank, argv: list[str], check: bool = True, timeout: flo
     if check and res.returncode != 0:
         raise AssertionError(f"{rank.name}: {argv} exited {res.returncode}: {res.stderr}")
     return res
+
+
+def module_calls_on(rank: layout.Rank) -> list[str]:
+    """The command lines of the module calls Ansible has running on ``rank``: the processes of the rank's network
+    namespace whose command line names Ansible's become marker (its wrapper lives as long as the module does). A
+    control node that dies leaves them to end on their own (as on a real rank): a test that looks at a rank after
+    killing a run waits for them first."""
+    calls = []
+    for pid in network.netns_pids(rank.netns):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"BECOME-SUCCESS-" in cmdline:
+            calls.append(cmdline.replace(b"\0", b" ").decode(errors="replace"))
+    return calls
+
+
+def control_node_dies(proc: subprocess.Popen, pair: layout.Pair, timeout: float = 120) -> None:
+    """The control node running ``proc`` (started with ``start_new_session``) dies: the run is killed with every
+    process it started, and every SSH connection of this machine to the pair's ranks drops with it (Ansible's
+    persistent masters live outside the run's process group). What it had started on the ranks then ends on its
+    own, as on a real rank: this returns once no module call of Ansible runs on either rank
+    (:func:`module_calls_on`), so that what a test looks at next is what the dead run left."""
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    for r in pair.ranks:
+        out = subprocess.run(["ss", "-Htnp", "state", "established", "dst", f"{r.mgmt_ip}:22"], text=True,
+                             capture_output=True, timeout=30, check=True).stdout
+        for pid in {int(p) for p in re.findall(r"pid=(\d+)", out)}:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    wait_for(lambda: not any(module_calls_on(r) for r in pair.ranks), timeout,
+             what=f"the module calls of the dead run on {pair.group} to end")
 
 
 def http_get(url: str, timeout: float = 5) -> tuple[int, str]:
@@ -141,6 +178,18 @@ def snapshot(rank: layout.Rank) -> dict:
     containers, files = rest.split("#files\n", 1)
     return {"images": sorted(images.splitlines()), "containers": sorted(containers.splitlines()),
             "files": sorted(files.splitlines())}
+
+
+def snapshot_changes(before: dict, after: dict) -> dict:
+    """What differs between two {rank name: snapshot} maps: per rank and part, the lines only before (-) and only
+    after (+); empty when nothing changed (an assertion message that names the change)."""
+    changes = {}
+    for name in sorted(set(before) | set(after)):
+        for part in ("images", "containers", "files"):
+            was, now = set(before.get(name, {}).get(part, [])), set(after.get(name, {}).get(part, []))
+            if was != now:
+                changes[f"{name} {part}"] = {"-": sorted(was - now), "+": sorted(now - was)}
+    return changes
 
 
 def stop_dockerd(rank: layout.Rank) -> None:

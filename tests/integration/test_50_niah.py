@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from simhelpers import INVENTORY, container_state, on_rank, playbook, site, snapshot
+from simhelpers import INVENTORY, container_state, control_node_dies, on_rank, playbook, site, snapshot
 
 LONG_WINDOW = 1_048_576
 DEPTHS = [262_128, 524_256, 943_660]
@@ -115,7 +115,6 @@ def test_kv_smaller_than_the_window_and_resume_after_an_interruption(pair_b, cle
 @pytest.mark.fault("lock-niah")
 def test_an_interrupted_control_node_reattaches_and_restarts_nothing(pair_a, clean_tree, host_vars):
     import os
-    import signal
     import subprocess
     import sys
     import time
@@ -144,8 +143,7 @@ def test_an_interrupted_control_node_reattaches_and_restarts_nothing(pair_a, cle
         if "NIAH running: depth" in line or time.monotonic() > deadline:
             break
     assert any("NIAH running: depth" in line for line in seen), "".join(seen[-40:])
-    os.killpg(proc.pid, signal.SIGKILL)  # the control node goes away mid-ladder
-    proc.wait()
+    control_node_dies(proc, pair)  # mid-ladder: the ladder runs on
     engine = (container_state(pair.head)["StartedAt"], container_state(pair.worker)["StartedAt"])
 
     # While the ladder runs on, a provision of the pair is refused before anything changes.

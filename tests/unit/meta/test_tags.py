@@ -18,22 +18,34 @@ ANSIBLE_PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
 ENV = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
 
 
-def list_tasks(playbook: Path, *selection: str) -> list[tuple[str, set[str]]]:
-    res = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(REPO / "inventories" / "sample" / "hosts.yml"), str(playbook),
-                          "--list-tasks", *selection], cwd=REPO, env=ENV, text=True, capture_output=True,
-                         timeout=300, check=False)
+def list_tasks_of(playbooks: list[Path], *selection: str) -> dict[str, list[tuple[str, set[str]]]]:
+    """{playbook path: [(task, tags)]} from one ``ansible-playbook --list-tasks`` of all of them (each listed under
+    its own ``playbook:`` line)."""
+    res = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(REPO / "inventories" / "sample" / "hosts.yml"),
+                          *map(str, playbooks), "--list-tasks", *selection], cwd=REPO, env=ENV, text=True,
+                         capture_output=True, timeout=300, check=False)
     assert res.returncode == 0, res.stdout + res.stderr
-    rows = []
+    listed: dict[str, list[tuple[str, set[str]]]] = {}
+    rows: list[tuple[str, set[str]]] = []
     for line in res.stdout.splitlines():
+        if line.startswith("playbook: "):
+            rows = listed.setdefault(line[len("playbook: "):].strip(), [])
         m = re.match(r"^ {6}(.+)\tTAGS: \[(.*)\]$", line)
         if m:
             rows.append((m.group(1), {t.strip() for t in m.group(2).split(",") if t.strip()}))
-    assert rows, res.stdout
-    return rows
+    assert sorted(listed) == sorted(map(str, playbooks)), res.stdout
+    for playbook, found in listed.items():
+        assert found, f"{playbook}: no task listed\n{res.stdout}"
+    return listed
+
+
+def list_tasks(playbook: Path, *selection: str) -> list[tuple[str, set[str]]]:
+    return list_tasks_of([playbook], *selection)[str(playbook)]
 
 
 def test_every_task_of_every_playbook_has_a_tag():
-    untagged = [f"{p.name}: {name}" for p in PLAYBOOKS for name, tags in list_tasks(p) if not tags]
+    listed = list_tasks_of(PLAYBOOKS)
+    untagged = [f"{Path(p).name}: {name}" for p, rows in listed.items() for name, tags in rows if not tags]
     assert untagged == []
 
 
