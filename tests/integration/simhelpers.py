@@ -11,6 +11,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "sim"))
@@ -90,12 +91,16 @@ def module_calls_on(rank: layout.Rank) -> list[str]:
     return calls
 
 
-def control_node_dies(proc: subprocess.Popen, pair: layout.Pair, timeout: float = 120) -> None:
+def control_node_dies(proc: subprocess.Popen, pair: layout.Pair, timeout: float = 120,
+                      look: Callable[[dict], dict] = lambda snap: snap) -> None:
     """The control node running ``proc`` (started with ``start_new_session``) dies: the run is killed with every
     process it started, and every SSH connection of this machine to the pair's ranks drops with it (Ansible's
     persistent masters live outside the run's process group). What it had started on the ranks then ends on its
-    own, as on a real rank: this returns once no module call of Ansible runs on either rank
-    (:func:`module_calls_on`), so that what a test looks at next is what the dead run left."""
+    own, as on a real rank, and so may what such a call had asked of a rank's dockerd (a container start lands
+    after the call that sent it has gone): this returns once the ranks have settled - no module call of Ansible
+    (:func:`module_calls_on`) and the same snapshot at three looks a second apart - so that what a test looks
+    at next is what the dead run left. ``look`` is what of a rank's snapshot must hold still (all of it unless
+    something the test leaves running writes there)."""
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     for r in pair.ranks:
@@ -106,8 +111,14 @@ def control_node_dies(proc: subprocess.Popen, pair: layout.Pair, timeout: float 
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-    wait_for(lambda: not any(module_calls_on(r) for r in pair.ranks), timeout,
-             what=f"the module calls of the dead run on {pair.group} to end")
+    looks: list = []
+
+    def settled() -> bool:
+        calls = any(module_calls_on(r) for r in pair.ranks)
+        looks[:] = [*looks[-2:], None if calls else {r.name: look(snapshot(r)) for r in pair.ranks}]
+        return len(looks) == 3 and looks[0] is not None and looks[0] == looks[1] == looks[2]
+
+    wait_for(settled, timeout, interval=1.0, what=f"the ranks of {pair.group} to settle after the dead run")
 
 
 def http_get(url: str, timeout: float = 5) -> tuple[int, str]:
@@ -181,12 +192,13 @@ def snapshot(rank: layout.Rank) -> dict:
 
 
 def snapshot_changes(before: dict, after: dict) -> dict:
-    """What differs between two {rank name: snapshot} maps: per rank and part, the lines only before (-) and only
-    after (+); empty when nothing changed (an assertion message that names the change)."""
+    """What differs between two {rank name: snapshot} maps, per rank and part: the lines only before (-) and only
+    after (+). The message of an assertion that the two are equal, naming the change."""
     changes = {}
     for name in sorted(set(before) | set(after)):
-        for part in ("images", "containers", "files"):
-            was, now = set(before.get(name, {}).get(part, [])), set(after.get(name, {}).get(part, []))
+        was_rank, now_rank = before.get(name, {}), after.get(name, {})
+        for part in sorted(set(was_rank) | set(now_rank)):
+            was, now = set(was_rank.get(part, [])), set(now_rank.get(part, []))
             if was != now:
                 changes[f"{name} {part}"] = {"-": sorted(was - now), "+": sorted(now - was)}
     return changes

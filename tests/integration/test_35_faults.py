@@ -274,7 +274,8 @@ def test_a_killed_provision_leaves_a_stale_lock_that_is_reported_and_a_rerun_con
     assert stale.returncode != 0
     assert f"lock {LOCK} on {served.head.name} is stale: held by run" in text, text[-3000:]
     assert f"(pid {run.pid} on " in text and "dspark_lock_break_stale=true" in text
-    assert not snapshot_changes(before, {r.name: snapshot(r) for r in served.ranks})
+    after = {r.name: snapshot(r) for r in served.ranks}
+    assert after == before, snapshot_changes(before, after)
     assert locked(served)
     provision(served, clean_tree, "-e", "dspark_lock_break_stale=true", check=True)
     assert set(profiles(served).values()) == {("production", "running")}

@@ -143,7 +143,7 @@ def test_an_interrupted_control_node_reattaches_and_restarts_nothing(pair_a, cle
         if "NIAH running: depth" in line or time.monotonic() > deadline:
             break
     assert any("NIAH running: depth" in line for line in seen), "".join(seen[-40:])
-    control_node_dies(proc, pair)  # mid-ladder: the ladder runs on
+    control_node_dies(proc, pair, look=outside_the_ladder)  # mid-ladder: the ladder runs on
     engine = (container_state(pair.head)["StartedAt"], container_state(pair.worker)["StartedAt"])
 
     # While the ladder runs on, a provision of the pair is refused before anything changes.
